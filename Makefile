@@ -1,0 +1,167 @@
+# capy - build, test and check. `make help` lists the targets.
+#
+# Quiet by default; V=1 shows the commands. Objects and programs go under $(O)
+# (build/ by default). CUDA parts are built when nvcc is found; CUDA=0 skips them.
+# Local overrides go in config.mak (git-ignored).
+
+-include config.mak
+
+O ?= build
+V ?= 0
+SAN ?= 0
+CUDA ?= auto
+PREFIX ?= /usr/local
+
+CC ?= cc
+OPT ?= -O2
+CFLAGS ?= $(OPT) -g
+WARNINGS = -Wall -Wextra -Wshadow -Wvla -Wno-unused-parameter
+BASE_CFLAGS = -std=c17 -pthread -march=x86-64-v2 -fno-strict-aliasing $(WARNINGS) -MMD -MP
+CPPFLAGS += -Ilibcore
+LDLIBS = -Wl,--as-needed -lcjson -lzstd -lpcre2-8 -lutf8proc -lmicrohttpd -lm -lpthread
+
+ifeq ($(SAN),1)
+  BASE_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+  LDFLAGS += -fsanitize=address,undefined
+endif
+
+ifneq ($(V),1)
+  QUIET_CC = @echo '   ' CC $@;
+  QUIET_AR = @echo '   ' AR $@;
+  QUIET_LINK = @echo '   ' LINK $@;
+  QUIET_NVCC = @echo '   ' NVCC $@;
+  QUIET = @
+endif
+
+# --- CUDA ---------------------------------------------------------------------
+NVCC ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc))
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_SRCS = $(wildcard kernels/*.cu)
+ifeq ($(CUDA),auto)
+  CUDA := $(if $(and $(NVCC),$(CUDA_SRCS)),1,0)
+endif
+# sm_90: Hopper (H100/H200, tested); sm_120a: RTX 50 (compiled, not run here).
+NVCC_ARCHS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_120a,code=sm_120a
+NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCHS) -Xcompiler -Wall,-Wextra,-fPIC
+ifeq ($(CUDA),1)
+  CPPFLAGS += -DCAPY_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -ldl -lrt
+  KERNEL_OBJS = $(patsubst %.cu,$(O)/%.o,$(CUDA_SRCS))
+endif
+
+# --- the library ----------------------------------------------------------------
+LIBCORE_OBJS += libcore/tool/cleanup.o
+LIBCORE_OBJS += libcore/tool/main.o
+LIBCORE_OBJS += libcore/tool/opt.o
+LIBCORE_OBJS += libcore/tool/progress.o
+LIBCORE_OBJS += libcore/tool/report.o
+LIBCORE_OBJS += libcore/util/err.o
+LIBCORE_OBJS += libcore/util/file.o
+LIBCORE_OBJS += libcore/util/hash.o
+LIBCORE_OBJS += libcore/util/json.o
+LIBCORE_OBJS += libcore/util/log.o
+LIBCORE_OBJS += libcore/util/parse.o
+LIBCORE_OBJS += libcore/util/rng.o
+LIBCORE_OBJS += libcore/util/thread.o
+
+
+UNIT_TESTS += u-util
+
+
+LIB = $(O)/libcore.a
+OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
+BINS = $(addprefix $(O)/bin/,$(PROGRAMS))
+UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
+MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
+PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
+
+.PHONY: all test check unit bats check-docs check-headers fuzz deps install clean help
+.DEFAULT_GOAL := all
+
+all: $(BINS)
+
+$(O)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(QUIET_CC)$(CC) $(CPPFLAGS) $(BASE_CFLAGS) $(CFLAGS) -c -o $@ $<
+
+$(O)/kernels/%.o: kernels/%.cu
+	@mkdir -p $(dir $@)
+	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) -Ikernels -c -o $@ $<
+
+$(LIB): $(OBJS) $(KERNEL_OBJS)
+	$(QUIET_AR)rm -f $@ && ar rcs $@ $^
+
+$(O)/bin/%: $(O)/cmd/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(O)/t/unit/%: $(O)/t/unit/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+$(O)/t/unit/%.o: CPPFLAGS += -It/unit
+
+# --- tests ----------------------------------------------------------------------
+# `make test`: C unit tests, BATS tests of every tool, the man pages and the headers.
+test: all unit bats check-docs check-headers
+
+unit: $(UNIT_BINS)
+	$(QUIET)set -e; for t in $(UNIT_BINS); do echo "*** $$t"; $$t; done
+
+bats: all $(UNIT_BINS)
+	$(QUIET)CAPY_BUILD=$(abspath $(O)) PATH="$(abspath $(O))/bin:$$PATH" bats t/
+
+# `make check`: the same tests built with AddressSanitizer and UBSan.
+check:
+	$(MAKE) O=build/san SAN=1 OPT=-O1 CUDA=0 test
+
+check-docs:
+	$(QUIET)set -e; for m in $(MANS); do \
+		out=$$(groff -man -ww -z $$m 2>&1); \
+		if [ -n "$$out" ]; then echo "$$m: $$out"; exit 1; fi; done; echo "man pages: ok"
+
+check-headers:
+	$(QUIET)set -e; for h in $(PUBLIC_HEADERS); do \
+		$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -fsyntax-only -x c $$h -o /dev/null; done; \
+		echo "headers: ok"
+
+# `make fuzz`: libFuzzer targets (clang); run one with build/fuzz/t/fuzz/fuzz-X t/fuzz/corpus/X
+fuzz:
+	$(MAKE) O=build/fuzz CC=clang SAN=0 CUDA=0 OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined" \
+		LDFLAGS="-fsanitize=address,undefined" fuzzers
+
+fuzzers: $(addprefix $(O)/t/fuzz/,$(FUZZERS))
+
+$(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
+	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev
+
+deps:
+	@if [ "$$(id -u)" = 0 ]; then \
+		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEPS_APT); \
+	else echo "sudo apt-get install -y $(DEPS_APT)"; fi
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man7
+	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
+	install -m 644 $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
+	install -m 644 $(wildcard man/man7/*.7) $(DESTDIR)$(PREFIX)/share/man/man7/
+
+clean:
+	rm -rf build $(O)
+
+help:
+	@echo "make            build libcore.a and the tools into $(O)/"
+	@echo "make test       unit tests, BATS tests, man pages and headers (CPU only)"
+	@echo "make check      the tests again under ASan + UBSan (build/san/)"
+	@echo "make fuzz       build the libFuzzer targets (build/fuzz/)"
+	@echo "make deps       install the Debian packages (as root), else print the apt-get line"
+	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
+	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
+
+-include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d
+
+.SECONDARY:

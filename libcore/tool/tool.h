@@ -1,0 +1,107 @@
+/* tool.h - what the capy-* programs share: main(), option tables, usage, exit
+ * codes, the progress bar and clean-up of temporary files on signals.
+ *
+ * This is the only part of libcore allowed to print or exit. A program is one
+ * file cmd/capy-foo.c defining
+ *
+ *	int cmd_main(int argc, char **argv);
+ *
+ * which parses its options with capy_opt_parse() and returns an exit status.
+ * Adding a program: write cmd/capy-foo.c, add it to PROGRAMS in the Makefile,
+ * write man/man1/capy-foo.1 (its SYNOPSIS must match --help), add t/ tests and
+ * a .gitignore line.
+ */
+#ifndef CAPY_TOOL_H
+#define CAPY_TOOL_H
+
+#include "../util/err.h"
+
+enum capy_exit {
+	CAPY_EXIT_OK = 0,
+	CAPY_EXIT_FAIL = 1,  /* the work failed, or a documented negative verdict */
+	CAPY_EXIT_USAGE = 2, /* bad usage */
+};
+
+extern const char *capy_tool_name;
+
+int cmd_main(int argc, char **argv);
+
+/* "capy-foo: error: <msg>" on stderr, then exit(1). */
+CAPY_NORETURN CAPY_PRINTF(1, 2) void capy_die(const char *fmt, ...);
+/* "capy-foo: error: <msg>" on stderr. */
+CAPY_PRINTF(1, 2) void capy_error(const char *fmt, ...);
+/* "capy-foo: warning: <msg>" on stderr. */
+CAPY_PRINTF(1, 2) void capy_warning(const char *fmt, ...);
+
+/* --- option tables ------------------------------------------------------- */
+
+enum capy_opt_kind {
+	CAPY_OPTK_END = 0,
+	CAPY_OPTK_GROUP,  /* a heading in --help */
+	CAPY_OPTK_FLAG,   /* bool *, set to true */
+	CAPY_OPTK_STRING, /* const char **; repeated use keeps the last */
+	CAPY_OPTK_INT,    /* int64_t *, within [min, max] */
+	CAPY_OPTK_DOUBLE, /* double *, within [min, max] */
+	CAPY_OPTK_SIZE,   /* uint64_t *, with K/M/G/T suffixes */
+};
+
+struct capy_opt {
+	enum capy_opt_kind kind;
+	int short_name;        /* 0 for none */
+	const char *long_name; /* without the dashes; NULL for none */
+	void *value;
+	const char *argh; /* placeholder in --help, e.g. "file" */
+	const char *help;
+	double min, max;
+};
+
+#define CAPY_OPT_GROUP(h) { CAPY_OPTK_GROUP, 0, NULL, NULL, NULL, (h), 0, 0 }
+#define CAPY_OPT_FLAG(s, l, v, h) { CAPY_OPTK_FLAG, (s), (l), (v), NULL, (h), 0, 0 }
+#define CAPY_OPT_STRING(s, l, v, a, h) { CAPY_OPTK_STRING, (s), (l), (v), (a), (h), 0, 0 }
+#define CAPY_OPT_INT(s, l, v, a, h, lo, hi) { CAPY_OPTK_INT, (s), (l), (v), (a), (h), (lo), (hi) }
+#define CAPY_OPT_DOUBLE(s, l, v, a, h, lo, hi) { CAPY_OPTK_DOUBLE, (s), (l), (v), (a), (h), (lo), (hi) }
+#define CAPY_OPT_SIZE(s, l, v, a, h) { CAPY_OPTK_SIZE, (s), (l), (v), (a), (h), 0, 0 }
+#define CAPY_OPT_END() { CAPY_OPTK_END, 0, NULL, NULL, NULL, NULL, 0, 0 }
+
+/*
+ * Parse argv against opts. Options and positional arguments may be mixed;
+ * "--" ends the options. -h/--help prints the usage to stdout and exits 0;
+ * --version prints the version and exits 0; an unknown option or a bad value
+ * prints the error and the usage to stderr and exits 2. Returns the number of
+ * positional arguments, which are moved to argv[0..n).
+ *
+ * usage is NULL-terminated; its first line is printed after "usage: ".
+ */
+int capy_opt_parse(int argc, char **argv, const char *const *usage, const struct capy_opt *opts);
+
+/* Print the usage and options (to stdout for help, stderr for errors). */
+void capy_opt_usage(FILE *f, const char *const *usage, const struct capy_opt *opts);
+
+/* Report a usage error (message, then the usage) and exit 2. */
+CAPY_NORETURN CAPY_PRINTF(3, 4) void capy_usage_error(const char *const *usage,
+						      const struct capy_opt *opts, const char *fmt, ...);
+
+/* --- progress ---------------------------------------------------------------- */
+
+/* A progress bar on stderr, drawn only when stderr is a terminal (or CAPY_PROGRESS=1),
+ * at most ten times a second; safe to advance from several threads. */
+struct capy_progress;
+
+struct capy_progress *capy_progress_new(const char *label, uint64_t total_bytes);
+void capy_progress_add(struct capy_progress *p, uint64_t bytes);
+/* Finish the bar (prints the final line) and free it. */
+void capy_progress_done(struct capy_progress *p);
+
+/* --- clean-up on signals -------------------------------------------------- */
+
+/* While registered, SIGINT/SIGTERM/SIGHUP remove path before the program exits.
+ * One path at a time; pass NULL to unregister. */
+void capy_cleanup_on_signal(const char *path);
+
+/* Monotonic seconds. */
+double capy_now(void);
+
+/* Peak resident set size of this process in bytes (0 if unknown). */
+uint64_t capy_peak_rss(void);
+
+#endif
