@@ -78,9 +78,9 @@ LIBCORE_OBJS += libcore/util/thread.o
 
 PROGRAMS += capy-convert
 
-#UNIT_TESTS += u-artifact
-#UNIT_TESTS += u-nvfp4
-#UNIT_TESTS += u-safetensors
+UNIT_TESTS += u-artifact
+UNIT_TESTS += u-nvfp4
+UNIT_TESTS += u-safetensors
 UNIT_TESTS += u-util
 
 FUZZERS += fuzz-artifact

@@ -125,59 +125,76 @@ int capy_aw_add_tensor(struct capy_artifact_writer *w, const char *name, enum ca
 		       int ndim, const uint64_t *shape, uint32_t nparts, const uint64_t *parts,
 		       int stack, cJSON *sources, struct capy_err *err)
 {
+	struct capy_tensor_info info = { .name = NULL, .dtype = dtype, .ndim = ndim, .stack = stack };
+	struct wstack *s = NULL;
 	struct wtensor *t;
 	uint64_t sum = 0;
+	int rc;
 
 	if (w->laid_out)
 		CAPY_BUG("tensor added after layout");
-	if (grow((void **)&w->tensors, w->ntensors, sizeof(*w->tensors), err) < 0) {
-		cJSON_Delete(sources);
-		return err->code;
+	if (ndim < 0 || ndim > CAPY_MAX_DIMS) {
+		rc = capy_err_set(err, CAPY_EINVAL, "tensor '%s' has %d dimensions", name, ndim);
+		goto fail;
 	}
-	t = &w->tensors[w->ntensors];
-	memset(t, 0, sizeof(*t));
-	t->sources = sources;
-	t->name = strdup(name);
-	if (!t->name)
-		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-	t->info.name = t->name;
-	t->info.dtype = dtype;
-	t->info.ndim = ndim;
-	t->info.stack = stack;
-	if (ndim > CAPY_MAX_DIMS)
-		return capy_err_set(err, CAPY_EINVAL, "tensor '%s' has %d dimensions", name, ndim);
-	memcpy(t->info.shape, shape, sizeof(*shape) * (size_t)ndim);
+	memcpy(info.shape, shape, sizeof(*shape) * (size_t)ndim);
 	if (dtype == CAPY_DT_NVFP4) {
-		t->info.nparts = nparts ? nparts : 1;
-		if (t->info.nparts > CAPY_MAX_PARTS)
-			return capy_err_set(err, CAPY_EINVAL, "tensor '%s' has %u parts", name, nparts);
-		for (uint32_t i = 0; i < t->info.nparts; i++) {
-			t->info.parts[i] = nparts ? parts[i] : shape[ndim - 2];
-			sum += t->info.parts[i];
+		info.nparts = nparts ? nparts : 1;
+		if (info.nparts > CAPY_MAX_PARTS || ndim < 2) {
+			rc = capy_err_set(err, CAPY_EINVAL, "tensor '%s': %u parts / %d dimensions", name, nparts, ndim);
+			goto fail;
 		}
-		if (ndim < 2 || sum != shape[ndim - 2])
-			return capy_err_set(err, CAPY_EINVAL, "tensor '%s': parts do not add up to %" PRIu64
-					    " rows", name, ndim >= 2 ? shape[ndim - 2] : 0);
+		for (uint32_t i = 0; i < info.nparts; i++) {
+			info.parts[i] = nparts ? parts[i] : shape[ndim - 2];
+			sum += info.parts[i];
+		}
+		if (sum != shape[ndim - 2]) {
+			rc = capy_err_set(err, CAPY_EINVAL, "tensor '%s': parts do not add up to %" PRIu64 " rows",
+					  name, shape[ndim - 2]);
+			goto fail;
+		}
 	}
-	if (capy_tensor_bytes(dtype, ndim, shape, t->info.nparts, &t->info.bytes,
-			      &t->info.slice_bytes, &t->info.nslices) < 0)
-		return capy_err_set(err, CAPY_EINVAL, "tensor '%s': invalid %s shape", name,
-				    capy_dtype_name(dtype));
+	if (capy_tensor_bytes(dtype, ndim, shape, info.nparts, &info.bytes, &info.slice_bytes,
+			      &info.nslices) < 0) {
+		rc = capy_err_set(err, CAPY_EINVAL, "tensor '%s': invalid %s shape", name, capy_dtype_name(dtype));
+		goto fail;
+	}
 	if (stack >= 0) {
-		struct wstack *s;
 		if ((size_t)stack >= w->nstacks)
 			CAPY_BUG("stack %d does not exist", stack);
 		s = &w->stacks[stack];
-		if (ndim < 1 || shape[0] != s->count)
-			return capy_err_set(err, CAPY_EINVAL, "tensor '%s' does not have %" PRIu64
-					    " experts along its first dimension", name, s->count);
-		if (s->ntensors == (int)ARRAY_SIZE(s->tensors))
-			return capy_err_set(err, CAPY_EINVAL, "expert stack '%s' is full", s->name);
-		s->tensors[s->ntensors++] = (int)w->ntensors;
-	} else if (add_item(w, ITEM_TENSOR, (int)w->ntensors, err) < 0) {
-		return err->code;
+		if (ndim < 1 || shape[0] != s->count) {
+			rc = capy_err_set(err, CAPY_EINVAL, "tensor '%s' does not have %" PRIu64
+					  " experts along its first dimension", name, s->count);
+			goto fail;
+		}
+		if (s->ntensors == (int)ARRAY_SIZE(s->tensors)) {
+			rc = capy_err_set(err, CAPY_EINVAL, "expert stack '%s' is full", s->name);
+			goto fail;
+		}
 	}
+	if ((rc = grow((void **)&w->tensors, w->ntensors, sizeof(*w->tensors), err)) < 0)
+		goto fail;
+	if (stack < 0 && (rc = add_item(w, ITEM_TENSOR, (int)w->ntensors, err)) < 0)
+		goto fail;
+	t = &w->tensors[w->ntensors];
+	t->info = info;
+	t->sources = sources;
+	t->name = strdup(name);
+	if (!t->name) {
+		t->sources = NULL;
+		if (stack < 0)
+			w->nitems--;
+		rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
+		goto fail;
+	}
+	t->info.name = t->name;
+	if (s)
+		s->tensors[s->ntensors++] = (int)w->ntensors;
 	return (int)w->ntensors++;
+fail:
+	cJSON_Delete(sources);
+	return rc;
 }
 
 static cJSON *u64_array(const uint64_t *v, int n)

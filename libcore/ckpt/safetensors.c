@@ -96,8 +96,9 @@ static int parse_entry(const cJSON *e, struct capy_st_tensor *t, uint64_t data_s
 		return BAD("'%s': tensor '%s': data_offsets [%" PRIu64 ", %" PRIu64 "] end before they begin",
 			   what, t->name, begin, end);
 	if (capy_mul_overflow(numel, st_types[t->dtype].size, &need) || end - begin != need)
-		return BAD("'%s': tensor '%s': %s %s needs %" PRIu64 " bytes, data_offsets give %" PRIu64,
-			   what, t->name, st_types[t->dtype].name, "shape", need, end - begin);
+		return BAD("'%s': tensor '%s': %" PRIu64 " %s elements need %" PRIu64
+			   " bytes, data_offsets [%" PRIu64 ", %" PRIu64 "] hold %" PRIu64, what, t->name, numel,
+			   st_types[t->dtype].name, need, begin, end, end - begin);
 	if (end > data_len)
 		return BAD("'%s': tensor '%s': data_offsets end %" PRIu64 " (file offset %" PRIu64
 			   ") is past the end of the file (%" PRIu64 " data bytes)", what, t->name, end,
@@ -105,6 +106,28 @@ static int parse_entry(const cJSON *e, struct capy_st_tensor *t, uint64_t data_s
 	t->offset = data_start + begin;
 	t->bytes = need;
 	return 0;
+}
+
+static int cmp_tensor_name(const void *a, const void *b)
+{
+	return strcmp((*(struct capy_st_tensor *const *)a)->name, (*(struct capy_st_tensor *const *)b)->name);
+}
+
+static int check_unique(const struct capy_st_header *h, const char *what, struct capy_err *err)
+{
+	struct capy_st_tensor **v = malloc((h->ntensors + 1) * sizeof(*v));
+	int rc = 0;
+
+	if (!v)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	for (size_t i = 0; i < h->ntensors; i++)
+		v[i] = &h->tensors[i];
+	qsort(v, h->ntensors, sizeof(*v), cmp_tensor_name);
+	for (size_t i = 1; i < h->ntensors && rc == 0; i++)
+		if (!strcmp(v[i]->name, v[i - 1]->name))
+			rc = BAD("'%s': tensor '%s' appears twice in the header", what, v[i]->name);
+	free(v);
+	return rc;
 }
 
 int capy_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, const char *what,
@@ -177,6 +200,8 @@ int capy_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, const char
 	}
 	cJSON_Delete(root);
 	root = NULL;
+	if ((rc = check_unique(out, what, err)) < 0)
+		goto fail;
 	qsort(out->tensors, n, sizeof(*out->tensors), cmp_offset);
 	/* The ranges must tile the data buffer: no gap, no overlap, nothing left over. */
 	pos = out->data_start;

@@ -24,7 +24,7 @@ struct plan_src {
 	char *name;
 	enum src_kind kind;
 	int ndim;
-	uint64_t shape[4];
+	uint64_t shape[CAPY_MAX_DIMS];
 	bool optional;
 	/* resolved */
 	bool present;
@@ -45,7 +45,7 @@ struct band {
 struct plan_out {
 	char *name;
 	int ndim;
-	uint64_t shape[4];
+	uint64_t shape[CAPY_MAX_DIMS];
 	int stack;           /* index into plan.stacks, or -1 */
 	bool linear;         /* a weight matrix (may be NVFP4) */
 	bool quantize;       /* routed expert: quantized when the plan says so */

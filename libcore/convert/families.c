@@ -64,7 +64,7 @@ static int src(struct ctx *c, enum src_kind kind, char *name, int ndim, const ui
 	s->kind = kind;
 	s->ndim = ndim;
 	s->optional = optional;
-	for (int i = 0; i < ndim && i < 4; i++)
+	for (int i = 0; i < ndim && i < CAPY_MAX_DIMS; i++)
 		s->shape[i] = shape[i];
 	return (int)p->nsrcs++;
 }
@@ -512,10 +512,6 @@ static void verbatim(struct ctx *c, const char *prefix, const char *out_prefix)
 				o->bands[0] = (struct band){ s, 0, 0, rows, 0 };
 			}
 			continue;
-		}
-		if (t->ndim > 4) {
-			c->rc = capy_err_set(c->p->err, CAPY_EUNSUPPORTED, "tensor '%s' has %d dimensions", t->name, t->ndim);
-			return;
 		}
 		s = src(c, SRC_PLAIN, strdup(t->name), -1, NULL, false);
 		o = out(c, fmt("%s%s", out_prefix, t->name + plen), t->ndim, t->shape, 1, 1, -1, strdup(t->name));

@@ -188,9 +188,7 @@ static int resolve_src(struct plan *p, struct plan_src *s, bool *used, struct ca
 		}
 	} else {
 		s->ndim = s->w->ndim;
-		memcpy(s->shape, s->w->shape, sizeof(s->shape[0]) * (size_t)CAPY_MIN(s->ndim, 4));
-		if (s->ndim > 4)
-			return capy_err_set(err, CAPY_EUNSUPPORTED, "tensor '%s' has %d dimensions", s->name, s->ndim);
+		memcpy(s->shape, s->w->shape, sizeof(s->shape[0]) * (size_t)s->ndim);
 	}
 	if (s->expect_i64) {
 		uint64_t n = s->shape[0];
