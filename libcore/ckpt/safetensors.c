@@ -155,9 +155,13 @@ int capy_st_parse(const uint8_t *buf, size_t len, uint64_t file_size, const char
 		return BAD("'%s': header is truncated", what);
 	if (hlen < 2 || buf[8] != '{')
 		return BAD("'%s': header at offset 8 is not a JSON object", what);
-	rc = capy_json_parse((const char *)buf + 8, hlen, what, &root, err);
-	if (rc < 0)
-		return capy_err_prefix(err, "safetensors header");
+	{
+		char jwhat[4200];
+		snprintf(jwhat, sizeof(jwhat), "'%s': safetensors header", what);
+		rc = capy_json_parse((const char *)buf + 8, hlen, jwhat, &root, err);
+		if (rc < 0)
+			return rc;
+	}
 	if (!cJSON_IsObject(root)) {
 		cJSON_Delete(root);
 		return BAD("'%s': header at offset 8 is not a JSON object", what);

@@ -173,6 +173,10 @@ static int resolve_src(struct plan *p, struct plan_src *s, bool *used, struct ca
 		return capy_err_set(err, CAPY_EUNSUPPORTED, "tensor '%s' is %s; expert weights must be BF16, F16 or F32",
 				    s->name, capy_st_dtype_name(s->w->dtype));
 	s->dtype = (enum capy_dtype)dt;
+	/* Norms, conv kernels, A_log and the like are floats; only the PLE hash buffers are integers. */
+	if (s->ndim >= 0 && !s->expect_i64 && dt != CAPY_DT_BF16 && dt != CAPY_DT_F16 && dt != CAPY_DT_F32)
+		return capy_err_set(err, CAPY_EFORMAT, "tensor '%s' in '%s' is %s; it must be BF16, F16 or F32",
+				    s->name, p->ck->files[s->w->file].path, capy_st_dtype_name(s->w->dtype));
 	if (s->ndim >= 0) {
 		bool ok = s->w->ndim == s->ndim;
 		for (int i = 0; ok && i < s->ndim; i++)

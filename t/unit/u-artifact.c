@@ -63,9 +63,10 @@ static void write_sample(void)
 	capy_aw_set_file_xxh3(w, f, capy_xxh3("hello", 5));
 	for (int t = t1; t <= t4; t++) {
 		const struct capy_tensor_info *ti = capy_aw_tensor(w, t);
-		struct capy_hasher *h = capy_hasher_new();
+		struct capy_hasher *h;
 		if (t == t1 || t == t4)
 			continue;
+		h = capy_hasher_new();
 		for (uint64_t e = 0; e < ti->nslices; e++) {
 			for (uint64_t i = 0; i < ti->slice_bytes; i++)
 				buf[i] = (uint8_t)(t * 31 + e * 7 + i);
