@@ -56,6 +56,13 @@ load lib
 	[ "$status" -eq 0 ]
 }
 
+@test "the normalized config keeps the rope parameters of the checkpoint" {
+	capy-convert -q -m "$FIX/qwen3_5_moe" -o "$BATS_TEST_TMPDIR/a.capy"
+	run python3 -c 'import json, sys; c = json.load(sys.stdin)["model"]["config"]["rope_parameters"]; print(c["mrope_section"], c["mrope_interleaved"], c["rope_theta"])' \
+		< <(capy-convert --inspect "$BATS_TEST_TMPDIR/a.capy" --json)
+	[ "$output" = "[2, 1, 1] True 10000000" ]
+}
+
 @test "MTP tensors are kept and counted in the config" {
 	capy-convert -q -m "$FIX/qwen3_5_moe-nvfp4" -o "$BATS_TEST_TMPDIR/a.capy"
 	run capy-convert --inspect "$BATS_TEST_TMPDIR/a.capy" --json
@@ -101,7 +108,7 @@ assert d["format"] == "capy" and d["version"] == 1 and d["model"]["family"] == "
 assert d["header"]["data_offset"] % 4096 == 0
 c = d["model"]["config"]
 assert c["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
-assert c["partial_rotary_factor"] == 0.25 and c["eos_token_id"] == [514]
+assert c["rope_parameters"]["partial_rotary_factor"] == 0.25 and c["eos_token_id"] == [514]
 names = {t["name"] for t in d["tensors"]}
 assert "layers.0.linear_attn.in_proj_qkv.weight" in names and "layers.0.linear_attn.in_proj_ba.weight" not in names
 rec = d["provenance"]["recipe"]

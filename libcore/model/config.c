@@ -172,9 +172,66 @@ static int parse_rope(struct capy_model_config *c, struct reader *r, const cJSON
 	return 0;
 }
 
+/* Limits far above any real model that keep every size computation exact and every
+ * derived table (PLE primes) quick to build, whatever a config.json says. */
+#define DIM_MAX (1ull << 24)
+#define VOCAB_MAX (1ull << 27)
+#define NGRAM_BASE_MAX 10000000000ull
+#define NGRAM_HEADS_MAX 64
+
+static int check_bounds(const struct capy_model_config *c, const char *what, struct capy_err *err)
+{
+	const struct {
+		const char *name;
+		uint64_t v, max;
+	} f[] = {
+		{ "vocab_size", c->vocab_size, VOCAB_MAX },
+		{ "hidden_size", c->hidden_size, DIM_MAX },
+		{ "num_attention_heads", c->n_heads, 4096 },
+		{ "num_key_value_heads", c->n_kv_heads, 4096 },
+		{ "head_dim", c->head_dim, 65536 },
+		{ "linear_conv_kernel_dim", c->linear_conv_kernel, 64 },
+		{ "linear_key_head_dim", c->linear_key_head_dim, 65536 },
+		{ "linear_value_head_dim", c->linear_value_head_dim, 65536 },
+		{ "linear_num_key_heads", c->linear_key_heads, 4096 },
+		{ "linear_num_value_heads", c->linear_value_heads, 4096 },
+		{ "intermediate_size", c->intermediate_size, DIM_MAX },
+		{ "num_experts", c->n_experts, 65536 },
+		{ "moe_intermediate_size", c->moe_intermediate_size, DIM_MAX },
+		{ "shared_expert_intermediate_size", c->shared_expert_intermediate_size, DIM_MAX },
+		{ "hc_count", c->hc_count, 64 },
+		{ "hc_lowrank", c->hc_lowrank, DIM_MAX },
+		{ "ple_embed_dim", c->ple_embed_dim, DIM_MAX },
+		{ "ple_conv_kernel_size", c->ple_conv_kernel, 64 },
+		{ "ngram_size", c->ngram_size, 16 },
+		{ "heads_per_ngram", c->heads_per_ngram, NGRAM_HEADS_MAX },
+		{ "ngram_vocab_size_base", c->ngram_vocab_size_base, NGRAM_BASE_MAX },
+		{ "make_ngram_vocab_size_divisible_by", c->ngram_vocab_divisor, 1u << 20 },
+		{ "split_ngram_parts", c->split_ngram_parts, 1u << 16 },
+		{ "indexer_n_heads", c->indexer_n_heads, 4096 },
+		{ "indexer_kv_heads", c->indexer_kv_heads, 4096 },
+		{ "indexer_head_dim", c->indexer_head_dim, 65536 },
+		{ "indexer_budget", c->indexer_budget, 1u << 30 },
+		{ "indexer_compress_ratio", c->indexer_compress_ratio, 1u << 20 },
+		{ "mtp_num_hidden_layers", c->mtp_layers, 64 },
+	};
+
+	for (size_t i = 0; i < ARRAY_SIZE(f); i++)
+		if (f[i].v > f[i].max)
+			return BAD("%s: %s %" PRIu64 " is beyond capy's limit %" PRIu64, what, f[i].name, f[i].v,
+				   f[i].max);
+	if ((c->ngram_size ? c->ngram_size - 1 : 0) * c->heads_per_ngram > NGRAM_HEADS_MAX)
+		return BAD("%s: more than %d PLE n-gram heads", what, NGRAM_HEADS_MAX);
+	return 0;
+}
+
 static int check(const struct capy_model_config *c, const char *what, struct capy_err *err)
 {
 	uint64_t rot = (uint64_t)(c->head_dim * c->partial_rotary_factor);
+	int rc = check_bounds(c, what, err);
+
+	if (rc < 0)
+		return rc;
 
 	if (!c->vocab_size || !c->hidden_size || !c->n_layers || !c->n_heads || !c->n_kv_heads ||
 	    !c->head_dim || !c->linear_key_heads || !c->linear_value_heads || !c->linear_key_head_dim ||
@@ -394,10 +451,12 @@ cJSON *capy_model_config_json(const struct capy_model_config *c)
 	U("num_attention_heads", c->n_heads);
 	U("num_key_value_heads", c->n_kv_heads);
 	U("head_dim", c->head_dim);
-	cJSON_AddNumberToObject(o, "rope_theta", c->rope_theta);
-	cJSON_AddNumberToObject(o, "partial_rotary_factor", c->partial_rotary_factor);
-	add_u64_list(o, "mrope_section", c->mrope_section, 3);
-	cJSON_AddBoolToObject(o, "mrope_interleaved", c->mrope_interleaved);
+	a = cJSON_AddObjectToObject(o, "rope_parameters");
+	cJSON_AddStringToObject(a, "rope_type", "default");
+	cJSON_AddNumberToObject(a, "rope_theta", c->rope_theta);
+	cJSON_AddNumberToObject(a, "partial_rotary_factor", c->partial_rotary_factor);
+	add_u64_list(a, "mrope_section", c->mrope_section, 3);
+	cJSON_AddBoolToObject(a, "mrope_interleaved", c->mrope_interleaved);
 	cJSON_AddNumberToObject(o, "rms_norm_eps", c->rms_norm_eps);
 	U("linear_conv_kernel_dim", c->linear_conv_kernel);
 	U("linear_key_head_dim", c->linear_key_head_dim);
