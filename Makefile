@@ -50,6 +50,11 @@ ifeq ($(CUDA),1)
 endif
 
 # --- the library ----------------------------------------------------------------
+LIBCORE_OBJS += libcore/text/outparse-json.o
+LIBCORE_OBJS += libcore/text/outparse.o
+LIBCORE_OBJS += libcore/text/reasoning.o
+LIBCORE_OBJS += libcore/text/toolcall-schema.o
+LIBCORE_OBJS += libcore/text/toolcall.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
 LIBCORE_OBJS += libcore/tool/main.o
 LIBCORE_OBJS += libcore/tool/opt.o
@@ -65,7 +70,10 @@ LIBCORE_OBJS += libcore/util/rng.o
 LIBCORE_OBJS += libcore/util/thread.o
 
 
+UNIT_TESTS += u-outparse
 UNIT_TESTS += u-util
+
+FUZZERS += fuzz-outparse
 
 
 LIB = $(O)/libcore.a
