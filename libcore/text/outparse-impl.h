@@ -189,6 +189,8 @@ struct capy_outparse {
 
 	struct op_buf refeed;
 	size_t refeed_pos;
+	uint64_t n_input;    /* bytes fed */
+	uint64_t n_reparsed; /* bytes given back by rollbacks to parse again */
 
 	capy_outparse_cb cb;
 	void *ud;

@@ -17,6 +17,13 @@
 
 #define TOOL_CALL_LEN 11 /* strlen("<tool_call>") */
 
+/* Bytes parsed again after rollbacks are bounded by this many times the input (plus a
+ * little), so output made of many unclosed `<tool_call>`s cannot take quadratic time. Past
+ * it, a rolled-back region is text as it stands. The count depends only on the bytes, so
+ * the chunking still does not matter. */
+#define REPARSE_FACTOR 8
+#define REPARSE_SLACK 65536
+
 int op_tag_match(const struct capy_outparse *p, const char *const *tags, int n)
 {
 	bool prefix = false;
@@ -154,7 +161,14 @@ void op_rollback(struct capy_outparse *p, enum capy_outparse_call_status why)
 	op_buf_init(&again, &p->failed);
 	op_buf_add(&again, p->raw.p + TOOL_CALL_LEN, p->raw.n - TOOL_CALL_LEN);
 	p->raw.n = 0;
-	op_refeed(p, again.p, again.n);
+	if (p->n_reparsed > REPARSE_FACTOR * p->n_input + REPARSE_SLACK) {
+		/* enough: the rest of a region is plain text, not parsed again */
+		for (size_t i = 0; i < again.n; i++)
+			op_chan_byte(p, (uint8_t)again.p[i]);
+	} else {
+		p->n_reparsed += again.n;
+		op_refeed(p, again.p, again.n);
+	}
 	op_buf_release(&again);
 }
 
@@ -173,6 +187,17 @@ void op_refeed(struct capy_outparse *p, const char *s, size_t n)
 		if (p->raw.n < n || memcmp(p->raw.p + p->raw.n - n, s, n))
 			CAPY_BUG("refeed of bytes that are not the last recorded");
 		p->raw.n -= n;
+	}
+	if (p->refeed_pos == p->refeed.n) {
+		p->refeed.n = p->refeed_pos = 0;
+		op_buf_add(&p->refeed, s, n);
+		return;
+	}
+	if (p->refeed_pos >= n) {
+		/* room where parsed bytes were: no copy of the rest */
+		p->refeed_pos -= n;
+		memcpy(p->refeed.p + p->refeed_pos, s, n);
+		return;
 	}
 	op_buf_init(&nb, &p->failed);
 	op_buf_add(&nb, s, n);
@@ -213,16 +238,27 @@ static int check(struct capy_outparse *p, struct capy_err *err)
 			    capy_err_name(p->failed));
 }
 
-int capy_outparse_feed(struct capy_outparse *p, const char *chunk, size_t len,
-		       capy_outparse_cb cb, void *ud, struct capy_err *err)
+/* A parser that failed stays failed; one that finished takes nothing more. */
+static int start(struct capy_outparse *p, capy_outparse_cb cb, void *ud, struct capy_err *err)
 {
 	if (p->failed)
 		return check(p, err);
 	if (p->finished)
-		return capy_err_set(err, CAPY_EINVAL, "output parser: feed after finish");
+		return capy_err_set(err, CAPY_EINVAL, "output parser: used after finish");
 	p->cb = cb;
 	p->ud = ud;
+	return 0;
+}
+
+int capy_outparse_feed(struct capy_outparse *p, const char *chunk, size_t len,
+		       capy_outparse_cb cb, void *ud, struct capy_err *err)
+{
+	int rc = start(p, cb, ud, err);
+
+	if (rc < 0)
+		return rc;
 	for (size_t i = 0; i < len && !p->failed; i++) {
+		p->n_input++;
 		process(p, (uint8_t)chunk[i]);
 		drain(p);
 	}
@@ -233,12 +269,10 @@ int capy_outparse_feed(struct capy_outparse *p, const char *chunk, size_t len,
 int capy_outparse_finish(struct capy_outparse *p, capy_outparse_cb cb, void *ud,
 			 struct capy_err *err)
 {
-	if (p->failed)
-		return check(p, err);
-	if (p->finished)
-		return capy_err_set(err, CAPY_EINVAL, "output parser: finished twice");
-	p->cb = cb;
-	p->ud = ud;
+	int rc = start(p, cb, ud, err);
+
+	if (rc < 0)
+		return rc;
 	/* a call cut short may give bytes back to parse, which may open another call */
 	while (!p->failed && p->mode == OP_CALL) {
 		op_call_finish(p);

@@ -132,7 +132,8 @@ int capy_outparse_new(struct capy_outparse **out, const struct capy_outparse_opt
 		      struct capy_err *err);
 
 /* Parse the next len bytes of output; calls cb for each event that became certain. Returns
- * 0, the callback's negative code, or CAPY_ENOMEM; after an error or finish, CAPY_EINVAL. */
+ * 0, the callback's negative code, or CAPY_ENOMEM; once failed, that code again; after
+ * finish, CAPY_EINVAL. */
 int capy_outparse_feed(struct capy_outparse *p, const char *chunk, size_t len,
 		       capy_outparse_cb cb, void *ud, struct capy_err *err);
 

@@ -434,6 +434,42 @@ static void test_malformed(void)
 	}
 }
 
+/* Many unclosed calls, each swallowing the rest of the output: the re-parsing after each
+ * rollback is bounded, the result is text and does not depend on the chunking. */
+static void test_nested_unclosed(void)
+{
+	static const char *const units[] = {
+		"<tool_call>\n<function=f>\n<parameter=s>\nx", /* held: rolled back at the end */
+		"<tool_call>{\"a\": \"x",                     /* hermes: always tentative */
+	};
+	struct capy_rng rng;
+
+	capy_rng_seed(&rng, 9);
+	for (size_t u = 0; u < ARRAY_SIZE(units); u++) {
+		struct capy_outparse_opts o = { .flags = CAPY_OUTPARSE_HOLD_CALLS, .tools_json = TOOLS_TYPES };
+		struct sb b = { 0 };
+		struct rec r1, r2;
+		struct capy_outparse_stats s1, s2;
+		size_t cuts[3];
+		struct res x;
+
+		for (int i = 0; i < 5000; i++)
+			sb_add(&b, units[u], strlen(units[u]));
+		x = parse(b.p, &o);
+		CHECK(!x.r.n_calls && x.r.content && !strcmp(x.r.content, b.p));
+		CHECK(x.r.stats.n_truncated_tool_calls >= 1);
+		capy_outparse_result_release(&x.r);
+		for (int k = 0; k < 3; k++)
+			cuts[k] = (size_t)(k + 1) * b.n / 4 + capy_rng_next(&rng) % 100;
+		run_one(b.p, b.n, &o, &r1, &s1);
+		run_cuts(b.p, b.n, &o, cuts, 3, &r2, &s2);
+		CHECK(!strcmp(r1.log.p, r2.log.p) && same_stats(&s1, &s2));
+		rec_release(&r1);
+		rec_release(&r2);
+		free(b.p);
+	}
+}
+
 /* --- UTF-8 ------------------------------------------------------------------------------ */
 
 static void test_utf8(void)
@@ -905,6 +941,7 @@ int main(void)
 	RUN(test_params);
 	RUN(test_hermes);
 	RUN(test_malformed);
+	RUN(test_nested_unclosed);
 	RUN(test_utf8);
 	RUN(test_utf8_random);
 	RUN(test_json_valid);
