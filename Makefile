@@ -62,6 +62,11 @@ LIBCORE_OBJS += libcore/convert/synthetic.o
 LIBCORE_OBJS += libcore/model/config.o
 LIBCORE_OBJS += libcore/quant/floats.o
 LIBCORE_OBJS += libcore/quant/nvfp4.o
+LIBCORE_OBJS += libcore/text/outparse-json.o
+LIBCORE_OBJS += libcore/text/outparse.o
+LIBCORE_OBJS += libcore/text/reasoning.o
+LIBCORE_OBJS += libcore/text/toolcall-schema.o
+LIBCORE_OBJS += libcore/text/toolcall.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
 LIBCORE_OBJS += libcore/tool/main.o
 LIBCORE_OBJS += libcore/tool/opt.o
@@ -80,11 +85,13 @@ PROGRAMS += capy-convert
 
 UNIT_TESTS += u-artifact
 UNIT_TESTS += u-nvfp4
+UNIT_TESTS += u-outparse
 UNIT_TESTS += u-safetensors
 UNIT_TESTS += u-util
 
 FUZZERS += fuzz-artifact
 FUZZERS += fuzz-hfconfig
+FUZZERS += fuzz-outparse
 FUZZERS += fuzz-safetensors
 
 LIB = $(O)/libcore.a
