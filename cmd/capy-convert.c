@@ -40,18 +40,6 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_END(),
 };
 
-static void human(char *buf, size_t n, double bytes)
-{
-	const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
-	int u = 0;
-
-	while (bytes >= 1024 && u < 4) {
-		bytes /= 1024;
-		u++;
-	}
-	snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
-}
-
 static void shape_text(char *buf, size_t n, const struct capy_tensor_info *t)
 {
 	size_t len = (size_t)snprintf(buf, n, "[");
@@ -117,7 +105,7 @@ static int inspect(const char *path)
 		tbytes += a->tensors[i].bytes;
 		nvfp4 += a->tensors[i].dtype == CAPY_DT_NVFP4;
 	}
-	human(h1, sizeof(h1), (double)a->size);
+	capy_human_bytes(h1, sizeof(h1), (double)a->size);
 	printf("artifact:   %s (%s, capy v%d)\n", path, h1, CAPY_ARTIFACT_VERSION);
 	printf("family:     %s\n", a->family);
 	print_config_line(a);
@@ -139,7 +127,7 @@ static int inspect(const char *path)
 		printf("  %-32s %12" PRIu64 " %14" PRIu64 "  %s\n", a->files[i].name, a->files[i].bytes,
 		       a->files[i].offset, hex);
 	}
-	human(h2, sizeof(h2), (double)tbytes);
+	capy_human_bytes(h2, sizeof(h2), (double)tbytes);
 	printf("\ntensors: %zu (%zu NVFP4), %s\n", a->ntensors, nvfp4, h2);
 	printf("  %-56s %-7s %-20s %14s %12s  %s\n", "name", "dtype", "shape", "offset", "bytes", "xxh3");
 	for (size_t i = 0; i < a->ntensors; i++) {
@@ -200,7 +188,7 @@ static int verify(const char *path)
 		capy_artifact_close(a);
 		capy_die("%s", err.msg);
 	}
-	human(h, sizeof(h), (double)total);
+	capy_human_bytes(h, sizeof(h), (double)total);
 	printf("%s: ok (%zu files, %zu tensors, %s checked in %.1f s)\n", path, a->nfiles, a->ntensors, h,
 	       capy_now() - t0);
 	capy_artifact_close(a);
@@ -256,9 +244,9 @@ static int convert(void)
 		capy_die("%s", err.msg);
 	dt = capy_now() - t0;
 	if (!opt_quiet) {
-		human(h1, sizeof(h1), (double)st.bytes);
-		human(h2, sizeof(h2), dt > 0 ? (double)st.payload_bytes / dt : 0);
-		human(h3, sizeof(h3), (double)capy_peak_rss());
+		capy_human_bytes(h1, sizeof(h1), (double)st.bytes);
+		capy_human_bytes(h2, sizeof(h2), dt > 0 ? (double)st.payload_bytes / dt : 0);
+		capy_human_bytes(h3, sizeof(h3), (double)capy_peak_rss());
 		fprintf(stderr, "%s: wrote '%s': %" PRIu64 " tensors (%" PRIu64 " NVFP4%s), %" PRIu64
 			" files, %s in %.1f s (%s/s, %d threads), peak RSS %s\n",
 			capy_tool_name, opt_out, st.tensors, st.nvfp4_tensors,

@@ -111,6 +111,12 @@ oom:
 	return NULL;
 }
 
+/* Outputs live in a growing array: take pointers only after the last out() of a group. */
+static struct plan_out *last_out(struct ctx *c, int back)
+{
+	return &c->p->outs[c->p->nouts - 1 - (size_t)back];
+}
+
 #define SHAPE(...) ((const uint64_t[]){ __VA_ARGS__ })
 #define NDIM(...) ((int)(sizeof((uint64_t[]){ __VA_ARGS__ }) / sizeof(uint64_t)))
 
@@ -212,6 +218,8 @@ static void experts(struct ctx *c, uint64_t e, uint64_t i, uint64_t h)
 		 fused ? fmt("%smlp.experts.down_proj", c->sp) : fmt("%smlp.experts.*.down_proj.weight", c->sp));
 	if (!gu || !dn)
 		return;
+	gu = last_out(c, 1);
+	dn = last_out(c, 0);
 	gu->linear = dn->linear = true;
 	gu->quantize = dn->quantize = true;
 	plan_note(c->p, "routed experts stored expert by expert (gate_up_proj then down_proj), "
@@ -283,6 +291,10 @@ static void gdn_next_projections(struct ctx *c)
 		strdup(c->p->srcs[ba].name));
 	if (!qkv || !z || !b || !a)
 		return;
+	qkv = last_out(c, 3);
+	z = last_out(c, 2);
+	b = last_out(c, 1);
+	a = last_out(c, 0);
 	qkv->linear = z->linear = b->linear = a->linear = true;
 	for (uint32_t g = 0; g < nk; g++) {
 		qkv->bands[g] = (struct band){ qkvz, 0, g * grp, dk, 0 };
