@@ -1,0 +1,63 @@
+/* nvfp4-avx512-impl.h - the AVX-512 NVFP4 row kernel, included by nvfp4-avx512.c once per dot
+ * product instruction. It expects NV_T (the target attribute), NV_STEP (one activation row's
+ * chunk) and NV_NAME(x) (a name suffix), and defines row_<suffix> and rows_<suffix>. */
+
+/* y for weight row r and activation rows i0 .. i0+G-1 (f: their global factors). */
+INLINE NV_T void NV_NAME(row)(const struct capy_linear *w, const uint8_t *q, uint64_t qrow,
+			      const double *f, uint64_t i0, const int G, float *y, uint64_t r)
+{
+	const uint64_t k = w->k, nb = k / 16, full = nb / 8, rest = nb % 8;
+	const uint8_t *cw = w->codes + r * (k / 2), *sw = w->scales + r * nb;
+	const uint8_t *a = q + i0 * qrow;
+	__m512i acc[GMAX], wlo, whi, s;
+	uint64_t c = 0;
+
+#pragma GCC unroll 8
+	for (int g = 0; g < G; g++)
+		acc[g] = _mm512_setzero_si512();
+	for (; c < full; c++) {
+		unpack(_mm512_loadu_si512(cw + c * 64), &wlo, &whi);
+		s = wscale(_mm_loadl_epi64((const __m128i *)(sw + c * 8)));
+#pragma GCC unroll 8
+		for (int g = 0; g < G; g++)
+			acc[g] = NV_STEP(acc[g], wlo, whi, s, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
+	}
+	if (rest) {
+		/* Codes past the row load as 0 (b + 12 = 12) against prepared zeros. */
+		unpack(_mm512_maskz_loadu_epi8((1ull << (8 * rest)) - 1, cw + c * 64), &wlo, &whi);
+		s = wscale(_mm_maskz_loadu_epi8((__mmask16)((1u << rest) - 1), sw + c * 8));
+#pragma GCC unroll 8
+		for (int g = 0; g < G; g++)
+			acc[g] = NV_STEP(acc[g], wlo, whi, s, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
+	}
+#pragma GCC unroll 8
+	for (int g = 0; g < G; g++)
+		y[(i0 + g) * w->n + r] = capy_nv_finish(_mm512_reduce_add_epi64(acc[g]), f[g]);
+}
+
+static NV_T void NV_NAME(rows)(CAPY_NVFP4_ARGS)
+{
+	const uint64_t qrow = nchunks * CAPY_NV_CHUNK_BYTES;
+	double f[GMAX];
+
+	for (uint64_t rt = r0; rt < r1; rt += RT) {
+		uint64_t rte = CAPY_MIN(rt + RT, r1);
+		for (uint64_t i0 = 0; i0 < m; i0 += GMAX) {
+			int G = (int)CAPY_MIN(GMAX, m - i0);
+			for (int g = 0; g < G; g++)
+				f[g] = capy_nv_factor(scale2, gs[i0 + g]);
+			for (uint64_t r = rt; r < rte; r++) {
+				switch (G) {
+				case 1: NV_NAME(row)(w, q, qrow, f, i0, 1, y, r); break;
+				case 2: NV_NAME(row)(w, q, qrow, f, i0, 2, y, r); break;
+				case 3: NV_NAME(row)(w, q, qrow, f, i0, 3, y, r); break;
+				case 4: NV_NAME(row)(w, q, qrow, f, i0, 4, y, r); break;
+				case 5: NV_NAME(row)(w, q, qrow, f, i0, 5, y, r); break;
+				case 6: NV_NAME(row)(w, q, qrow, f, i0, 6, y, r); break;
+				case 7: NV_NAME(row)(w, q, qrow, f, i0, 7, y, r); break;
+				default: NV_NAME(row)(w, q, qrow, f, i0, 8, y, r); break;
+				}
+			}
+		}
+	}
+}

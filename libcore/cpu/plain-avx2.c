@@ -1,0 +1,151 @@
+/* plain-avx2.c - F32/F16/BF16 weights with AVX2 + FMA + F16C (8 float lanes).
+ *
+ * The same scheme as plain-avx512.c with 8 lanes: lane l of an element's accumulator takes the
+ * elements j = l (mod 8) in increasing j with FMA, then a fixed tree adds the lanes. The last,
+ * partial chunk goes through a zero-padded copy (AVX2 has no 16-bit masked load). Tiles are up
+ * to 4 weight rows x 2 activation rows (16 registers).
+ */
+#include "cpu-impl.h"
+
+#include <immintrin.h>
+
+#define T256 __attribute__((target("avx2,fma,f16c")))
+#define INLINE static inline __attribute__((always_inline))
+
+#define RP 32
+#define MP 64
+
+INLINE T256 __m256 load_w(const void *row, uint64_t j, enum capy_dtype dt)
+{
+	if (dt == CAPY_DT_F32)
+		return _mm256_loadu_ps((const float *)row + j);
+	__m128i h = _mm_loadu_si128((const __m128i *)((const uint16_t *)row + j));
+	if (dt == CAPY_DT_F16)
+		return _mm256_cvtph_ps(h);
+	return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+}
+
+/* Elements [j, k) of a row (fewer than 8), zero-padded to 8. */
+INLINE T256 __m256 load_w_tail(const void *row, uint64_t j, uint64_t k, enum capy_dtype dt)
+{
+	uint8_t buf[32] = { 0 };
+	size_t es = dt == CAPY_DT_F32 ? 4 : 2;
+
+	memcpy(buf, (const uint8_t *)row + j * es, (k - j) * es);
+	return load_w(buf, 0, dt);
+}
+
+INLINE T256 __m256 load_x_tail(const float *x, uint64_t j, uint64_t k)
+{
+	float buf[8] = { 0 };
+
+	memcpy(buf, x + j, (k - j) * 4);
+	return _mm256_loadu_ps(buf);
+}
+
+INLINE T256 float hsum(__m256 v)
+{
+	__m128 b = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+
+	b = _mm_add_ps(b, _mm_movehl_ps(b, b));
+	b = _mm_add_ss(b, _mm_movehdup_ps(b));
+	return _mm_cvtss_f32(b);
+}
+
+INLINE T256 void tile(const struct capy_linear *w, const float *x, float *y, uint64_t r,
+		      uint64_t i, enum capy_dtype dt, const int R, const int M)
+{
+	const uint64_t k = w->k, n = w->n;
+	const size_t row_bytes = (dt == CAPY_DT_F32 ? 4 : 2) * k;
+	const uint8_t *wr = (const uint8_t *)w->data + r * row_bytes;
+	const float *xr = x + i * k;
+	__m256 acc[4][2], wv[4];
+	uint64_t j = 0;
+
+#pragma GCC unroll 4
+	for (int a = 0; a < R; a++)
+#pragma GCC unroll 2
+		for (int b = 0; b < M; b++)
+			acc[a][b] = _mm256_setzero_ps();
+	for (; j + 8 <= k; j += 8) {
+#pragma GCC unroll 4
+		for (int a = 0; a < R; a++)
+			wv[a] = load_w(wr + a * row_bytes, j, dt);
+#pragma GCC unroll 2
+		for (int b = 0; b < M; b++) {
+			__m256 xv = _mm256_loadu_ps(xr + b * k + j);
+#pragma GCC unroll 4
+			for (int a = 0; a < R; a++)
+				acc[a][b] = _mm256_fmadd_ps(wv[a], xv, acc[a][b]);
+		}
+	}
+	if (j < k) {
+#pragma GCC unroll 4
+		for (int a = 0; a < R; a++)
+			wv[a] = load_w_tail(wr + a * row_bytes, j, k, dt);
+#pragma GCC unroll 2
+		for (int b = 0; b < M; b++) {
+			__m256 xv = load_x_tail(xr + b * k, j, k);
+#pragma GCC unroll 4
+			for (int a = 0; a < R; a++)
+				acc[a][b] = _mm256_fmadd_ps(wv[a], xv, acc[a][b]);
+		}
+	}
+#pragma GCC unroll 2
+	for (int b = 0; b < M; b++)
+#pragma GCC unroll 4
+		for (int a = 0; a < R; a++)
+			y[(i + b) * n + r + a] = hsum(acc[a][b]);
+}
+
+INLINE T256 void rows(const struct capy_linear *w, const float *x, uint64_t m, float *y,
+		      uint64_t r0, uint64_t r1, enum capy_dtype dt)
+{
+	for (uint64_t rp = r0; rp < r1; rp += RP) {
+		uint64_t rpe = CAPY_MIN(rp + RP, r1);
+		for (uint64_t ip = 0; ip < m; ip += MP) {
+			uint64_t ipe = CAPY_MIN(ip + MP, m);
+			for (uint64_t r = rp; r < rpe; r += 4) {
+				uint64_t i = ip;
+				if (r + 4 <= rpe) {
+					for (; i + 2 <= ipe; i += 2)
+						tile(w, x, y, r, i, dt, 4, 2);
+					for (; i < ipe; i++)
+						tile(w, x, y, r, i, dt, 4, 1);
+					continue;
+				}
+				for (uint64_t rr = r; rr < rpe; rr++) {
+					for (i = ip; i + 2 <= ipe; i += 2)
+						tile(w, x, y, rr, i, dt, 1, 2);
+					for (; i < ipe; i++)
+						tile(w, x, y, rr, i, dt, 1, 1);
+				}
+			}
+		}
+	}
+}
+
+static T256 void rows_f32(CAPY_PLAIN_ARGS)
+{
+	rows(w, x, m, y, r0, r1, CAPY_DT_F32);
+}
+
+static T256 void rows_f16(CAPY_PLAIN_ARGS)
+{
+	rows(w, x, m, y, r0, r1, CAPY_DT_F16);
+}
+
+static T256 void rows_bf16(CAPY_PLAIN_ARGS)
+{
+	rows(w, x, m, y, r0, r1, CAPY_DT_BF16);
+}
+
+void capy_plain_avx2(CAPY_PLAIN_ARGS)
+{
+	if (w->dtype == CAPY_DT_F32)
+		rows_f32(w, x, m, y, r0, r1);
+	else if (w->dtype == CAPY_DT_F16)
+		rows_f16(w, x, m, y, r0, r1);
+	else
+		rows_bf16(w, x, m, y, r0, r1);
+}
