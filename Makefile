@@ -110,7 +110,7 @@ UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
 
-.PHONY: all test check unit bats check-docs check-headers fuzz deps install clean help
+.PHONY: all test check unit bats check-docs check-headers fuzz deps install clean help bench
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -135,6 +135,15 @@ $(O)/t/unit/%: $(O)/t/unit/%.o $(LIB)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(O)/t/unit/%.o: CPPFLAGS += -It/unit
+
+# `make bench`: benchmark programs (not part of `make test`); results go to docs/perf.md.
+BENCHES += linear-bench
+
+bench: $(addprefix $(O)/bench/,$(BENCHES))
+
+$(O)/bench/%: $(O)/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # --- tests ----------------------------------------------------------------------
 # `make test`: C unit tests, BATS tests of every tool, the man pages and the headers.
@@ -193,10 +202,11 @@ help:
 	@echo "make test       unit tests, BATS tests, man pages and headers (CPU only)"
 	@echo "make check      the tests again under ASan + UBSan (build/san/)"
 	@echo "make fuzz       build the libFuzzer targets (build/fuzz/)"
+	@echo "make bench      build the benchmarks (build/bench/; see docs/perf.md)"
 	@echo "make deps       install the Debian packages (as root), else print the apt-get line"
 	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
 	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
 
--include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d
+-include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/bench/*.d
 
 .SECONDARY:

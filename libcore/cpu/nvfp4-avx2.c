@@ -103,6 +103,7 @@ void T256 capy_nvfp4_prep_avx2(CAPY_PREP_ARGS)
 
 #define RT 16
 #define GMAX 4
+#define PREFETCH 2048 /* see nvfp4-avx512.c */
 
 INLINE T256 void unpack(__m256i v, __m256i *lo, __m256i *hi)
 {
@@ -114,19 +115,18 @@ INLINE T256 void unpack(__m256i v, __m256i *lo, __m256i *hi)
 	*hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f));
 }
 
-/* 4 E4M3 bytes -> 4 qwords whose low dwords are S (see nvfp4-avx512.c). */
-INLINE T256 __m256i wscale(const uint8_t *sb)
+/* A chunk's 8 E4M3 bytes -> S of blocks 0-3 and 4-7 as qwords (low dwords; see
+ * nvfp4-avx512.c). */
+INLINE T256 void wscale(const uint8_t *sb, __m256i *s0, __m256i *s1)
 {
-	int32_t v;
-	__m128i h;
-	__m128 f;
+	__m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sb)), d;
 
-	memcpy(&v, sb, 4);
-	h = _mm_cvtepu8_epi16(_mm_cvtsi32_si128(v));
 	h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f)), 7),
 			 _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x80)), 8));
-	f = _mm_mul_ps(_mm_cvtph_ps(h), _mm_set1_ps(0x1p17f));
-	return _mm256_cvtepi32_epi64(_mm_cvttps_epi32(f));
+	__m256i i = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(0x1p17f)));
+	d = _mm256_castsi256_si128(i);
+	*s0 = _mm256_cvtepi32_epi64(d);
+	*s1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(i, 1));
 }
 
 /* Half h of one activation row's chunk a against the unpacked weights. */
@@ -153,12 +153,15 @@ INLINE T256 int64_t hsum64(__m256i v)
 INLINE T256 void chunk(__m256i *acc, const uint8_t *cw, const uint8_t *sw, const uint8_t *a,
 		       uint64_t qrow, int halves, const int G)
 {
+	__m256i s[2];
+
+	wscale(sw, &s[0], &s[1]);
 	for (int h = 0; h < halves; h++) {
-		__m256i wlo, whi, s = wscale(sw + 4 * h);
+		__m256i wlo, whi;
 		unpack(_mm256_loadu_si256((const __m256i *)(cw + 32 * h)), &wlo, &whi);
 #pragma GCC unroll 4
 		for (int g = 0; g < G; g++)
-			acc[g] = step(acc[g], wlo, whi, s, a + g * qrow + 32 * h);
+			acc[g] = step(acc[g], wlo, whi, s[h], a + g * qrow + 32 * h);
 	}
 }
 
@@ -174,8 +177,12 @@ INLINE T256 void row(const struct capy_linear *w, const uint8_t *q, uint64_t qro
 #pragma GCC unroll 4
 	for (int g = 0; g < G; g++)
 		acc[g] = _mm256_setzero_si256();
-	for (; c < full; c++)
+	for (; c < full; c++) {
+		_mm_prefetch((const char *)(cw + c * 64 + PREFETCH), _MM_HINT_T0);
+		if (!(c & 7))
+			_mm_prefetch((const char *)(sw + c * 8 + PREFETCH / 8), _MM_HINT_T0);
 		chunk(acc, cw + c * 64, sw + c * 8, a + c * CAPY_NV_CHUNK_BYTES, qrow, 2, G);
+	}
 	if (rest) {
 		uint8_t codes[64] = { 0 }, scales[8] = { 0 };
 		memcpy(codes, cw + c * 64, rest * 8);

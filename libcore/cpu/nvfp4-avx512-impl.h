@@ -15,12 +15,29 @@ INLINE NV_T void NV_NAME(row)(const struct capy_linear *w, const uint8_t *q, uin
 #pragma GCC unroll 8
 	for (int g = 0; g < G; g++)
 		acc[g] = _mm512_setzero_si512();
-	for (; c < full; c++) {
+	for (; c + 2 <= full; c += 2) {
+		__m512i s1;
+		_mm_prefetch((const char *)(cw + c * 64 + PREFETCH), _MM_HINT_T0);
+		_mm_prefetch((const char *)(cw + c * 64 + 64 + PREFETCH), _MM_HINT_T0);
+		if (!(c & 7))
+			_mm_prefetch((const char *)(sw + c * 8 + PREFETCH / 8), _MM_HINT_T0);
+		wscale16(_mm_loadu_si128((const __m128i *)(sw + c * 8)), &s, &s1);
+		unpack(_mm512_loadu_si512(cw + c * 64), &wlo, &whi);
+#pragma GCC unroll 8
+		for (int g = 0; g < G; g++)
+			acc[g] = NV_STEP(acc[g], wlo, whi, s, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
+		unpack(_mm512_loadu_si512(cw + c * 64 + 64), &wlo, &whi);
+#pragma GCC unroll 8
+		for (int g = 0; g < G; g++)
+			acc[g] = NV_STEP(acc[g], wlo, whi, s1, a + g * qrow + (c + 1) * CAPY_NV_CHUNK_BYTES);
+	}
+	if (c < full) {
 		unpack(_mm512_loadu_si512(cw + c * 64), &wlo, &whi);
 		s = wscale(_mm_loadl_epi64((const __m128i *)(sw + c * 8)));
 #pragma GCC unroll 8
 		for (int g = 0; g < G; g++)
 			acc[g] = NV_STEP(acc[g], wlo, whi, s, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
+		c++;
 	}
 	if (rest) {
 		/* Codes past the row load as 0 (b + 12 = 12) against prepared zeros. */

@@ -1,0 +1,434 @@
+/* linear-bench.c - throughput of the CPU linear kernels (libcore/cpu/linear.h) against this
+ * machine's memory read bandwidth. Not a test; results go to docs/perf.md.
+ *
+ *	make bench && build/bench/linear-bench [--quick] [--experts N] [--isa NAME]
+ *		[--only bandwidth|decode|prefill|prepare]
+ *
+ * 1. Read bandwidth: sum a 1 GiB buffer with 1 and 2 threads (best of 5).
+ * 2. Decode: NVFP4 expert matvec over Flash-Next-shaped experts (gate_up [1024, 2048] with two
+ *    parts, down [2048, 512]), one contiguous record pair per expert as in an artifact, rotating
+ *    over N experts (default 512, ~900 MB) so nothing stays in cache; m = 1, 4 and 16. Rows are
+ *    split over the pool's threads for each matrix ("rows"), or each thread takes whole experts
+ *    ("experts"). Prints GB/s of weights read and % of the read bandwidth with as many threads.
+ *    BF16 [2048, 2048] matvec the same way (64 matrices, 512 MB).
+ * 3. Prefill-like: m = 64 and 512 on in-cache-sized sets, GFLOP/s (2 m n k per call).
+ */
+#include "core.h"
+#include "cpu/linear.h"
+#include "util/thread.h"
+
+#include <immintrin.h>
+#include <math.h>
+#include <time.h>
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void *xalloc(size_t bytes)
+{
+	void *p = aligned_alloc(4096, CAPY_ALIGN_UP(bytes, 4096));
+
+	if (!p) {
+		fprintf(stderr, "linear-bench: out of memory (%zu bytes)\n", bytes);
+		exit(1);
+	}
+	return p;
+}
+
+static uint64_t rng_state = 0x9e3779b97f4a7c15ull;
+
+static uint64_t rnd(void)
+{
+	rng_state ^= rng_state << 13;
+	rng_state ^= rng_state >> 7;
+	rng_state ^= rng_state << 17;
+	return rng_state;
+}
+
+static void fill_random(uint8_t *p, size_t n)
+{
+	size_t i = 0;
+
+	for (; i + 8 <= n; i += 8) {
+		uint64_t v = rnd();
+		memcpy(p + i, &v, 8);
+	}
+	for (; i < n; i++)
+		p[i] = (uint8_t)rnd();
+}
+
+/* --- read bandwidth ------------------------------------------------------------------------ */
+
+struct bw_job {
+	const uint8_t *buf;
+	size_t bytes;
+	uint64_t sums[64];
+};
+
+__attribute__((target("avx2"))) static void bw_fn(void *ctx, int ith, int nth)
+{
+	struct bw_job *j = ctx;
+	uint64_t b, e;
+	__m256i s0 = _mm256_setzero_si256(), s1 = s0, s2 = s0, s3 = s0;
+
+	capy_slice(j->bytes / 128, ith, nth, &b, &e);
+	for (uint64_t i = b * 128; i < e * 128; i += 128) {
+		s0 = _mm256_add_epi64(s0, _mm256_load_si256((const __m256i *)(j->buf + i)));
+		s1 = _mm256_add_epi64(s1, _mm256_load_si256((const __m256i *)(j->buf + i + 32)));
+		s2 = _mm256_add_epi64(s2, _mm256_load_si256((const __m256i *)(j->buf + i + 64)));
+		s3 = _mm256_add_epi64(s3, _mm256_load_si256((const __m256i *)(j->buf + i + 96)));
+	}
+	s0 = _mm256_add_epi64(_mm256_add_epi64(s0, s1), _mm256_add_epi64(s2, s3));
+	j->sums[ith] = (uint64_t)_mm256_extract_epi64(s0, 0) + (uint64_t)_mm256_extract_epi64(s0, 3);
+}
+
+static double read_bandwidth(struct capy_pool *pool)
+{
+	struct bw_job j = { .bytes = 1ull << 30 };
+	uint8_t *buf = xalloc(j.bytes);
+	double best = 0;
+
+	memset(buf, 1, j.bytes);
+	j.buf = buf;
+	for (int rep = 0; rep < 5; rep++) {
+		double t = now();
+		capy_pool_run(pool, bw_fn, &j);
+		t = now() - t;
+		best = fmax(best, (double)j.bytes / t / 1e9);
+	}
+	free(buf);
+	return best;
+}
+
+/* --- matrices ------------------------------------------------------------------------------ */
+
+struct mat {
+	struct capy_linear w;
+	uint64_t bytes; /* weight bytes read per call */
+};
+
+/* An NVFP4 record [n, k] at p with random codes and plausible scales; returns its size. */
+static uint64_t nvfp4_record(uint8_t *p, uint64_t n, uint64_t k, uint32_t np, const uint64_t *parts,
+			     struct mat *out)
+{
+	struct capy_nvfp4_layout l;
+	float g[2 * CAPY_MAX_PARTS];
+	struct capy_err err = { 0 };
+
+	capy_nvfp4_layout(n, k, np, &l);
+	fill_random(p, l.codes_bytes);
+	for (uint64_t i = 0; i < l.scales_bytes; i++)
+		p[l.scales_off + i] = (uint8_t)(0x28 + rnd() % 0x28);
+	for (uint32_t i = 0; i < np; i++) {
+		g[i] = 1e-3f * (float)(i + 1);
+		g[np + i] = 0.01f;
+	}
+	memcpy(p + l.globals_off, g, 8 * np);
+	if (capy_linear_init(&out->w, CAPY_DT_NVFP4, n, k, np, parts, p, &err) < 0) {
+		fprintf(stderr, "linear-bench: %s\n", err.msg);
+		exit(1);
+	}
+	out->bytes = l.codes_bytes + l.scales_bytes;
+	return l.slice_bytes;
+}
+
+static void plain_matrix(uint8_t *p, uint64_t n, uint64_t k, enum capy_dtype dt, struct mat *out)
+{
+	size_t es = dt == CAPY_DT_F32 ? 4 : 2;
+
+	for (uint64_t i = 0; i < n * k; i++) {
+		float v = (float)((double)(rnd() % 2001) / 1000.0 - 1.0) * 0.05f;
+		uint32_t u;
+		memcpy(&u, &v, 4);
+		if (es == 4)
+			memcpy(p + 4 * i, &v, 4);
+		else
+			memcpy(p + 2 * i, (uint8_t *)&u + 2, 2); /* BF16 by truncation: fine for timing */
+	}
+	capy_linear_init(&out->w, dt, n, k, 0, NULL, p, NULL);
+	out->bytes = n * k * es;
+}
+
+/* --- timed runs ---------------------------------------------------------------------------- */
+
+struct run {
+	struct mat *mats;
+	size_t nmats;
+	int per_call;     /* matrices per unit of work: 2 for an expert (gate_up then down) */
+	bool split_units; /* each thread takes whole units instead of a slice of each matrix */
+	uint64_t m;
+	const float *x;
+	float *y;          /* [threads][m * 4096] */
+	uint8_t *ws;       /* [threads][ws_stride] */
+	size_t ws_stride;
+	/* set per call in the row-split mode */
+	const struct capy_linear *cur;
+	const struct capy_linear_input *in;
+};
+
+static void rows_fn(void *ctx, int ith, int nth)
+{
+	struct run *r = ctx;
+	uint64_t b, e;
+
+	capy_slice(r->cur->n, ith, nth, &b, &e);
+	capy_linear_rows(r->cur, r->in, r->y, b, e);
+}
+
+static void units_fn(void *ctx, int ith, int nth)
+{
+	struct run *r = ctx;
+	float *y = r->y + (size_t)ith * r->m * 4096;
+	void *ws = r->ws + (size_t)ith * r->ws_stride;
+
+	for (size_t u = (size_t)ith; u * r->per_call < r->nmats; u += (size_t)nth)
+		for (int c = 0; c < r->per_call; c++) {
+			const struct capy_linear *w = &r->mats[u * r->per_call + c].w;
+			struct capy_linear_input *in;
+			capy_linear_prepare(w, r->x, r->m, ws, &in);
+			capy_linear_rows(w, in, y, 0, w->n);
+		}
+}
+
+/* Seconds for one pass over all matrices. */
+static double pass(struct capy_pool *pool, struct run *r)
+{
+	double t = now();
+
+	if (r->split_units) {
+		capy_pool_run(pool, units_fn, r);
+	} else {
+		for (size_t i = 0; i < r->nmats; i++) {
+			struct capy_linear_input *in;
+			capy_linear_prepare(&r->mats[i].w, r->x, r->m, r->ws, &in);
+			r->cur = &r->mats[i].w;
+			r->in = in;
+			capy_pool_run(pool, rows_fn, r);
+		}
+	}
+	return now() - t;
+}
+
+static uint64_t total_bytes(const struct run *r)
+{
+	uint64_t b = 0;
+
+	for (size_t i = 0; i < r->nmats; i++)
+		b += r->mats[i].bytes;
+	return b;
+}
+
+static double flops(const struct run *r)
+{
+	double f = 0;
+
+	for (size_t i = 0; i < r->nmats; i++)
+		f += 2.0 * (double)r->m * (double)r->mats[i].w.n * (double)r->mats[i].w.k;
+	return f;
+}
+
+/* Best of reps passes (after one warm-up pass). */
+static double best_pass(struct capy_pool *pool, struct run *r, int reps)
+{
+	double best = 1e30;
+
+	pass(pool, r);
+	for (int i = 0; i < reps; i++)
+		best = fmin(best, pass(pool, r));
+	return best;
+}
+
+static void setup_run(struct run *r, struct mat *mats, size_t nmats, int per_call, uint64_t m,
+		      int threads, const float *x)
+{
+	size_t ws = 0;
+
+	memset(r, 0, sizeof(*r));
+	r->mats = mats;
+	r->nmats = nmats;
+	r->per_call = per_call;
+	r->m = m;
+	r->x = x;
+	for (size_t i = 0; i < nmats; i++)
+		ws = CAPY_MAX(ws, capy_linear_input_bytes(&mats[i].w, m));
+	r->ws_stride = CAPY_ALIGN_UP(ws, 4096);
+	r->ws = xalloc(r->ws_stride * (size_t)threads);
+	r->y = xalloc((size_t)threads * m * 4096 * sizeof(float));
+}
+
+static void free_run(struct run *r)
+{
+	free(r->ws);
+	free(r->y);
+}
+
+int main(int argc, char **argv)
+{
+	bool quick = false;
+	size_t nexp = 512;
+	const char *only = NULL;
+	int isa_lo = 0, isa_hi = (int)capy_isa_best();
+	struct capy_pool *pool[3] = { 0 };
+	double bw[3];
+	struct capy_err err = { 0 };
+	const uint64_t gu_parts[2] = { 512, 512 };
+	int maxth = CAPY_MIN(2, capy_cpu_count());
+
+	for (int i = 1; i < argc; i++) {
+		if (!strcmp(argv[i], "--quick"))
+			quick = true;
+		else if (!strcmp(argv[i], "--experts") && i + 1 < argc)
+			nexp = (size_t)strtoul(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+			only = argv[++i];
+		else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+			const char *name = argv[++i];
+			isa_lo = isa_hi = -1;
+			for (int k = 0; k < CAPY_ISA_COUNT; k++)
+				if (!strcmp(name, capy_isa_name((enum capy_isa)k)) && k <= (int)capy_isa_best())
+					isa_lo = isa_hi = k;
+			if (isa_lo < 0) {
+				fprintf(stderr, "linear-bench: ISA '%s' unknown or not on this CPU\n", name);
+				return 2;
+			}
+		} else {
+			fprintf(stderr, "usage: linear-bench [--quick] [--experts N] [--isa NAME] "
+				"[--only bandwidth|decode|prefill|prepare]\n");
+			return 2;
+		}
+	}
+	if (quick)
+		nexp = CAPY_MIN(nexp, 64);
+	for (int t = 1; t <= maxth; t++)
+		if (capy_pool_new(&pool[t], t, &err) < 0) {
+			fprintf(stderr, "linear-bench: %s\n", err.msg);
+			return 1;
+		}
+
+	printf("# linear-bench: best ISA %s, %d CPUs\n", capy_isa_name(capy_isa_best()), capy_cpu_count());
+	for (int t = 1; t <= maxth; t++) {
+		bw[t] = read_bandwidth(pool[t]);
+		if (only && !strcmp(only, "bandwidth"))
+			continue;
+		printf("read bandwidth, %d thread%s: %.2f GB/s\n", t, t > 1 ? "s" : "", bw[t]);
+	}
+
+	/* Experts: gate_up then down, one contiguous range each, as in an artifact. */
+	struct capy_nvfp4_layout gl, dl;
+	capy_nvfp4_layout(1024, 2048, 2, &gl);
+	capy_nvfp4_layout(2048, 512, 1, &dl);
+	uint64_t stride = CAPY_ALIGN_UP(gl.slice_bytes + dl.slice_bytes, 4096);
+	uint8_t *experts = xalloc(stride * nexp);
+	struct mat *emats = calloc(2 * nexp, sizeof(*emats));
+	for (size_t e = 0; e < nexp; e++) {
+		uint8_t *p = experts + e * stride;
+		uint64_t one = 2048;
+		nvfp4_record(p, 1024, 2048, 2, gu_parts, &emats[2 * e]);
+		nvfp4_record(p + gl.slice_bytes, 2048, 512, 1, &one, &emats[2 * e + 1]);
+	}
+	size_t nbf = quick ? 16 : 64;
+	uint8_t *bf = xalloc(nbf * 2048 * 2048 * 2);
+	struct mat *bmats = calloc(nbf, sizeof(*bmats));
+	for (size_t i = 0; i < nbf; i++)
+		plain_matrix(bf + i * 2048 * 2048 * 2, 2048, 2048, CAPY_DT_BF16, &bmats[i]);
+	float *x = xalloc(512 * 2048 * sizeof(float));
+	for (size_t i = 0; i < 512 * 2048; i++)
+		x[i] = (float)((double)(rnd() % 20001) / 10000.0 - 1.0);
+
+	printf("\n%zu NVFP4 experts (gate_up [1024, 2048] + down [2048, 512]), %.0f MB; "
+	       "%zu BF16 [2048, 2048], %.0f MB\n", nexp, (double)stride * (double)nexp / 1e6, nbf,
+	       (double)nbf * 8.388608);
+	if (only && !strcmp(only, "bandwidth"))
+		return 0;
+	if (!only || !strcmp(only, "decode")) {
+	printf("\n| kernel | m | ISA | threads | split | GB/s | %% of read bw | us per matrix |\n");
+	printf("|---|---|---|---|---|---|---|---|\n");
+	for (int isa = isa_hi; isa >= isa_lo; isa--) {
+		capy_isa_set((enum capy_isa)isa);
+		for (int kind = 0; kind < 2; kind++) {
+			static const uint64_t ms[] = { 1, 4, 16 };
+			for (size_t mi = 0; mi < (kind ? 1 : ARRAY_SIZE(ms)); mi++) {
+				uint64_t m = ms[mi];
+				if (isa == CAPY_ISA_SCALAR && m > 1)
+					continue;
+				for (int t = 1; t <= maxth; t++)
+					for (int split = 0; split < (t > 1 ? 2 : 1); split++) {
+						struct run r;
+						size_t n = kind ? nbf : 2 * nexp;
+						if (isa == CAPY_ISA_SCALAR)
+							n = kind ? 4 : 16; /* slow; cache effects do not matter */
+						setup_run(&r, kind ? bmats : emats, n, kind ? 1 : 2, m, t, x);
+						r.split_units = split;
+						double s = best_pass(pool[t], &r, quick || isa == CAPY_ISA_SCALAR ? 1 : 3);
+						double gbs = (double)total_bytes(&r) / s / 1e9;
+						printf("| %s | %" PRIu64 " | %s | %d | %s | %.2f | %.0f %% | %.1f |\n",
+						       kind ? "BF16 [2048,2048]" : "NVFP4 expert", m,
+						       capy_isa_name((enum capy_isa)isa), t, split ? "experts" : "rows",
+						       gbs, 100 * gbs / bw[t], s / (double)n * 1e6);
+						fflush(stdout);
+						free_run(&r);
+					}
+			}
+		}
+	}
+
+	}
+
+	/* Prefill-like: in-cache sets, compute-bound. */
+	if (!only || !strcmp(only, "prefill")) {
+	printf("\n| kernel | m | ISA | threads | GFLOP/s |\n|---|---|---|---|---|\n");
+	for (int isa = isa_hi; isa >= CAPY_MAX(isa_lo, CAPY_ISA_AVX2); isa--) {
+		capy_isa_set((enum capy_isa)isa);
+		static const uint64_t ms[] = { 64, 512 };
+		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++)
+			for (int kind = 0; kind < 2; kind++)
+				for (int t = 1; t <= maxth; t++) {
+					struct run r;
+					setup_run(&r, kind ? bmats : emats, kind ? 2 : 4, 1, ms[mi], t, x);
+					double s = best_pass(pool[t], &r, quick ? 1 : 2);
+					printf("| %s | %" PRIu64 " | %s | %d | %.1f |\n",
+					       kind ? "BF16 [2048,2048]" : "NVFP4 [1024,2048]+[2048,512]", ms[mi],
+					       capy_isa_name((enum capy_isa)isa), t, flops(&r) / s / 1e9);
+					fflush(stdout);
+					free_run(&r);
+				}
+	}
+
+	}
+
+	/* Activation preparation alone (it runs once per matrix, on one thread). */
+	if (!only || !strcmp(only, "prepare")) {
+	printf("\n| prepare | ISA | us |\n|---|---|---|\n");
+	for (int isa = isa_hi; isa >= isa_lo; isa--) {
+		static const uint64_t ks[] = { 2048, 512 };
+		capy_isa_set((enum capy_isa)isa);
+		for (size_t ki = 0; ki < 2; ki++) {
+			struct capy_linear *w = &emats[ki].w;
+			void *ws = xalloc(capy_linear_input_bytes(w, 1));
+			struct capy_linear_input *in;
+			int reps = 2000;
+			double t = now();
+			for (int i = 0; i < reps; i++)
+				capy_linear_prepare(w, x, 1, ws, &in);
+			t = now() - t;
+			printf("| m=1, k=%" PRIu64 " | %s | %.2f |\n", ks[ki], capy_isa_name((enum capy_isa)isa),
+			       t / reps * 1e6);
+			free(ws);
+		}
+	}
+	}
+	capy_isa_set(capy_isa_best());
+	for (int t = 1; t <= maxth; t++)
+		capy_pool_free(pool[t]);
+	free(experts);
+	free(emats);
+	free(bf);
+	free(bmats);
+	free(x);
+	return 0;
+}
