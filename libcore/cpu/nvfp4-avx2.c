@@ -194,25 +194,12 @@ INLINE T256 void row(const struct capy_linear *w, const uint8_t *q, uint64_t qro
 		y[(i0 + g) * w->n + r] = capy_nv_finish(hsum64(acc[g]), f[g]);
 }
 
-void T256 capy_nvfp4_avx2(CAPY_NVFP4_ARGS)
-{
-	const uint64_t qrow = nchunks * CAPY_NV_CHUNK_BYTES;
-	double f[GMAX];
+#define NV_T T256
+#define NV_ROW row
+#define NV_ROWS rows
+#include "nvfp4-impl.h"
 
-	for (uint64_t rt = r0; rt < r1; rt += RT) {
-		uint64_t rte = CAPY_MIN(rt + RT, r1);
-		for (uint64_t i0 = 0; i0 < m; i0 += GMAX) {
-			int G = (int)CAPY_MIN(GMAX, m - i0);
-			for (int g = 0; g < G; g++)
-				f[g] = capy_nv_factor(scale2, gs[i0 + g]);
-			for (uint64_t r = rt; r < rte; r++) {
-				switch (G) {
-				case 1: row(w, q, qrow, f, i0, 1, y, r); break;
-				case 2: row(w, q, qrow, f, i0, 2, y, r); break;
-				case 3: row(w, q, qrow, f, i0, 3, y, r); break;
-				default: row(w, q, qrow, f, i0, 4, y, r); break;
-				}
-			}
-		}
-	}
+void capy_nvfp4_avx2(CAPY_NVFP4_ARGS)
+{
+	rows(w, q, gs, m, nchunks, scale2, y, r0, r1);
 }

@@ -1,6 +1,7 @@
 /* nvfp4-avx512-impl.h - the AVX-512 NVFP4 row kernel, included by nvfp4-avx512.c once per dot
  * product instruction. It expects NV_T (the target attribute), NV_STEP (one activation row's
- * chunk) and NV_NAME(x) (a name suffix), and defines row_<suffix> and rows_<suffix>. */
+ * chunk) and NV_NAME(x) (a name suffix), and defines row_<suffix> and, through nvfp4-impl.h,
+ * the driver rows_<suffix>. */
 
 /* y for weight row r and activation rows i0 .. i0+G-1 (f: their global factors). */
 INLINE NV_T void NV_NAME(row)(const struct capy_linear *w, const uint8_t *q, uint64_t qrow,
@@ -52,29 +53,8 @@ INLINE NV_T void NV_NAME(row)(const struct capy_linear *w, const uint8_t *q, uin
 		y[(i0 + g) * w->n + r] = capy_nv_finish(_mm512_reduce_add_epi64(acc[g]), f[g]);
 }
 
-static NV_T void NV_NAME(rows)(CAPY_NVFP4_ARGS)
-{
-	const uint64_t qrow = nchunks * CAPY_NV_CHUNK_BYTES;
-	double f[GMAX];
-
-	for (uint64_t rt = r0; rt < r1; rt += RT) {
-		uint64_t rte = CAPY_MIN(rt + RT, r1);
-		for (uint64_t i0 = 0; i0 < m; i0 += GMAX) {
-			int G = (int)CAPY_MIN(GMAX, m - i0);
-			for (int g = 0; g < G; g++)
-				f[g] = capy_nv_factor(scale2, gs[i0 + g]);
-			for (uint64_t r = rt; r < rte; r++) {
-				switch (G) {
-				case 1: NV_NAME(row)(w, q, qrow, f, i0, 1, y, r); break;
-				case 2: NV_NAME(row)(w, q, qrow, f, i0, 2, y, r); break;
-				case 3: NV_NAME(row)(w, q, qrow, f, i0, 3, y, r); break;
-				case 4: NV_NAME(row)(w, q, qrow, f, i0, 4, y, r); break;
-				case 5: NV_NAME(row)(w, q, qrow, f, i0, 5, y, r); break;
-				case 6: NV_NAME(row)(w, q, qrow, f, i0, 6, y, r); break;
-				case 7: NV_NAME(row)(w, q, qrow, f, i0, 7, y, r); break;
-				default: NV_NAME(row)(w, q, qrow, f, i0, 8, y, r); break;
-				}
-			}
-		}
-	}
-}
+#define NV_ROW NV_NAME(row)
+#define NV_ROWS NV_NAME(rows)
+#include "nvfp4-impl.h"
+#undef NV_ROW
+#undef NV_ROWS

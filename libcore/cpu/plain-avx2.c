@@ -12,8 +12,6 @@
 #define T256 __attribute__((target("avx2,fma,f16c")))
 #define INLINE static inline __attribute__((always_inline))
 
-#define RP 32
-#define MP 64
 
 INLINE T256 __m256 load_w(const void *row, uint64_t j, enum capy_dtype dt)
 {
@@ -98,54 +96,7 @@ INLINE T256 void tile(const struct capy_linear *w, const float *x, float *y, uin
 			y[(i + b) * n + r + a] = hsum(acc[a][b]);
 }
 
-INLINE T256 void rows(const struct capy_linear *w, const float *x, uint64_t m, float *y,
-		      uint64_t r0, uint64_t r1, enum capy_dtype dt)
-{
-	for (uint64_t rp = r0; rp < r1; rp += RP) {
-		uint64_t rpe = CAPY_MIN(rp + RP, r1);
-		for (uint64_t ip = 0; ip < m; ip += MP) {
-			uint64_t ipe = CAPY_MIN(ip + MP, m);
-			for (uint64_t r = rp; r < rpe; r += 4) {
-				uint64_t i = ip;
-				if (r + 4 <= rpe) {
-					for (; i + 2 <= ipe; i += 2)
-						tile(w, x, y, r, i, dt, 4, 2);
-					for (; i < ipe; i++)
-						tile(w, x, y, r, i, dt, 4, 1);
-					continue;
-				}
-				for (uint64_t rr = r; rr < rpe; rr++) {
-					for (i = ip; i + 2 <= ipe; i += 2)
-						tile(w, x, y, rr, i, dt, 1, 2);
-					for (; i < ipe; i++)
-						tile(w, x, y, rr, i, dt, 1, 1);
-				}
-			}
-		}
-	}
-}
-
-static T256 void rows_f32(CAPY_PLAIN_ARGS)
-{
-	rows(w, x, m, y, r0, r1, CAPY_DT_F32);
-}
-
-static T256 void rows_f16(CAPY_PLAIN_ARGS)
-{
-	rows(w, x, m, y, r0, r1, CAPY_DT_F16);
-}
-
-static T256 void rows_bf16(CAPY_PLAIN_ARGS)
-{
-	rows(w, x, m, y, r0, r1, CAPY_DT_BF16);
-}
-
-void capy_plain_avx2(CAPY_PLAIN_ARGS)
-{
-	if (w->dtype == CAPY_DT_F32)
-		rows_f32(w, x, m, y, r0, r1);
-	else if (w->dtype == CAPY_DT_F16)
-		rows_f16(w, x, m, y, r0, r1);
-	else
-		rows_bf16(w, x, m, y, r0, r1);
-}
+#define PLAIN_T T256
+#define PLAIN_M 2
+#define PLAIN_ENTRY capy_plain_avx2
+#include "plain-impl.h"

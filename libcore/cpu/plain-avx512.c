@@ -4,7 +4,7 @@
  * accumulator takes elements j = l (mod 16) in increasing j with FMA (the last, partial chunk
  * through a zero-masked load), then the 16 lanes are added in a fixed tree (hsum). Tiles of
  * up to 4 weight rows x 4 activation rows only share loads; each element keeps its own
- * accumulator, so a row's result depends neither on the row range, nor on m.
+ * accumulator, so a row's result depends neither on the row range, nor on m (driver: plain-impl.h).
  *
  * The weights are widened exactly (F16 with vcvtph2ps, BF16 by a 16-bit shift) and the
  * activations stay float32: vdpbf16ps would round x to BF16 and change the numbers against the
@@ -20,10 +20,6 @@
 #define T512 __attribute__((target("avx2,fma,f16c,avx512f,avx512bw,avx512vl")))
 #define INLINE static inline __attribute__((always_inline))
 
-/* Blocking for m > 4: RP weight rows x MP activation rows stay in L2 while their 4x4 tiles
- * are computed (measured in bench/linear-bench.c, docs/perf.md). */
-#define RP 32
-#define MP 64
 
 INLINE T512 __m512 load_w(const void *row, uint64_t j, enum capy_dtype dt, __mmask16 mk)
 {
@@ -94,54 +90,7 @@ INLINE T512 void tile(const struct capy_linear *w, const float *x, float *y, uin
 			y[(i + b) * n + r + a] = hsum(acc[a][b]);
 }
 
-INLINE T512 void rows(const struct capy_linear *w, const float *x, uint64_t m, float *y,
-		      uint64_t r0, uint64_t r1, enum capy_dtype dt)
-{
-	for (uint64_t rp = r0; rp < r1; rp += RP) {
-		uint64_t rpe = CAPY_MIN(rp + RP, r1);
-		for (uint64_t ip = 0; ip < m; ip += MP) {
-			uint64_t ipe = CAPY_MIN(ip + MP, m);
-			for (uint64_t r = rp; r < rpe; r += 4) {
-				uint64_t i = ip;
-				if (r + 4 <= rpe) {
-					for (; i + 4 <= ipe; i += 4)
-						tile(w, x, y, r, i, dt, 4, 4);
-					for (; i < ipe; i++)
-						tile(w, x, y, r, i, dt, 4, 1);
-					continue;
-				}
-				for (uint64_t rr = r; rr < rpe; rr++) {
-					for (i = ip; i + 4 <= ipe; i += 4)
-						tile(w, x, y, rr, i, dt, 1, 4);
-					for (; i < ipe; i++)
-						tile(w, x, y, rr, i, dt, 1, 1);
-				}
-			}
-		}
-	}
-}
-
-static T512 void rows_f32(CAPY_PLAIN_ARGS)
-{
-	rows(w, x, m, y, r0, r1, CAPY_DT_F32);
-}
-
-static T512 void rows_f16(CAPY_PLAIN_ARGS)
-{
-	rows(w, x, m, y, r0, r1, CAPY_DT_F16);
-}
-
-static T512 void rows_bf16(CAPY_PLAIN_ARGS)
-{
-	rows(w, x, m, y, r0, r1, CAPY_DT_BF16);
-}
-
-void capy_plain_avx512(CAPY_PLAIN_ARGS)
-{
-	if (w->dtype == CAPY_DT_F32)
-		rows_f32(w, x, m, y, r0, r1);
-	else if (w->dtype == CAPY_DT_F16)
-		rows_f16(w, x, m, y, r0, r1);
-	else
-		rows_bf16(w, x, m, y, r0, r1);
-}
+#define PLAIN_T T512
+#define PLAIN_M 4
+#define PLAIN_ENTRY capy_plain_avx512
+#include "plain-impl.h"
