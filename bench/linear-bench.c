@@ -90,6 +90,21 @@ __attribute__((target("avx2"))) static void bw_fn(void *ctx, int ith, int nth)
 
 static struct bw_job bw_job;
 
+static void nop_fn(void *ctx, int ith, int nth)
+{
+}
+
+/* Microseconds of one capy_pool_run of an empty job (wake the workers, wait for them). */
+static double pool_overhead(struct capy_pool *pool)
+{
+	const int reps = 20000;
+	double t = now();
+
+	for (int i = 0; i < reps; i++)
+		capy_pool_run(pool, nop_fn, NULL);
+	return (now() - t) / reps * 1e6;
+}
+
 /* One pass over the buffer; GB/s. */
 static double bw_pass(struct capy_pool *pool)
 {
@@ -327,6 +342,10 @@ int main(int argc, char **argv)
 			best = fmax(best, bw_pass(pool[t]));
 		printf("read bandwidth, %d thread%s: %.2f GB/s\n", t, t > 1 ? "s" : "", best);
 	}
+	if (maxth > 1)
+		printf("capy_pool_run of an empty job, 2 threads: %.1f us\n", pool_overhead(pool[2]));
+	if (only && !strcmp(only, "bandwidth"))
+		return 0;
 
 	/* Experts: gate_up then down, one contiguous range each, as in an artifact. */
 	struct capy_nvfp4_layout gl, dl;
@@ -353,8 +372,6 @@ int main(int argc, char **argv)
 	printf("\n%zu NVFP4 experts (gate_up [1024, 2048] + down [2048, 512]), %.0f MB; "
 	       "%zu BF16 [2048, 2048], %.0f MB\n", nexp, (double)stride * (double)nexp / 1e6, nbf,
 	       (double)nbf * 8.388608);
-	if (only && !strcmp(only, "bandwidth"))
-		return 0;
 	if (!only || !strcmp(only, "decode")) {
 	printf("\n| kernel | m | ISA | threads | split | GB/s | read bw GB/s | %% of read bw | us per matrix |\n");
 	printf("|---|---|---|---|---|---|---|---|---|\n");
