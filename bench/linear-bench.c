@@ -2,7 +2,7 @@
  * machine's memory read bandwidth. Not a test; results go to docs/perf.md.
  *
  *	make bench && build/bench/linear-bench [--quick] [--experts N] [--isa NAME]
- *		[--only bandwidth|decode|prefill|prepare]
+ *		[--only bandwidth|decode|hot|prefill|prepare]
  *
  * 1. Read bandwidth: sum a 1 GiB buffer with 1 and 2 threads (best of 5), and again between
  *    the timed passes of every kernel (the VM's share of the host varies).
@@ -12,7 +12,9 @@
  *    split over the pool's threads for each matrix ("rows"), or each thread takes whole experts
  *    ("experts"). Prints GB/s of weights read and % of the read bandwidth with as many threads.
  *    BF16 [2048, 2048] matvec the same way (64 matrices, 512 MB).
- * 3. Prefill-like: m = 64 and 512 on in-cache-sized sets, GFLOP/s (2 m n k per call).
+ * 3. The same kernels with the weights in L2 (8 NVFP4 [64, 2048], 2 BF16 [64, 2048]): what the
+ *    core computes when memory is not the limit.
+ * 4. Prefill-like: m = 64 and 512 on in-cache-sized sets, GFLOP/s (2 m n k per call).
  */
 #include "core.h"
 #include "cpu/linear.h"
@@ -322,7 +324,7 @@ int main(int argc, char **argv)
 			}
 		} else {
 			fprintf(stderr, "usage: linear-bench [--quick] [--experts N] [--isa NAME] "
-				"[--only bandwidth|decode|prefill|prepare]\n");
+				"[--only bandwidth|decode|hot|prefill|prepare]\n");
 			return 2;
 		}
 	}
@@ -404,6 +406,51 @@ int main(int argc, char **argv)
 		}
 	}
 
+	}
+
+	/* Weights in L2: the compute rate alone. */
+	if (!only || !strcmp(only, "hot")) {
+	uint8_t *hot = xalloc(8 * 81920 + 2 * 64 * 2048 * 2);
+	struct mat hmats[10];
+	uint64_t hp = 64;
+	for (int i = 0; i < 8; i++)
+		nvfp4_record(hot + i * 81920, 64, 2048, 1, &hp, &hmats[i]);
+	for (int i = 0; i < 2; i++)
+		plain_matrix(hot + 8 * 81920 + i * 64 * 2048 * 2, 64, 2048, CAPY_DT_BF16, &hmats[8 + i]);
+	printf("\n| weights in L2 | m | ISA | GB/s | ns per 128 weights x row |\n|---|---|---|---|---|\n");
+	for (int isa = isa_hi; isa >= isa_lo; isa--) {
+		static const uint64_t ms[] = { 1, 4, 16 };
+		capy_isa_set((enum capy_isa)isa);
+		for (int kind = 0; kind < 2; kind++)
+			for (size_t mi = 0; mi < (kind ? 1 : ARRAY_SIZE(ms)); mi++) {
+				struct mat *hm = hmats + (kind ? 8 : 0);
+				int nm = kind ? 2 : 8, reps = quick ? 20 : 200;
+				struct capy_linear_input *in[8];
+				uint8_t *ws = xalloc(8 * capy_linear_input_bytes(&hm[0].w, ms[mi]));
+				float *y = xalloc(64 * ms[mi] * sizeof(float));
+				double s = 1e30;
+				/* Prepared once: only the rows are timed. */
+				for (int i = 0; i < nm; i++)
+					capy_linear_prepare(&hm[i].w, x, ms[mi],
+							    ws + i * capy_linear_input_bytes(&hm[0].w, ms[mi]), &in[i]);
+				for (int rep = 0; rep <= reps; rep++) {
+					double t = now();
+					for (int i = 0; i < nm; i++)
+						capy_linear_rows(&hm[i].w, in[i], y, 0, 64);
+					if (rep)
+						s = fmin(s, now() - t);
+				}
+				printf("| %s | %" PRIu64 " | %s | %.2f | %.2f |\n",
+				       kind ? "BF16 [64,2048]" : "NVFP4 [64,2048]", ms[mi],
+				       capy_isa_name((enum capy_isa)isa),
+				       (double)hm[0].bytes * nm / s / 1e9,
+				       s * 1e9 / ((double)nm * 64 * 16 * (double)ms[mi]));
+				fflush(stdout);
+				free(ws);
+				free(y);
+			}
+	}
+	free(hot);
 	}
 
 	/* Prefill-like: in-cache sets, compute-bound. */
