@@ -1,0 +1,1467 @@
+/* jinja-parse.c - the template lexer and parser: normalized source to a syntax tree.
+ *
+ * The lexer follows jinja2's rules with trim_blocks and lstrip_blocks on: "-" in a tag strips
+ * all whitespace on that side, "+" keeps it, a block or comment tag alone on its line takes the
+ * line's leading spaces, and the newline after "%}" or "#}" goes. The parser is recursive
+ * descent with jinja2's operator precedence; its depth is bounded so that deeply nested input
+ * fails instead of exhausting the stack.
+ */
+#include "text/jinja-impl.h"
+
+#define PARSE_MAX_DEPTH 200
+
+enum jtok_type {
+	T_EOF, T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END,
+	T_NAME, T_STRING, T_INT, T_FLOAT, T_OP,
+};
+
+struct jtok {
+	uint8_t type;
+	char op[3];
+	size_t pos;
+	const char *s; /* names (NUL-terminated in the arena) */
+	struct capy_tval *val; /* data, strings, numbers */
+};
+
+struct jparser {
+	struct capy_tmpl *t;
+	struct jarena *a;
+	const char *src;
+	size_t len;
+	struct jtok *toks;
+	size_t ntok, cap, i;
+	unsigned depth;
+	unsigned loops; /* enclosing for loops in the current macro, for break/continue */
+	struct capy_err *err;
+	jmp_buf fail;
+	bool failed;
+};
+
+static void pos_line_col(const char *src, size_t len, size_t pos, uint32_t *line, uint32_t *col)
+{
+	size_t i;
+
+	*line = 1;
+	*col = 1;
+	for (i = 0; i < pos && i < len; i++) {
+		if (src[i] == '\n') {
+			(*line)++;
+			*col = 1;
+		} else if (((unsigned char)src[i] & 0xc0) != 0x80) {
+			(*col)++;
+		}
+	}
+}
+
+CAPY_NORETURN CAPY_PRINTF(3, 4) static void pfail(struct jparser *p, size_t pos, const char *fmt,
+						   ...)
+{
+	char msg[512];
+	uint32_t line, col;
+	va_list ap;
+
+	pos_line_col(p->src, p->len, pos, &line, &col);
+	va_start(ap, fmt);
+	vsnprintf(msg, sizeof(msg), fmt, ap);
+	va_end(ap);
+	capy_err_set(p->err, CAPY_EFORMAT, "%s:%u:%u: %s", p->t->name, line, col, msg);
+	p->failed = true;
+	longjmp(p->fail, 1);
+}
+
+/* --- lexer ------------------------------------------------------------------------------ */
+
+static struct jtok *emit(struct jparser *p, int type, size_t pos)
+{
+	struct jtok *t;
+
+	if (p->ntok == p->cap) {
+		size_t ncap = p->cap ? p->cap * 2 : 256;
+		struct jtok *n = ja_alloc(p->a, ncap * sizeof(*n));
+
+		if (p->ntok)
+			memcpy(n, p->toks, p->ntok * sizeof(*n));
+		p->toks = n;
+		p->cap = ncap;
+	}
+	t = &p->toks[p->ntok++];
+	t->type = (uint8_t)type;
+	t->pos = pos;
+	return t;
+}
+
+/* Length of the Python whitespace run (\s+) at i, 0 if none. */
+static size_t ws_run(const char *s, size_t len, size_t i)
+{
+	size_t start = i;
+
+	while (i < len) {
+		int32_t c;
+		size_t n = ju_decode(s, len, i, &c);
+
+		if (!ju_isspace(c))
+			break;
+		i += n;
+	}
+	return i - start;
+}
+
+/* Length of text [0, n) without its trailing Python whitespace (str.rstrip()). */
+static size_t rstrip_len(const char *s, size_t n)
+{
+	while (n > 0) {
+		size_t k = n - 1;
+		int32_t c;
+
+		while (k > 0 && ((unsigned char)s[k] & 0xc0) == 0x80)
+			k--;
+		ju_decode(s, n, k, &c);
+		if (!ju_isspace(c))
+			break;
+		n = k;
+	}
+	return n;
+}
+
+/* Emit text [start, end) as data, applying the whitespace control of the tag that follows:
+ * sign '-' strips all trailing whitespace; otherwise lstrip_blocks removes the spaces that
+ * precede a block or comment tag on its own line. */
+static void emit_data(struct jparser *p, size_t start, size_t end, char sign, bool lstrip)
+{
+	const char *s = p->src + start;
+	size_t n = end - start;
+
+	if (sign == '-') {
+		n = rstrip_len(s, n);
+	} else if (sign != '+' && lstrip) {
+		size_t l = n;
+
+		while (l > 0 && s[l - 1] != '\n')
+			l--;
+		if ((l > 0 || start == 0 || p->src[start - 1] == '\n') && l < n &&
+		    ws_run(s, n, l) == n - l)
+			n = l;
+	}
+	if (n)
+		emit(p, T_DATA, start)->val = jv_str(p->a, s, n);
+}
+
+static bool at(const struct jparser *p, size_t i, const char *w)
+{
+	size_t n = strlen(w);
+
+	return i <= p->len && p->len - i >= n && !memcmp(p->src + i, w, n);
+}
+
+/* After a block end "%}" (or "#}"): trim_blocks drops one newline. Returns the new position. */
+static size_t block_suffix(const struct jparser *p, size_t i, char sign)
+{
+	if (sign == '-')
+		return i + ws_run(p->src, p->len, i);
+	if (sign != '+' && i < p->len && p->src[i] == '\n')
+		return i + 1;
+	return i;
+}
+
+/* Match "{%[-+]? \s* word \s* [-+]?%}" at i: returns the position just after "%}" (0 if no
+ * match) and the signs inside the opening and closing delimiters. */
+static size_t match_word_tag(const struct jparser *p, size_t i, const char *word, char *open_sign,
+			     char *close_sign)
+{
+	size_t j = i + 2, n = strlen(word);
+
+	*open_sign = *close_sign = 0;
+	if (!at(p, i, "{%"))
+		return 0;
+	if (j < p->len && (p->src[j] == '-' || p->src[j] == '+'))
+		*open_sign = p->src[j++];
+	j += ws_run(p->src, p->len, j);
+	if (!at(p, j, word))
+		return 0;
+	j += n;
+	j += ws_run(p->src, p->len, j);
+	if (at(p, j, "-%}") || at(p, j, "+%}"))
+		*close_sign = p->src[j++];
+	if (!at(p, j, "%}"))
+		return 0;
+	return j + 2;
+}
+
+static int32_t hexval(const char *s, size_t n)
+{
+	int32_t v = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		char c = s[i];
+
+		v <<= 4;
+		if (c >= '0' && c <= '9')
+			v |= c - '0';
+		else if (c >= 'a' && c <= 'f')
+			v |= c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			v |= c - 'A' + 10;
+		else
+			return -1;
+	}
+	return v;
+}
+
+/* A string literal: Python's unicode-escape rules (unknown escapes stay as written). */
+static size_t lex_string(struct jparser *p, size_t i)
+{
+	char q = p->src[i], enc[4];
+	struct jbuf b = { 0 };
+	size_t j = i + 1;
+	struct jtok *t;
+
+	for (;;) {
+		char c;
+
+		if (j >= p->len) {
+			jb_free(&b);
+			pfail(p, i, "unterminated string literal");
+		}
+		c = p->src[j];
+		if (c == q)
+			break;
+		if (c != '\\' || j + 1 >= p->len) {
+			jb_putc(&b, c);
+			j++;
+			continue;
+		}
+		c = p->src[j + 1];
+		j += 2;
+		switch (c) {
+		case '\n': break;
+		case '\\': jb_putc(&b, '\\'); break;
+		case '\'': jb_putc(&b, '\''); break;
+		case '"': jb_putc(&b, '"'); break;
+		case 'a': jb_putc(&b, '\a'); break;
+		case 'b': jb_putc(&b, '\b'); break;
+		case 'f': jb_putc(&b, '\f'); break;
+		case 'n': jb_putc(&b, '\n'); break;
+		case 'r': jb_putc(&b, '\r'); break;
+		case 't': jb_putc(&b, '\t'); break;
+		case 'v': jb_putc(&b, '\v'); break;
+		case 'x':
+		case 'u':
+		case 'U': {
+			size_t n = c == 'x' ? 2 : c == 'u' ? 4 : 8;
+			int32_t v = j + n <= p->len ? hexval(p->src + j, n) : -1;
+
+			if (v < 0 || v > 0x10ffff) {
+				jb_free(&b);
+				pfail(p, j - 2, "invalid \\%c escape in string literal", c);
+			}
+			if (v >= 0xd800 && v < 0xe000)
+				v = 0xfffd;
+			jb_put(&b, enc, ju_encode(v, enc));
+			j += n;
+			break;
+		}
+		default:
+			if (c >= '0' && c <= '7') {
+				int32_t v = c - '0';
+				int k;
+
+				for (k = 0; k < 2 && j < p->len && p->src[j] >= '0' && p->src[j] <= '7'; k++)
+					v = v * 8 + (p->src[j++] - '0');
+				jb_put(&b, enc, ju_encode(v, enc));
+			} else {
+				jb_putc(&b, '\\');
+				jb_putc(&b, c);
+			}
+		}
+	}
+	if (b.failed) {
+		jb_free(&b);
+		pfail(p, i, "out of memory");
+	}
+	t = emit(p, T_STRING, i);
+	t->val = jv_str(p->a, b.p ? b.p : "", b.len);
+	jb_free(&b);
+	return j + 1;
+}
+
+static bool isdig(char c)
+{
+	return c >= '0' && c <= '9';
+}
+
+/* Digits with single underscores between them ("1_000"); returns the end. */
+static size_t digits(const struct jparser *p, size_t j)
+{
+	while (j < p->len && isdig(p->src[j])) {
+		j++;
+		if (j + 1 < p->len && p->src[j] == '_' && isdig(p->src[j + 1]))
+			j++;
+	}
+	return j;
+}
+
+static size_t lex_number(struct jparser *p, size_t i)
+{
+	size_t j = digits(p, i), k;
+	bool is_float = false;
+	char buf[128];
+	size_t n = 0, m;
+	struct jtok *t;
+
+	/* 0x / 0o / 0b literals */
+	if (p->src[i] == '0' && j == i + 1 && j < p->len && strchr("xXoObB", p->src[j]) &&
+	    p->src[j] != '\0') {
+		int base = strchr("xX", p->src[j]) ? 16 : strchr("oO", p->src[j]) ? 8 : 2;
+		uint64_t v = 0;
+		bool any = false;
+
+		for (k = j + 1; k < p->len; k++) {
+			int d;
+
+			if (p->src[k] == '_')
+				continue;
+			d = hexval(p->src + k, 1);
+			if (d < 0 || d >= base)
+				break;
+			if (v > (UINT64_MAX >> 4) || v * (uint64_t)base + (uint64_t)d > INT64_MAX)
+				pfail(p, i, "integer literal too large");
+			v = v * (uint64_t)base + (uint64_t)d;
+			any = true;
+		}
+		if (any) {
+			emit(p, T_INT, i)->val = jv_int(p->a, (int64_t)v);
+			return k;
+		}
+	}
+	if (j + 1 < p->len && p->src[j] == '.' && isdig(p->src[j + 1])) {
+		is_float = true;
+		j = digits(p, j + 1);
+	}
+	if (j < p->len && (p->src[j] == 'e' || p->src[j] == 'E')) {
+		k = j + 1;
+		if (k < p->len && (p->src[k] == '+' || p->src[k] == '-'))
+			k++;
+		if (k < p->len && isdig(p->src[k])) {
+			is_float = true;
+			j = digits(p, k);
+		}
+	}
+	for (m = i; m < j; m++)
+		if (p->src[m] != '_' && n < sizeof(buf) - 1)
+			buf[n++] = p->src[m];
+	buf[n] = '\0';
+	if (n >= sizeof(buf) - 1)
+		pfail(p, i, "number literal too long");
+	if (is_float) {
+		t = emit(p, T_FLOAT, i);
+		t->val = jv_float(p->a, strtod(buf, NULL));
+	} else {
+		long long v;
+		char *end;
+
+		errno = 0;
+		v = strtoll(buf, &end, 10);
+		t = emit(p, T_INT, i);
+		if (errno || *end) {
+			size_t z = 0;
+
+			while (buf[z] == '0' && buf[z + 1])
+				z++;
+			t->val = jv_str(p->a, buf + z, n - z);
+			t->val->kind = JK_BIGINT;
+		} else {
+			t->val = jv_int(p->a, v);
+		}
+	}
+	return j;
+}
+
+static const char *const ops2[] = { "//", "**", "==", "!=", ">=", "<=" };
+static const char ops1[] = "+-*/%~[](){}><=.:|,;";
+
+/* Tokens inside {{ }} or {% %}; returns the position after the closing tag. */
+static size_t lex_tag(struct jparser *p, size_t i, bool block)
+{
+	char stack[PARSE_MAX_DEPTH];
+	int depth = 0;
+	size_t start = i;
+
+	for (;;) {
+		char c;
+		size_t k;
+
+		if (i >= p->len)
+			pfail(p, start, "unexpected end of template, expected '%s'",
+			      block ? "%}" : "}}");
+		if (!depth) {
+			if (block && (at(p, i, "-%}") || at(p, i, "+%}"))) {
+				emit(p, T_BLOCK_END, i);
+				return block_suffix(p, i + 3, p->src[i]);
+			}
+			if (block && at(p, i, "%}")) {
+				emit(p, T_BLOCK_END, i);
+				return block_suffix(p, i + 2, 0);
+			}
+			if (!block && at(p, i, "-}}")) {
+				emit(p, T_VAR_END, i);
+				return i + 3 + ws_run(p->src, p->len, i + 3);
+			}
+			if (!block && at(p, i, "}}")) {
+				emit(p, T_VAR_END, i);
+				return i + 2;
+			}
+		}
+		k = ws_run(p->src, p->len, i);
+		if (k) {
+			i += k;
+			continue;
+		}
+		c = p->src[i];
+		if (isdig(c)) {
+			i = lex_number(p, i);
+			continue;
+		}
+		if (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
+			size_t j = i + 1;
+			struct jtok *t;
+
+			while (j < p->len && (p->src[j] == '_' || isdig(p->src[j]) ||
+					      (p->src[j] >= 'a' && p->src[j] <= 'z') ||
+					      (p->src[j] >= 'A' && p->src[j] <= 'Z')))
+				j++;
+			t = emit(p, T_NAME, i);
+			t->s = ja_strndup(p->a, p->src + i, j - i);
+			i = j;
+			continue;
+		}
+		if (c == '\'' || c == '"') {
+			i = lex_string(p, i);
+			continue;
+		}
+		for (k = 0; k < ARRAY_SIZE(ops2); k++)
+			if (at(p, i, ops2[k]))
+				break;
+		if (k < ARRAY_SIZE(ops2)) {
+			struct jtok *t = emit(p, T_OP, i);
+
+			memcpy(t->op, ops2[k], 2);
+			i += 2;
+			continue;
+		}
+		if (c && strchr(ops1, c)) {
+			struct jtok *t = emit(p, T_OP, i);
+
+			t->op[0] = c;
+			if (c == '(' || c == '[' || c == '{') {
+				if (depth >= PARSE_MAX_DEPTH)
+					pfail(p, i, "brackets nested too deeply");
+				stack[depth++] = c == '(' ? ')' : c == '[' ? ']' : '}';
+			} else if (c == ')' || c == ']' || c == '}') {
+				if (!depth)
+					pfail(p, i, "unexpected '%c'", c);
+				if (stack[--depth] != c)
+					pfail(p, i, "unexpected '%c', expected '%c'", c, stack[depth]);
+			}
+			i++;
+			continue;
+		}
+		pfail(p, i, "unexpected character '%c'", c);
+	}
+}
+
+static void lex(struct jparser *p)
+{
+	size_t i = 0;
+
+	while (i < p->len) {
+		const char *hit = NULL;
+		size_t j, k;
+		char kind, sign = 0;
+
+		for (j = i; j + 1 < p->len; j++) {
+			if (p->src[j] == '{' && strchr("{%#", p->src[j + 1]) && p->src[j + 1]) {
+				hit = p->src + j;
+				break;
+			}
+		}
+		if (!hit) {
+			emit_data(p, i, p->len, 0, false);
+			break;
+		}
+		kind = p->src[j + 1];
+		k = j + 2;
+		if (k < p->len && (p->src[k] == '-' || p->src[k] == '+'))
+			sign = p->src[k++];
+		if (kind == '%') {
+			char osign, csign;
+			size_t end = match_word_tag(p, j, "raw", &osign, &csign);
+
+			if (end && csign != '+') {
+				size_t r, rend = 0;
+
+				/* "{% raw %}" keeps the newline after it (jinja2 has no block
+				 * suffix there); "-%}" strips the whitespace. */
+				emit_data(p, i, j, sign, true);
+				if (csign == '-')
+					end += ws_run(p->src, p->len, end);
+				for (r = end; r + 1 < p->len; r++) {
+					if (p->src[r] == '{' && p->src[r + 1] == '%' &&
+					    (rend = match_word_tag(p, r, "endraw", &osign, &csign)))
+						break;
+				}
+				if (!rend)
+					pfail(p, j, "missing end of raw directive");
+				emit_data(p, end, r, osign, true);
+				i = block_suffix(p, rend, csign);
+				continue;
+			}
+		}
+		emit_data(p, i, j, sign, kind != '{');
+		if (kind == '#') {
+			bool closed = false;
+
+			for (; k + 1 < p->len; k++) {
+				if ((p->src[k] == '-' || p->src[k] == '+') && at(p, k + 1, "#}")) {
+					k = block_suffix(p, k + 3, p->src[k]);
+					closed = true;
+					break;
+				}
+				if (at(p, k, "#}")) {
+					k = block_suffix(p, k + 2, 0);
+					closed = true;
+					break;
+				}
+			}
+			if (!closed)
+				pfail(p, j, "missing end of comment tag");
+			i = k;
+			continue;
+		}
+		emit(p, kind == '%' ? T_BLOCK_BEGIN : T_VAR_BEGIN, j);
+		i = lex_tag(p, k, kind == '%');
+	}
+	emit(p, T_EOF, p->len);
+}
+
+/* --- parser ----------------------------------------------------------------------------- */
+
+static struct jtok *cur(struct jparser *p)
+{
+	return &p->toks[p->i];
+}
+
+static struct jtok *peek(struct jparser *p, size_t ahead)
+{
+	return &p->toks[CAPY_MIN(p->i + ahead, p->ntok - 1)];
+}
+
+static bool is_op(const struct jtok *t, const char *op)
+{
+	return t->type == T_OP && !strcmp(t->op, op);
+}
+
+static bool is_name(const struct jtok *t, const char *name)
+{
+	return t->type == T_NAME && !strcmp(t->s, name);
+}
+
+static const char *describe(const struct jtok *t)
+{
+	switch (t->type) {
+	case T_EOF: return "end of template";
+	case T_DATA: return "template data";
+	case T_VAR_BEGIN: return "'{{'";
+	case T_VAR_END: return "'}}'";
+	case T_BLOCK_BEGIN: return "'{%'";
+	case T_BLOCK_END: return "'%}'";
+	case T_NAME: return t->s;
+	case T_STRING: return "string";
+	case T_INT: return "integer";
+	case T_FLOAT: return "float";
+	default: return t->op;
+	}
+}
+
+static void expect_op(struct jparser *p, const char *op)
+{
+	if (!is_op(cur(p), op))
+		pfail(p, cur(p)->pos, "expected '%s', got '%s'", op, describe(cur(p)));
+	p->i++;
+}
+
+static const char *expect_name(struct jparser *p)
+{
+	if (cur(p)->type != T_NAME)
+		pfail(p, cur(p)->pos, "expected a name, got '%s'", describe(cur(p)));
+	return p->toks[p->i++].s;
+}
+
+static void expect_type(struct jparser *p, int type, const char *what)
+{
+	if (cur(p)->type != type)
+		pfail(p, cur(p)->pos, "expected %s, got '%s'", what, describe(cur(p)));
+	p->i++;
+}
+
+static struct jnode *node(struct jparser *p, int type, size_t pos)
+{
+	struct jnode *n = ja_alloc(p->a, sizeof(*n));
+
+	n->type = (uint8_t)type;
+	pos_line_col(p->src, p->len, pos, &n->line, &n->col);
+	return n;
+}
+
+/* A growable array of node pointers while parsing. */
+struct nvec {
+	struct jnode **v;
+	uint32_t n, cap;
+	const char **names;
+};
+
+static void nv_push(struct jparser *p, struct nvec *nv, struct jnode *n, const char *name)
+{
+	if (nv->n == nv->cap) {
+		uint32_t cap = nv->cap ? nv->cap * 2 : 4;
+		struct jnode **v = ja_alloc(p->a, cap * sizeof(*v));
+		const char **names = ja_alloc(p->a, cap * sizeof(*names));
+
+		if (nv->n) {
+			memcpy(v, nv->v, nv->n * sizeof(*v));
+			memcpy(names, nv->names, nv->n * sizeof(*names));
+		}
+		nv->v = v;
+		nv->names = names;
+		nv->cap = cap;
+	}
+	nv->names[nv->n] = name;
+	nv->v[nv->n++] = n;
+}
+
+static void enter(struct jparser *p)
+{
+	if (++p->depth > PARSE_MAX_DEPTH)
+		pfail(p, cur(p)->pos, "expression nested too deeply");
+}
+
+static struct jnode *parse_expr(struct jparser *p, bool condexpr);
+static struct jnode *parse_unary(struct jparser *p, bool with_filter);
+static struct jnode *parse_primary(struct jparser *p);
+static struct jnode *parse_postfix(struct jparser *p, struct jnode *n);
+
+static struct jnode *parse_tuple(struct jparser *p, bool condexpr, bool explicit_parens)
+{
+	size_t pos = cur(p)->pos;
+	struct nvec items = { 0 };
+	bool comma = false;
+	struct jnode *n;
+
+	for (;;) {
+		struct jtok *t = cur(p);
+
+		if (items.n)
+			expect_op(p, ",");
+		t = cur(p);
+		if (t->type == T_VAR_END || t->type == T_BLOCK_END || is_op(t, ")") ||
+		    (items.n && (is_name(t, "if") || is_name(t, "recursive") || is_name(t, "in"))))
+			break;
+		nv_push(p, &items, parse_expr(p, condexpr), NULL);
+		if (is_op(cur(p), ","))
+			comma = true;
+		else
+			break;
+	}
+	if (!comma && items.n == 1)
+		return items.v[0];
+	if (!items.n && !explicit_parens)
+		pfail(p, pos, "expected an expression, got '%s'", describe(cur(p)));
+	n = node(p, E_TUPLE, pos);
+	n->args = items.v;
+	n->nargs = items.n;
+	return n;
+}
+
+/* Positional and keyword arguments "(a, b, k=v)"; the current token is "(". */
+static void parse_call_args(struct jparser *p, struct jnode *n)
+{
+	struct nvec pos = { 0 }, kw = { 0 };
+
+	expect_op(p, "(");
+	while (!is_op(cur(p), ")")) {
+		if (pos.n || kw.n) {
+			expect_op(p, ",");
+			if (is_op(cur(p), ")"))
+				break;
+		}
+		if (is_op(cur(p), "*") || is_op(cur(p), "**"))
+			pfail(p, cur(p)->pos, "*args and **kwargs in calls are not supported");
+		if (cur(p)->type == T_NAME && is_op(peek(p, 1), "=")) {
+			const char *name = cur(p)->s;
+
+			p->i += 2;
+			nv_push(p, &kw, parse_expr(p, true), name);
+		} else {
+			if (kw.n)
+				pfail(p, cur(p)->pos, "positional argument follows keyword argument");
+			nv_push(p, &pos, parse_expr(p, true), NULL);
+		}
+	}
+	p->i++;
+	n->args = pos.v;
+	n->nargs = pos.n;
+	n->kwn = kw.names;
+	n->kwv = kw.v;
+	n->nkw = kw.n;
+}
+
+/* "name" or "name(args)" after "|"; input is n's a. */
+static struct jnode *parse_filter(struct jparser *p, struct jnode *in)
+{
+	size_t pos = cur(p)->pos;
+	struct jnode *f = node(p, E_FILTER, pos);
+	const char *name = expect_name(p);
+
+	if (is_op(cur(p), "."))
+		pfail(p, pos, "dotted filter names are not supported");
+	if (!jinja_filter_known(name))
+		pfail(p, pos, "no filter named '%s'", name);
+	f->name = name;
+	f->a = in;
+	if (is_op(cur(p), "("))
+		parse_call_args(p, f);
+	return f;
+}
+
+static struct jnode *parse_test(struct jparser *p, struct jnode *in)
+{
+	size_t pos = cur(p)->pos;
+	struct jnode *t = node(p, E_TEST, pos);
+	struct jtok *c;
+
+	t->a = in;
+	if (is_name(cur(p), "not")) {
+		p->i++;
+		t->neg = true;
+	}
+	t->name = expect_name(p);
+	if (!jinja_test_known(t->name))
+		pfail(p, pos, "no test named '%s'", t->name);
+	c = cur(p);
+	if (is_op(c, "(")) {
+		parse_call_args(p, t);
+	} else if ((c->type == T_NAME || c->type == T_STRING || c->type == T_INT ||
+		    c->type == T_FLOAT || is_op(c, "[") || is_op(c, "{")) &&
+		   !is_name(c, "else") && !is_name(c, "or") && !is_name(c, "and")) {
+		struct jnode *arg;
+
+		if (is_name(c, "is"))
+			pfail(p, c->pos, "you cannot chain multiple tests with 'is'");
+		arg = parse_postfix(p, parse_primary(p));
+		t->args = ja_alloc(p->a, sizeof(*t->args));
+		t->args[0] = arg;
+		t->nargs = 1;
+	}
+	return t;
+}
+
+static struct jnode *parse_filter_expr(struct jparser *p, struct jnode *n)
+{
+	for (;;) {
+		if (is_op(cur(p), "|")) {
+			p->i++;
+			n = parse_filter(p, n);
+		} else if (is_name(cur(p), "is")) {
+			p->i++;
+			n = parse_test(p, n);
+		} else if (is_op(cur(p), "(")) {
+			struct jnode *c = node(p, E_CALL, cur(p)->pos);
+
+			c->a = n;
+			parse_call_args(p, c);
+			n = c;
+		} else {
+			return n;
+		}
+	}
+}
+
+static struct jnode *parse_subscript_arg(struct jparser *p)
+{
+	size_t pos = cur(p)->pos;
+	struct jnode *parts[3] = { 0 };
+	int k = 0;
+
+	if (!is_op(cur(p), ":")) {
+		parts[0] = parse_expr(p, true);
+		if (!is_op(cur(p), ":"))
+			return parts[0];
+	}
+	/* a slice: [start]:[stop][:[step]] */
+	while (is_op(cur(p), ":") && k < 2) {
+		p->i++;
+		k++;
+		if (!is_op(cur(p), ":") && !is_op(cur(p), "]") && !is_op(cur(p), ","))
+			parts[k] = parse_expr(p, true);
+	}
+	{
+		struct jnode *s = node(p, E_SLICE, pos);
+
+		s->a = parts[0];
+		s->b = parts[1];
+		s->c = parts[2];
+		return s;
+	}
+}
+
+static struct jnode *parse_postfix(struct jparser *p, struct jnode *n)
+{
+	for (;;) {
+		struct jtok *t = cur(p);
+
+		if (is_op(t, ".")) {
+			struct jtok *a = peek(p, 1);
+			struct jnode *x;
+
+			p->i += 2;
+			if (a->type == T_NAME) {
+				x = node(p, E_ATTR, t->pos);
+				x->a = n;
+				x->name = a->s;
+			} else if (a->type == T_INT) {
+				struct jnode *k = node(p, E_CONST, a->pos);
+
+				k->val = a->val;
+				x = node(p, E_ITEM, t->pos);
+				x->a = n;
+				x->b = k;
+			} else {
+				pfail(p, a->pos, "expected name or number after '.'");
+			}
+			n = x;
+		} else if (is_op(t, "[")) {
+			struct jnode *x = node(p, E_ITEM, t->pos);
+
+			p->i++;
+			x->a = n;
+			x->b = parse_subscript_arg(p);
+			if (is_op(cur(p), ","))
+				pfail(p, cur(p)->pos, "tuple subscripts are not supported");
+			expect_op(p, "]");
+			n = x;
+		} else if (is_op(t, "(")) {
+			struct jnode *c = node(p, E_CALL, t->pos);
+
+			c->a = n;
+			parse_call_args(p, c);
+			n = c;
+		} else {
+			return n;
+		}
+	}
+}
+
+static struct jnode *parse_primary(struct jparser *p)
+{
+	struct jtok *t = cur(p);
+	struct jnode *n;
+
+	enter(p);
+	switch (t->type) {
+	case T_NAME:
+		p->i++;
+		if (!strcmp(t->s, "true") || !strcmp(t->s, "True") || !strcmp(t->s, "false") ||
+		    !strcmp(t->s, "False")) {
+			n = node(p, E_CONST, t->pos);
+			n->val = jv_bool(t->s[0] == 't' || t->s[0] == 'T');
+		} else if (!strcmp(t->s, "none") || !strcmp(t->s, "None")) {
+			n = node(p, E_CONST, t->pos);
+			n->val = &jv_none;
+		} else {
+			n = node(p, E_NAME, t->pos);
+			n->name = t->s;
+		}
+		break;
+	case T_STRING: {
+		struct jbuf b = { 0 };
+
+		n = node(p, E_CONST, t->pos);
+		n->val = t->val;
+		if (peek(p, 1)->type == T_STRING) {
+			/* adjacent literals concatenate, as in Python */
+			while (cur(p)->type == T_STRING) {
+				jb_put(&b, cur(p)->val->str.s, cur(p)->val->str.len);
+				p->i++;
+			}
+			n->val = jv_str(p->a, b.p ? b.p : "", b.len);
+			jb_free(&b);
+		} else {
+			p->i++;
+		}
+		break;
+	}
+	case T_INT:
+	case T_FLOAT:
+		p->i++;
+		n = node(p, E_CONST, t->pos);
+		n->val = t->val;
+		break;
+	case T_OP:
+		if (is_op(t, "(")) {
+			p->i++;
+			n = parse_tuple(p, true, true);
+			expect_op(p, ")");
+			if (n->type == E_TUPLE)
+				n->neg = true; /* marks an explicit tuple, printed "(a, b)" */
+			break;
+		}
+		if (is_op(t, "[") || is_op(t, "{")) {
+			bool dict = t->op[0] == '{';
+			struct nvec keys = { 0 }, vals = { 0 };
+
+			p->i++;
+			n = node(p, dict ? E_DICT : E_LIST, t->pos);
+			while (!is_op(cur(p), dict ? "}" : "]")) {
+				if (keys.n) {
+					expect_op(p, ",");
+					if (is_op(cur(p), dict ? "}" : "]"))
+						break;
+				}
+				nv_push(p, &keys, parse_expr(p, true), NULL);
+				if (dict) {
+					expect_op(p, ":");
+					nv_push(p, &vals, parse_expr(p, true), NULL);
+				}
+			}
+			p->i++;
+			n->args = keys.v;
+			n->nargs = keys.n;
+			n->kwv = vals.v;
+			n->nkw = vals.n;
+			break;
+		}
+		/* fall through */
+	default:
+		pfail(p, t->pos, "unexpected '%s'", describe(t));
+	}
+	p->depth--;
+	return n;
+}
+
+static struct jnode *parse_unary(struct jparser *p, bool with_filter)
+{
+	struct jtok *t = cur(p);
+	struct jnode *n;
+
+	enter(p);
+	if (is_op(t, "-") || is_op(t, "+")) {
+		p->i++;
+		n = node(p, t->op[0] == '-' ? E_NEG : E_POS, t->pos);
+		n->a = parse_unary(p, false);
+	} else {
+		n = parse_primary(p);
+	}
+	n = parse_postfix(p, n);
+	if (with_filter)
+		n = parse_filter_expr(p, n);
+	p->depth--;
+	return n;
+}
+
+static struct jnode *binop(struct jparser *p, int op, size_t pos, struct jnode *l,
+			   struct jnode *r)
+{
+	struct jnode *n = node(p, E_BIN, pos);
+
+	n->op = (uint8_t)op;
+	n->a = l;
+	n->b = r;
+	return n;
+}
+
+static struct jnode *parse_pow(struct jparser *p)
+{
+	struct jnode *n = parse_unary(p, true);
+
+	while (is_op(cur(p), "**")) {
+		size_t pos = cur(p)->pos;
+
+		p->i++;
+		n = binop(p, OP_POW, pos, n, parse_unary(p, true));
+	}
+	return n;
+}
+
+static struct jnode *parse_math2(struct jparser *p)
+{
+	struct jnode *n = parse_pow(p);
+
+	for (;;) {
+		struct jtok *t = cur(p);
+		int op = is_op(t, "*") ? OP_MUL : is_op(t, "/") ? OP_DIV :
+			 is_op(t, "//") ? OP_FLOORDIV : is_op(t, "%") ? OP_MOD : 0;
+
+		if (!op)
+			return n;
+		p->i++;
+		n = binop(p, op, t->pos, n, parse_pow(p));
+	}
+}
+
+static struct jnode *parse_concat(struct jparser *p)
+{
+	struct jnode *first = parse_math2(p), *n;
+	struct nvec items = { 0 };
+
+	if (!is_op(cur(p), "~"))
+		return first;
+	n = node(p, E_CONCAT, cur(p)->pos);
+	nv_push(p, &items, first, NULL);
+	while (is_op(cur(p), "~")) {
+		p->i++;
+		nv_push(p, &items, parse_math2(p), NULL);
+	}
+	n->args = items.v;
+	n->nargs = items.n;
+	return n;
+}
+
+static struct jnode *parse_math1(struct jparser *p)
+{
+	struct jnode *n = parse_concat(p);
+
+	for (;;) {
+		struct jtok *t = cur(p);
+		int op = is_op(t, "+") ? OP_ADD : is_op(t, "-") ? OP_SUB : 0;
+
+		if (!op)
+			return n;
+		p->i++;
+		n = binop(p, op, t->pos, n, parse_concat(p));
+	}
+}
+
+static struct jnode *parse_compare(struct jparser *p)
+{
+	size_t pos = cur(p)->pos;
+	struct jnode *first = parse_math1(p), *n;
+	struct nvec operands = { 0 };
+	uint8_t ops[64];
+
+	for (;;) {
+		struct jtok *t = cur(p);
+		int op = is_op(t, "==") ? OP_EQ : is_op(t, "!=") ? OP_NE : is_op(t, "<") ? OP_LT :
+			 is_op(t, "<=") ? OP_LE : is_op(t, ">") ? OP_GT : is_op(t, ">=") ? OP_GE : 0;
+
+		if (op) {
+			p->i++;
+		} else if (is_name(t, "in")) {
+			p->i++;
+			op = OP_IN;
+		} else if (is_name(t, "not") && is_name(peek(p, 1), "in")) {
+			p->i += 2;
+			op = OP_NOTIN;
+		} else {
+			break;
+		}
+		if (operands.n >= ARRAY_SIZE(ops))
+			pfail(p, t->pos, "comparison chain too long");
+		ops[operands.n] = (uint8_t)op;
+		nv_push(p, &operands, parse_math1(p), NULL);
+	}
+	if (!operands.n)
+		return first;
+	n = node(p, E_CMP, pos);
+	n->a = first;
+	n->args = operands.v;
+	n->nargs = operands.n;
+	n->ops = ja_alloc(p->a, operands.n);
+	memcpy(n->ops, ops, operands.n);
+	return n;
+}
+
+static struct jnode *parse_not(struct jparser *p)
+{
+	if (is_name(cur(p), "not")) {
+		struct jnode *n = node(p, E_NOT, cur(p)->pos);
+
+		p->i++;
+		enter(p);
+		n->a = parse_not(p);
+		p->depth--;
+		return n;
+	}
+	return parse_compare(p);
+}
+
+static struct jnode *parse_and(struct jparser *p)
+{
+	struct jnode *n = parse_not(p);
+
+	while (is_name(cur(p), "and")) {
+		size_t pos = cur(p)->pos;
+		struct jnode *x = node(p, E_AND, pos);
+
+		p->i++;
+		x->a = n;
+		x->b = parse_not(p);
+		n = x;
+	}
+	return n;
+}
+
+static struct jnode *parse_or(struct jparser *p)
+{
+	struct jnode *n = parse_and(p);
+
+	while (is_name(cur(p), "or")) {
+		size_t pos = cur(p)->pos;
+		struct jnode *x = node(p, E_OR, pos);
+
+		p->i++;
+		x->a = n;
+		x->b = parse_and(p);
+		n = x;
+	}
+	return n;
+}
+
+static struct jnode *parse_expr(struct jparser *p, bool condexpr)
+{
+	struct jnode *n;
+
+	enter(p);
+	n = parse_or(p);
+	while (condexpr && is_name(cur(p), "if")) {
+		struct jnode *c = node(p, E_COND, cur(p)->pos);
+
+		p->i++;
+		c->a = n;
+		c->b = parse_or(p);
+		if (is_name(cur(p), "else")) {
+			p->i++;
+			c->c = parse_expr(p, true);
+		}
+		n = c;
+	}
+	p->depth--;
+	return n;
+}
+
+/* --- statements ------------------------------------------------------------------------- */
+
+static struct jnode *parse_block(struct jparser *p, const char *const *ends);
+
+/* An assignment target: a name, names separated by commas, or ns.attr (with_ns). */
+static struct jnode *parse_target(struct jparser *p, bool with_ns)
+{
+	size_t pos = cur(p)->pos;
+	struct nvec names = { 0 };
+	struct jnode *n;
+
+	for (;;) {
+		struct jnode *x = node(p, E_NAME, cur(p)->pos);
+
+		x->name = expect_name(p);
+		if (with_ns && is_op(cur(p), ".")) {
+			struct jnode *attr = node(p, E_ATTR, cur(p)->pos);
+
+			p->i++;
+			attr->a = x;
+			attr->name = expect_name(p);
+			return attr;
+		}
+		nv_push(p, &names, x, NULL);
+		if (!is_op(cur(p), ","))
+			break;
+		p->i++;
+	}
+	if (names.n == 1)
+		return names.v[0];
+	n = node(p, E_TUPLE, pos);
+	n->args = names.v;
+	n->nargs = names.n;
+	return n;
+}
+
+static void end_tag(struct jparser *p)
+{
+	expect_type(p, T_BLOCK_END, "'%}'");
+}
+
+/* After parse_block stopped at "{% name": consume "name %}". */
+static const char *take_end(struct jparser *p)
+{
+	const char *name = expect_name(p);
+
+	end_tag(p);
+	return name;
+}
+
+static struct jnode *parse_stmt(struct jparser *p)
+{
+	struct jtok *t = cur(p);
+	const char *kw;
+	struct jnode *n;
+
+	if (t->type != T_NAME)
+		pfail(p, t->pos, "tag name expected");
+	kw = t->s;
+	p->i++;
+	if (!strcmp(kw, "if")) {
+		static const char *const ends[] = { "elif", "else", "endif", NULL };
+		struct jnode *top = node(p, N_IF, t->pos), *x = top;
+
+		for (;;) {
+			const char *e;
+
+			x->a = parse_tuple(p, false, false);
+			end_tag(p);
+			x->b = parse_block(p, ends);
+			e = expect_name(p);
+			if (!strcmp(e, "elif")) {
+				x->c = node(p, N_IF, p->toks[p->i - 1].pos);
+				x = x->c;
+				continue;
+			}
+			end_tag(p);
+			if (!strcmp(e, "else")) {
+				static const char *const endif[] = { "endif", NULL };
+
+				x->c = parse_block(p, endif);
+				take_end(p);
+			}
+			return top;
+		}
+	}
+	if (!strcmp(kw, "for")) {
+		static const char *const ends[] = { "endfor", "else", NULL };
+		static const char *const endfor[] = { "endfor", NULL };
+
+		n = node(p, N_FOR, t->pos);
+		n->a = parse_target(p, false);
+		if (!is_name(cur(p), "in"))
+			pfail(p, cur(p)->pos, "expected 'in', got '%s'", describe(cur(p)));
+		p->i++;
+		n->b = parse_tuple(p, false, false);
+		if (is_name(cur(p), "if")) {
+			p->i++;
+			n->c = parse_expr(p, true);
+		}
+		if (is_name(cur(p), "recursive"))
+			pfail(p, cur(p)->pos, "recursive loops are not supported");
+		end_tag(p);
+		p->loops++;
+		n->d = parse_block(p, ends);
+		p->loops--;
+		if (!strcmp(take_end(p), "else")) {
+			n->e = parse_block(p, endfor);
+			take_end(p);
+		}
+		return n;
+	}
+	if (!strcmp(kw, "set")) {
+		struct jnode *target = parse_target(p, true);
+
+		if (is_op(cur(p), "=")) {
+			p->i++;
+			n = node(p, N_SET, t->pos);
+			n->a = target;
+			n->b = parse_tuple(p, true, false);
+			end_tag(p);
+			return n;
+		} else {
+			static const char *const ends[] = { "endset", NULL };
+
+			n = node(p, N_SETBLOCK, t->pos);
+			n->a = target;
+			if (is_op(cur(p), "|")) {
+				struct jnode *f = node(p, E_INPUT, cur(p)->pos);
+
+				while (is_op(cur(p), "|")) {
+					p->i++;
+					f = parse_filter(p, f);
+				}
+				n->c = f;
+			}
+			end_tag(p);
+			n->b = parse_block(p, ends);
+			take_end(p);
+			return n;
+		}
+	}
+	if (!strcmp(kw, "macro")) {
+		static const char *const ends[] = { "endmacro", NULL };
+		struct nvec params = { 0 };
+		bool have_default = false;
+
+		n = node(p, N_MACRO, t->pos);
+		n->name = expect_name(p);
+		expect_op(p, "(");
+		while (!is_op(cur(p), ")")) {
+			struct jnode *def = NULL;
+			const char *name;
+
+			if (params.n)
+				expect_op(p, ",");
+			name = expect_name(p);
+			if (is_op(cur(p), "=")) {
+				p->i++;
+				def = parse_expr(p, true);
+				have_default = true;
+			} else if (have_default) {
+				pfail(p, cur(p)->pos, "non-default argument follows default argument");
+			}
+			nv_push(p, &params, def, name);
+		}
+		p->i++;
+		end_tag(p);
+		n->kwn = params.names;
+		n->kwv = params.v;
+		n->nkw = params.n;
+		{
+			unsigned loops = p->loops;
+
+			p->loops = 0;
+			n->b = parse_block(p, ends);
+			p->loops = loops;
+		}
+		take_end(p);
+		return n;
+	}
+	if (!strcmp(kw, "break") || !strcmp(kw, "continue")) {
+		n = node(p, kw[0] == 'b' ? N_BREAK : N_CONTINUE, t->pos);
+		if (!p->loops)
+			pfail(p, t->pos, "'%s' outside of a loop", kw);
+		end_tag(p);
+		return n;
+	}
+	if (!strcmp(kw, "filter")) {
+		static const char *const ends[] = { "endfilter", NULL };
+		struct jnode *f = node(p, E_INPUT, cur(p)->pos);
+
+		n = node(p, N_FILTERBLOCK, t->pos);
+		do {
+			if (is_op(cur(p), "|"))
+				p->i++;
+			f = parse_filter(p, f);
+		} while (is_op(cur(p), "|"));
+		n->c = f;
+		end_tag(p);
+		n->b = parse_block(p, ends);
+		take_end(p);
+		return n;
+	}
+	if (!strcmp(kw, "with")) {
+		static const char *const ends[] = { "endwith", NULL };
+		struct nvec targets = { 0 };
+
+		n = node(p, N_WITH, t->pos);
+		while (cur(p)->type != T_BLOCK_END) {
+			const char *name;
+
+			if (targets.n)
+				expect_op(p, ",");
+			name = expect_name(p);
+			expect_op(p, "=");
+			nv_push(p, &targets, parse_expr(p, true), name);
+		}
+		end_tag(p);
+		n->kwn = targets.names;
+		n->kwv = targets.v;
+		n->nkw = targets.n;
+		n->b = parse_block(p, ends);
+		take_end(p);
+		return n;
+	}
+	if (!strcmp(kw, "generation")) {
+		/* transformers' {% generation %} marks assistant text for masks; it renders
+		 * its body unchanged. */
+		static const char *const ends[] = { "endgeneration", NULL };
+
+		end_tag(p);
+		n = parse_block(p, ends);
+		take_end(p);
+		return n;
+	}
+	if (!strcmp(kw, "call") || !strcmp(kw, "include") || !strcmp(kw, "import") ||
+	    !strcmp(kw, "from") || !strcmp(kw, "extends") || !strcmp(kw, "block") ||
+	    !strcmp(kw, "do") || !strcmp(kw, "autoescape"))
+		pfail(p, t->pos, "'%s' is not supported", kw);
+	pfail(p, t->pos, "unknown tag '%s'", kw);
+}
+
+/* Statements until "{% <one of ends>" (left unconsumed after the "{%"), or the end of the
+ * template when ends is NULL. */
+static struct jnode *parse_block(struct jparser *p, const char *const *ends)
+{
+	struct jnode *blk = node(p, N_BLOCK, cur(p)->pos);
+	struct nvec stmts = { 0 };
+	size_t start = cur(p)->pos;
+
+	enter(p);
+	for (;;) {
+		struct jtok *t = cur(p);
+
+		if (t->type == T_EOF) {
+			if (ends)
+				pfail(p, start, "unexpected end of template, expected '%s'", ends[0]);
+			break;
+		}
+		if (t->type == T_DATA) {
+			struct jnode *x = node(p, N_TEXT, t->pos);
+
+			x->val = t->val;
+			nv_push(p, &stmts, x, NULL);
+			p->i++;
+		} else if (t->type == T_VAR_BEGIN) {
+			struct jnode *x = node(p, N_OUTPUT, t->pos);
+
+			p->i++;
+			x->a = parse_tuple(p, true, false);
+			expect_type(p, T_VAR_END, "'}}'");
+			nv_push(p, &stmts, x, NULL);
+		} else if (t->type == T_BLOCK_BEGIN) {
+			struct jtok *name = peek(p, 1);
+			const char *const *e;
+
+			if (ends && name->type == T_NAME)
+				for (e = ends; *e; e++)
+					if (!strcmp(name->s, *e)) {
+						p->i++;
+						goto done;
+					}
+			if (name->type == T_NAME &&
+			    (!strncmp(name->s, "end", 3) || !strcmp(name->s, "elif") ||
+			     !strcmp(name->s, "else")))
+				pfail(p, name->pos, "unexpected '%s'%s%s%s", name->s,
+				      ends ? ", expected '" : "", ends ? ends[0] : "", ends ? "'" : "");
+			p->i++;
+			nv_push(p, &stmts, parse_stmt(p), NULL);
+		} else {
+			pfail(p, t->pos, "unexpected '%s'", describe(t));
+		}
+	}
+done:
+	p->depth--;
+	blk->args = stmts.v;
+	blk->nargs = stmts.n;
+	return blk;
+}
+
+int jinja_parse(struct capy_tmpl *t, struct capy_err *err)
+{
+	struct jparser p = { .t = t, .a = &t->arena, .src = t->src, .len = t->len, .err = err };
+
+	t->arena.fail = &p.fail;
+	if (setjmp(p.fail)) {
+		t->arena.fail = NULL;
+		if (p.failed)
+			return CAPY_EFORMAT;
+		return capy_err_set(err, CAPY_ENOMEM, "%s: out of memory while compiling", t->name);
+	}
+	lex(&p);
+	t->root = parse_block(&p, NULL);
+	t->arena.fail = NULL;
+	return 0;
+}
