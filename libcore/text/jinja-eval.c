@@ -668,6 +668,7 @@ struct capy_tval *jinja_call_macro(struct jrender *r, const struct jnode *n,
 	struct capy_tval *varargs = jv_list(r->a, 0), *kwargs = jv_new(r->a, JK_DICT), *res;
 	uint32_t i, k;
 
+	varargs->tuple = true;
 	if (++r->depth > r->max_depth)
 		jfail(r, n, "macro calls nested deeper than %u", r->max_depth);
 	f = frame_new(r, r->root);

@@ -190,6 +190,13 @@ static struct capy_tval *recase(struct jrender *r, struct capy_tval *s, int mode
 		int32_t c, o;
 
 		i += ju_decode(s->str.s, s->str.len, i, &c);
+		if (c == 0xdf && mode != CASE_LOWER && (mode == CASE_UPPER || !prev_cased)) {
+			/* Python's full case mapping of "ß"; the others stay simple */
+			sb_put(&b, mode == CASE_UPPER ? "SS" : "Ss", 2);
+			prev_cased = true;
+			first = false;
+			continue;
+		}
 		switch (mode) {
 		case CASE_UPPER:
 			o = utf8proc_toupper(c);
@@ -304,18 +311,12 @@ static struct capy_tval *split(struct jrender *r, const struct jnode *n, struct 
 			for (i = 0; i < (size_t)maxsplit; i++)
 				jv_push(r->a, words, jv_str(r->a, p + starts[2 * i],
 							   starts[2 * i + 1] - starts[2 * i]));
-			{
-				/* the rest keeps its inner spacing, trailing whitespace stripped */
-				struct capy_tval *rest = jv_str(r->a, p + starts[2 * maxsplit],
-								 len - starts[2 * maxsplit]);
-
-				jv_push(r->a, words, strip(r, rest, NULL, false, true));
-			}
+			/* the rest runs to the end, trailing whitespace included */
+			jv_push(r->a, words, jv_str(r->a, p + starts[2 * maxsplit],
+						   len - starts[2 * maxsplit]));
 		} else {
 			size_t first = nw - (size_t)maxsplit;
-			struct capy_tval *head = jv_str(r->a, p, starts[2 * first - 1]);
-
-			jv_push(r->a, words, strip(r, head, NULL, true, false));
+			jv_push(r->a, words, jv_str(r->a, p, starts[2 * first - 1]));
 			for (i = first; i < nw; i++)
 				jv_push(r->a, words, jv_str(r->a, p + starts[2 * i],
 							   starts[2 * i + 1] - starts[2 * i]));
@@ -732,10 +733,33 @@ static struct capy_tval *f_lower(struct jrender *r, const struct jnode *n, struc
 	return recase(r, need_str(r, n, in), CASE_LOWER);
 }
 
+/* jinja's title filter is not str.title(): words start after "-", whitespace, "(", "{", "[" or
+ * "<", and their first character is upper-cased, the rest lower-cased. */
 static struct capy_tval *f_title(struct jrender *r, const struct jnode *n, struct capy_tval *in,
 				 struct jargs *a)
 {
-	return recase(r, need_str(r, n, in), CASE_TITLE);
+	struct capy_tval *s = need_str(r, n, in);
+	struct sbuild b = { .r = r };
+	bool start = true;
+	size_t i, k;
+
+	for (i = 0; i < s->str.len; i += k) {
+		int32_t c;
+		bool sep;
+
+		k = ju_decode(s->str.s, s->str.len, i, &c);
+		sep = c == '-' || c == '(' || c == '{' || c == '[' || c == '<' || ju_isspace(c);
+		if (sep) {
+			sb_put(&b, s->str.s + i, k);
+		} else {
+			struct capy_tval one = { .kind = JK_STR, .str = { s->str.s + i, k } };
+			struct capy_tval *o = recase(r, &one, start ? CASE_UPPER : CASE_LOWER);
+
+			sb_put(&b, o->str.s, o->str.len);
+		}
+		start = sep;
+	}
+	return sb_done(&b);
 }
 
 static struct capy_tval *f_capitalize(struct jrender *r, const struct jnode *n,

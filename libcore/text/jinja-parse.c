@@ -571,10 +571,10 @@ static const char *describe(const struct jtok *t)
 	switch (t->type) {
 	case T_EOF: return "end of template";
 	case T_DATA: return "template data";
-	case T_VAR_BEGIN: return "'{{'";
-	case T_VAR_END: return "'}}'";
-	case T_BLOCK_BEGIN: return "'{%'";
-	case T_BLOCK_END: return "'%}'";
+	case T_VAR_BEGIN: return "{{";
+	case T_VAR_END: return "}}";
+	case T_BLOCK_BEGIN: return "{%";
+	case T_BLOCK_END: return "%}";
 	case T_NAME: return t->s;
 	case T_STRING: return "string";
 	case T_INT: return "integer";
@@ -1209,7 +1209,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 	kw = t->s;
 	p->i++;
 	if (!strcmp(kw, "if")) {
-		static const char *const ends[] = { "elif", "else", "endif", NULL };
+		static const char *const ends[] = { "endif", "elif", "else", NULL };
 		struct jnode *top = node(p, N_IF, t->pos), *x = top;
 
 		for (;;) {
