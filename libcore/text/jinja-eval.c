@@ -65,10 +65,11 @@ static void frame_clear(struct jframe *f)
 		memset(d->index, 0, d->index_cap * sizeof(*d->index));
 }
 
+/* name is a string of the syntax tree or a literal: it outlives the render. */
 static void frame_set(struct jrender *r, struct jframe *f, const char *name,
 		      struct capy_tval *v)
 {
-	jd_set(r->a, f->vars, name, strlen(name), v);
+	jd_set_key(r->a, f->vars, name, strlen(name), v, false);
 }
 
 /* NULL when the name is nowhere (then it is undefined). */

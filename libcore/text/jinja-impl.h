@@ -113,6 +113,9 @@ struct capy_tval *jv_bool(bool b);
 struct capy_tval *jd_get(const struct capy_tval *d, const char *key, size_t klen);
 void jd_set(struct jarena *a, struct capy_tval *d, const char *key, size_t klen,
 	    struct capy_tval *v);
+/* The same; with copy_key false the key must outlive the dict (names in the syntax tree). */
+void jd_set_key(struct jarena *a, struct capy_tval *d, const char *key, size_t klen,
+		struct capy_tval *v, bool copy_key);
 
 /* Python's repr of a float ("1.0", "1e+16", "inf", "nan"); buf holds 32 bytes. */
 void jv_float_repr(double f, char buf[32]);

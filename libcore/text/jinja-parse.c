@@ -31,6 +31,7 @@ struct jparser {
 	struct jtok *toks;
 	size_t ntok, cap, i;
 	unsigned depth;
+	size_t open_pos; /* the tag whose body is being parsed, for "expected 'endfor'" */
 	unsigned loops; /* enclosing for loops in the current macro, for break/continue */
 	struct capy_err *err;
 	jmp_buf fail;
@@ -778,6 +779,8 @@ static struct jnode *parse_filter_expr(struct jparser *p, struct jnode *n)
 			struct jnode *c = node(p, E_CALL, cur(p)->pos);
 
 			c->a = n;
+			c->line = n->line;
+			c->col = n->col;
 			parse_call_args(p, c);
 			n = c;
 		} else {
@@ -853,6 +856,8 @@ static struct jnode *parse_postfix(struct jparser *p, struct jnode *n)
 			struct jnode *c = node(p, E_CALL, t->pos);
 
 			c->a = n;
+			c->line = n->line;
+			c->col = n->col;
 			parse_call_args(p, c);
 			n = c;
 		} else {
@@ -1198,6 +1203,13 @@ static const char *take_end(struct jparser *p)
 	return name;
 }
 
+/* The body of the statement whose tag is at pos. */
+static struct jnode *body(struct jparser *p, size_t pos, const char *const *ends)
+{
+	p->open_pos = pos;
+	return parse_block(p, ends);
+}
+
 static struct jnode *parse_stmt(struct jparser *p)
 {
 	struct jtok *t = cur(p);
@@ -1208,6 +1220,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 		pfail(p, t->pos, "tag name expected");
 	kw = t->s;
 	p->i++;
+	p->open_pos = t->pos;
 	if (!strcmp(kw, "if")) {
 		static const char *const ends[] = { "endif", "elif", "else", NULL };
 		struct jnode *top = node(p, N_IF, t->pos), *x = top;
@@ -1217,7 +1230,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 
 			x->a = parse_tuple(p, false, false);
 			end_tag(p);
-			x->b = parse_block(p, ends);
+			x->b = body(p, t->pos, ends);
 			e = expect_name(p);
 			if (!strcmp(e, "elif")) {
 				x->c = node(p, N_IF, p->toks[p->i - 1].pos);
@@ -1228,7 +1241,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 			if (!strcmp(e, "else")) {
 				static const char *const endif[] = { "endif", NULL };
 
-				x->c = parse_block(p, endif);
+				x->c = body(p, t->pos, endif);
 				take_end(p);
 			}
 			return top;
@@ -1252,10 +1265,10 @@ static struct jnode *parse_stmt(struct jparser *p)
 			pfail(p, cur(p)->pos, "recursive loops are not supported");
 		end_tag(p);
 		p->loops++;
-		n->d = parse_block(p, ends);
+		n->d = body(p, t->pos, ends);
 		p->loops--;
 		if (!strcmp(take_end(p), "else")) {
-			n->e = parse_block(p, endfor);
+			n->e = body(p, t->pos, endfor);
 			take_end(p);
 		}
 		return n;
@@ -1285,7 +1298,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 				n->c = f;
 			}
 			end_tag(p);
-			n->b = parse_block(p, ends);
+			n->b = body(p, t->pos, ends);
 			take_end(p);
 			return n;
 		}
@@ -1323,7 +1336,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 			unsigned loops = p->loops;
 
 			p->loops = 0;
-			n->b = parse_block(p, ends);
+			n->b = body(p, t->pos, ends);
 			p->loops = loops;
 		}
 		take_end(p);
@@ -1348,7 +1361,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 		} while (is_op(cur(p), "|"));
 		n->c = f;
 		end_tag(p);
-		n->b = parse_block(p, ends);
+		n->b = body(p, t->pos, ends);
 		take_end(p);
 		return n;
 	}
@@ -1370,7 +1383,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 		n->kwn = targets.names;
 		n->kwv = targets.v;
 		n->nkw = targets.n;
-		n->b = parse_block(p, ends);
+		n->b = body(p, t->pos, ends);
 		take_end(p);
 		return n;
 	}
@@ -1380,7 +1393,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 		static const char *const ends[] = { "endgeneration", NULL };
 
 		end_tag(p);
-		n = parse_block(p, ends);
+		n = body(p, t->pos, ends);
 		take_end(p);
 		return n;
 	}
@@ -1397,7 +1410,7 @@ static struct jnode *parse_block(struct jparser *p, const char *const *ends)
 {
 	struct jnode *blk = node(p, N_BLOCK, cur(p)->pos);
 	struct nvec stmts = { 0 };
-	size_t start = cur(p)->pos;
+	size_t start = p->open_pos;
 
 	enter(p);
 	for (;;) {

@@ -379,6 +379,12 @@ struct capy_tval *jd_get(const struct capy_tval *d, const char *key, size_t klen
 void jd_set(struct jarena *a, struct capy_tval *dv, const char *key, size_t klen,
 	    struct capy_tval *v)
 {
+	jd_set_key(a, dv, key, klen, v, true);
+}
+
+void jd_set_key(struct jarena *a, struct capy_tval *dv, const char *key, size_t klen,
+		struct capy_tval *v, bool copy_key)
+{
 	struct jdict *d = &dv->dict;
 	struct jentry *e = jd_find(d, key, klen);
 	size_t cap = d->cap;
@@ -391,7 +397,7 @@ void jd_set(struct jarena *a, struct capy_tval *dv, const char *key, size_t klen
 	}
 	if (d->n >= UINT32_MAX / 4 || !jv_grow(a, &p, &cap, d->n + 1, sizeof(*d->e)))
 		return;
-	k = ja_strndup(a, key, klen);
+	k = copy_key ? ja_strndup(a, key, klen) : (char *)key;
 	if (!k)
 		return;
 	d->e = p;

@@ -132,7 +132,7 @@ def main(argv):
         else:
             sys.stderr.write(__doc__)
             return 2
-    except jinja2.exceptions.TemplateError as e:
+    except Exception as e:  # any failure of the template, reported in one line
         sys.stderr.write(f"jinja-render: {type(e).__name__}: {e}\n")
         return 1
     sys.stdout.buffer.write(out.encode("utf-8"))
