@@ -77,6 +77,8 @@ UNIT_TESTS += u-util
 
 TEST_HELPERS += capy-test-tool
 
+FUZZERS += fuzz-template
+
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
@@ -151,8 +153,10 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
+# python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py).
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
-	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev
+	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev \
+	python3 python3-jinja2
 
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \

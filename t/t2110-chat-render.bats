@@ -15,6 +15,10 @@ CONFIG="$BATS_TEST_DIRNAME/chat/qwen3-tokenizer_config.json"
 compare_all() {
 	local tmpl=$1 f name bad=0 n=0 ok=0
 	for f in "$BATS_TEST_DIRNAME"/chat/cases/*.json; do
+		queue_render "$BATS_TEST_TMPDIR" "$(basename "$f" .json)" render "$tmpl" "$f" "$CONFIG"
+	done
+	run_reference "$BATS_TEST_TMPDIR"
+	for f in "$BATS_TEST_DIRNAME"/chat/cases/*.json; do
 		name=$(basename "$f" .json)
 		n=$((n + 1))
 		if compare_render "$BATS_TEST_TMPDIR" "$name" render "$tmpl" "$f" "$CONFIG"; then
@@ -71,6 +75,9 @@ compare_all() {
 		>"$BATS_TEST_TMPDIR/t.jinja"
 	printf '{"messages": [], "kwargs": {"enable_thinking": false, "eos_token": "<override>"}}' \
 		>"$BATS_TEST_TMPDIR/case.json"
+	queue_render "$BATS_TEST_TMPDIR" special render "$BATS_TEST_TMPDIR/t.jinja" \
+		"$BATS_TEST_TMPDIR/case.json" "$CONFIG"
+	run_reference "$BATS_TEST_TMPDIR"
 	compare_render "$BATS_TEST_TMPDIR" special render "$BATS_TEST_TMPDIR/t.jinja" \
 		"$BATS_TEST_TMPDIR/case.json" "$CONFIG"
 	printf '[<override>][<|endoftext|>][False][<|im_start|>][False]' >"$BATS_TEST_TMPDIR/want"

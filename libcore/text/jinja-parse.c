@@ -382,18 +382,17 @@ static const char *const ops2[] = { "//", "**", "==", "!=", ">=", "<=" };
 static const char ops1[] = "+-*/%~[](){}><=.:|,;";
 
 /* Tokens inside {{ }} or {% %}; returns the position after the closing tag. */
-static size_t lex_tag(struct jparser *p, size_t i, bool block)
+static size_t lex_tag(struct jparser *p, size_t open, size_t i, bool block)
 {
 	char stack[PARSE_MAX_DEPTH];
 	int depth = 0;
-	size_t start = i;
 
 	for (;;) {
 		char c;
 		size_t k;
 
 		if (i >= p->len)
-			pfail(p, start, "unexpected end of template, expected '%s'",
+			pfail(p, open, "unexpected end of template, expected '%s'",
 			      block ? "%}" : "}}");
 		if (!depth) {
 			if (block && (at(p, i, "-%}") || at(p, i, "+%}"))) {
@@ -540,7 +539,7 @@ static void lex(struct jparser *p)
 			continue;
 		}
 		emit(p, kind == '%' ? T_BLOCK_BEGIN : T_VAR_BEGIN, j);
-		i = lex_tag(p, k, kind == '%');
+		i = lex_tag(p, j, k, kind == '%');
 	}
 	emit(p, T_EOF, p->len);
 }

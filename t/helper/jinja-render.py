@@ -3,6 +3,7 @@
 
     jinja-render.py render TEMPLATE CASE.json [TOKENIZER_CONFIG.json]
     jinja-render.py render-template TEMPLATE [VARS.json]
+    jinja-render.py batch JOBS OUTDIR     (many renders in one process, for the tests)
 
 Same arguments and case format as `capy-test-tool render`, so the shell tests can compare the
 two byte for byte. The environment mirrors transformers' chat_template_utils: an
@@ -13,6 +14,7 @@ keep_string_arguments, assistant tool-call arguments given as strings are json.l
 (null or "" become {}), as vLLM does before rendering.
 """
 import json
+import os
 import sys
 from datetime import datetime
 
@@ -110,33 +112,53 @@ def read_template(path):
         return f.read()
 
 
-def main(argv):
-    if len(argv) < 3:
-        sys.stderr.write(__doc__)
-        return 2
+def run(args):
+    """Render one job; returns (exit status, output bytes, error text)."""
+    if len(args) < 2 or args[0] not in ("render", "render-template"):
+        return 2, b"", __doc__
     env = environment()
     try:
-        template = env.from_string(read_template(argv[2]))
-        if argv[1] == "render":
-            case = load(argv[3])
+        template = env.from_string(read_template(args[1]))
+        if args[0] == "render":
+            case = load(args[2])
             messages = case["messages"]
             if not case.get("keep_string_arguments", False):
                 messages = parse_arguments(messages)
-            kwargs = special_tokens(load(argv[4])) if len(argv) > 4 else {}
+            kwargs = special_tokens(load(args[3])) if len(args) > 3 else {}
             kwargs.update(case.get("kwargs") or {})
             out = template.render(messages=messages, tools=case.get("tools"), documents=None,
                                   add_generation_prompt=case.get("add_generation_prompt", False),
                                   **kwargs)
-        elif argv[1] == "render-template":
-            out = template.render(**(load(argv[3]) if len(argv) > 3 else {}))
         else:
-            sys.stderr.write(__doc__)
-            return 2
+            out = template.render(**(load(args[2]) if len(args) > 2 else {}))
     except Exception as e:  # any failure of the template, reported in one line
-        sys.stderr.write(f"jinja-render: {type(e).__name__}: {e}\n")
-        return 1
-    sys.stdout.buffer.write(out.encode("utf-8"))
+        return 1, b"", f"jinja-render: {type(e).__name__}: {e}\n"
+    return 0, out.encode("utf-8"), ""
+
+
+def batch(jobs, outdir):
+    """One job per line, "NAME<TAB>ARG<TAB>ARG...": writes NAME.py.out, .py.err and .py.rc."""
+    with open(jobs, encoding="utf-8") as f:
+        for line in f:
+            name, *args = line.rstrip("\n").split("\t")
+            rc, out, err = run(args)
+            base = os.path.join(outdir, name)
+            with open(base + ".py.out", "wb") as o:
+                o.write(out)
+            with open(base + ".py.err", "w", encoding="utf-8") as o:
+                o.write(err)
+            with open(base + ".py.rc", "w", encoding="utf-8") as o:
+                o.write(f"{rc}\n")
     return 0
+
+
+def main(argv):
+    if len(argv) == 4 and argv[1] == "batch":
+        return batch(argv[2], argv[3])
+    rc, out, err = run(argv[1:])
+    sys.stderr.write(err)
+    sys.stdout.buffer.write(out)
+    return rc
 
 
 if __name__ == "__main__":

@@ -3,6 +3,9 @@
 # PYTHON_JINJA is the first of $CAPY_PYTHON, python3 and /usr/bin/python3 that can import
 # jinja2 (`make deps` installs Debian's python3-jinja2). Without one the tests fail: they
 # cannot say anything about byte-for-byte agreement.
+#
+# A test queues its renders (queue_render), lets the reference render them all in one Python
+# process (run_reference), then compares each with capy's rendering (compare_render).
 
 TOOL="$CAPY_BUILD/t/helper/capy-test-tool"
 REF="$BATS_TEST_DIRNAME/helper/jinja-render.py"
@@ -20,12 +23,27 @@ find_python_jinja() {
 	return 1
 }
 
-# compare_render OUT_DIR NAME ARGS...: render with both, compare exit status and bytes.
-# Prints a report and returns 1 on a difference.
+# queue_render DIR NAME ARGS...: a render job for the reference (arguments without tabs).
+queue_render() {
+	local dir=$1 name=$2
+	shift 2
+	{
+		printf '%s' "$name"
+		printf '\t%s' "$@"
+		printf '\n'
+	} >>"$dir/jobs"
+}
+
+run_reference() {
+	"$PYTHON_JINJA" "$REF" batch "$1/jobs" "$1"
+}
+
+# compare_render DIR NAME ARGS...: render with capy and compare exit status and bytes with the
+# reference's result for NAME. Prints a report and returns 1 on a difference.
 compare_render() {
 	local dir=$1 name=$2 prc crc
 	shift 2
-	"$PYTHON_JINJA" "$REF" "$@" >"$dir/$name.py.out" 2>"$dir/$name.py.err" && prc=0 || prc=$?
+	prc=$(cat "$dir/$name.py.rc")
 	"$TOOL" "$@" >"$dir/$name.c.out" 2>"$dir/$name.c.err" && crc=0 || crc=$?
 	if [ "$prc" = 0 ] && [ "$crc" = 0 ]; then
 		if ! cmp -s "$dir/$name.py.out" "$dir/$name.c.out"; then
