@@ -53,6 +53,8 @@ endif
 LIBCORE_OBJS += libcore/text/chat.o
 LIBCORE_OBJS += libcore/text/jinja-eval.o
 LIBCORE_OBJS += libcore/text/jinja-filters.o
+LIBCORE_OBJS += libcore/text/jinja-lex.o
+LIBCORE_OBJS += libcore/text/jinja-methods.o
 LIBCORE_OBJS += libcore/text/jinja-parse.o
 LIBCORE_OBJS += libcore/text/template-json.o
 LIBCORE_OBJS += libcore/text/template-value.o

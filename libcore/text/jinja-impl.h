@@ -142,6 +142,7 @@ size_t ju_decode(const char *s, size_t len, size_t i, int32_t *cp); /* bytes use
 size_t ju_encode(int32_t cp, char out[4]);
 size_t ju_count(const char *s, size_t len); /* code points */
 bool ju_valid(const char *s, size_t len);
+int32_t ju_hex(const char *s, size_t n); /* n hex digits; -1 if one is not */
 bool ju_isspace(int32_t cp); /* Python str.isspace() */
 
 /* --- syntax tree ------------------------------------------------------------------------ */
@@ -186,6 +187,45 @@ struct capy_tmpl {
 /* Parse normalized source into t->root; errors through `err` with line:column. */
 int jinja_parse(struct capy_tmpl *t, struct capy_err *err);
 
+/* --- lexer and parser state (jinja-lex.c, jinja-parse.c) ------------------------------- */
+
+#define PARSE_MAX_DEPTH 200
+
+enum jtok_type {
+	T_EOF, T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END,
+	T_NAME, T_STRING, T_INT, T_FLOAT, T_OP,
+};
+
+struct jtok {
+	uint8_t type;
+	char op[3];
+	size_t pos;
+	const char *s; /* names (NUL-terminated in the arena) */
+	struct capy_tval *val; /* data, strings, numbers */
+};
+
+struct jparser {
+	struct capy_tmpl *t;
+	struct jarena *a;
+	const char *src;
+	size_t len;
+	struct jtok *toks;
+	size_t ntok, cap, i;
+	unsigned depth;
+	size_t open_pos; /* the tag whose body is being parsed, for "expected 'endfor'" */
+	unsigned loops; /* enclosing for loops in the current macro, for break/continue */
+	struct capy_err *err;
+	jmp_buf fail;
+	bool failed;
+};
+
+/* Tokenize p->src into p->toks (ending with T_EOF); fails through jp_fail. */
+void jinja_lex(struct jparser *p);
+/* 1-based line and column (in characters) of a byte offset. */
+void jp_line_col(const char *src, size_t len, size_t pos, uint32_t *line, uint32_t *col);
+/* Leave the compile with "<name>:<line>:<col>: msg" for the byte offset pos. */
+CAPY_NORETURN CAPY_PRINTF(3, 4) void jp_fail(struct jparser *p, size_t pos, const char *fmt, ...);
+
 /* --- rendering -------------------------------------------------------------------------- */
 
 struct jframe;
@@ -229,6 +269,43 @@ struct capy_tval *jinja_method(struct jrender *r, const struct jnode *n, struct 
 			       const char *name, struct jargs *args);
 bool jinja_filter_known(const char *name);
 bool jinja_test_known(const char *name);
+/* Helpers shared by the built-ins (jinja-methods.c). Arguments: position i or keyword name. */
+struct capy_tval *js_arg(const struct jargs *a, uint32_t i, const char *name,
+			 struct capy_tval *def);
+void js_no_more_args(struct jrender *r, const struct jnode *n, const struct jargs *a,
+		     uint32_t npos, const char *const *kw, const char *what);
+int64_t js_int_arg(struct jrender *r, const struct jnode *n, struct capy_tval *v,
+		   const char *what);
+struct capy_tval *js_str_arg(struct jrender *r, const struct jnode *n, struct capy_tval *v,
+			     const char *what);
+struct capy_tval *js_need_str(struct jrender *r, const struct jnode *n, struct capy_tval *v);
+
+/* A string built in the render's arena. */
+struct sbuild {
+	struct jrender *r;
+	char *p;
+	size_t len, cap;
+};
+
+void js_sb_put(struct sbuild *b, const char *s, size_t n);
+void js_sb_cp(struct sbuild *b, int32_t c);
+struct capy_tval *js_sb_done(struct sbuild *b);
+
+enum { CASE_UPPER, CASE_LOWER, CASE_TITLE, CASE_CAPITALIZE };
+
+bool js_is_cased(int32_t c);
+bool js_cp_lower(int32_t c);
+bool js_cp_upper(int32_t c);
+bool js_str_all(const struct capy_tval *s, bool (*pred)(int32_t), bool need_cased);
+struct capy_tval *js_strip(struct jrender *r, struct capy_tval *s, const struct capy_tval *chars,
+			   bool left, bool right);
+struct capy_tval *js_recase(struct jrender *r, struct capy_tval *s, int mode);
+struct capy_tval *js_str_replace(struct jrender *r, struct capy_tval *s, struct capy_tval *old,
+				 struct capy_tval *new, int64_t count);
+struct capy_tval *js_split(struct jrender *r, const struct jnode *n, struct capy_tval *s,
+			   struct capy_tval *sep, int64_t maxsplit, bool from_right);
+struct capy_tval *js_splitlines(struct jrender *r, struct capy_tval *s, bool keepends);
+
 /* Global functions: index for JK_FUNC values, -1 if unknown. */
 int jinja_global_index(const char *name);
 const char *jinja_global_name(int fn);

@@ -1,550 +1,10 @@
-/* jinja-parse.c - the template lexer and parser: normalized source to a syntax tree.
+/* jinja-parse.c - the template parser: tokens to a syntax tree.
  *
- * The lexer follows jinja2's rules with trim_blocks and lstrip_blocks on: "-" in a tag strips
- * all whitespace on that side, "+" keeps it, a block or comment tag alone on its line takes the
- * line's leading spaces, and the newline after "%}" or "#}" goes. The parser is recursive
- * descent with jinja2's operator precedence; its depth is bounded so that deeply nested input
- * fails instead of exhausting the stack.
+ * Recursive descent with jinja2's operator precedence (or < and < not < comparisons < + - <
+ * ~ < * / // % < ** < unary < postfix < filters and tests); its depth is bounded so that deeply
+ * nested input fails instead of exhausting the stack.
  */
 #include "text/jinja-impl.h"
-
-#define PARSE_MAX_DEPTH 200
-
-enum jtok_type {
-	T_EOF, T_DATA, T_VAR_BEGIN, T_VAR_END, T_BLOCK_BEGIN, T_BLOCK_END,
-	T_NAME, T_STRING, T_INT, T_FLOAT, T_OP,
-};
-
-struct jtok {
-	uint8_t type;
-	char op[3];
-	size_t pos;
-	const char *s; /* names (NUL-terminated in the arena) */
-	struct capy_tval *val; /* data, strings, numbers */
-};
-
-struct jparser {
-	struct capy_tmpl *t;
-	struct jarena *a;
-	const char *src;
-	size_t len;
-	struct jtok *toks;
-	size_t ntok, cap, i;
-	unsigned depth;
-	size_t open_pos; /* the tag whose body is being parsed, for "expected 'endfor'" */
-	unsigned loops; /* enclosing for loops in the current macro, for break/continue */
-	struct capy_err *err;
-	jmp_buf fail;
-	bool failed;
-};
-
-static void pos_line_col(const char *src, size_t len, size_t pos, uint32_t *line, uint32_t *col)
-{
-	size_t i;
-
-	*line = 1;
-	*col = 1;
-	for (i = 0; i < pos && i < len; i++) {
-		if (src[i] == '\n') {
-			(*line)++;
-			*col = 1;
-		} else if (((unsigned char)src[i] & 0xc0) != 0x80) {
-			(*col)++;
-		}
-	}
-}
-
-CAPY_NORETURN CAPY_PRINTF(3, 4) static void pfail(struct jparser *p, size_t pos, const char *fmt,
-						   ...)
-{
-	char msg[512];
-	uint32_t line, col;
-	va_list ap;
-
-	pos_line_col(p->src, p->len, pos, &line, &col);
-	va_start(ap, fmt);
-	vsnprintf(msg, sizeof(msg), fmt, ap);
-	va_end(ap);
-	capy_err_set(p->err, CAPY_EFORMAT, "%s:%u:%u: %s", p->t->name, line, col, msg);
-	p->failed = true;
-	longjmp(p->fail, 1);
-}
-
-/* --- lexer ------------------------------------------------------------------------------ */
-
-static struct jtok *emit(struct jparser *p, int type, size_t pos)
-{
-	struct jtok *t;
-
-	if (p->ntok == p->cap) {
-		size_t ncap = p->cap ? p->cap * 2 : 256;
-		struct jtok *n = ja_alloc(p->a, ncap * sizeof(*n));
-
-		if (p->ntok)
-			memcpy(n, p->toks, p->ntok * sizeof(*n));
-		p->toks = n;
-		p->cap = ncap;
-	}
-	t = &p->toks[p->ntok++];
-	t->type = (uint8_t)type;
-	t->pos = pos;
-	return t;
-}
-
-/* Length of the Python whitespace run (\s+) at i, 0 if none. */
-static size_t ws_run(const char *s, size_t len, size_t i)
-{
-	size_t start = i;
-
-	while (i < len) {
-		int32_t c;
-		size_t n = ju_decode(s, len, i, &c);
-
-		if (!ju_isspace(c))
-			break;
-		i += n;
-	}
-	return i - start;
-}
-
-/* Length of text [0, n) without its trailing Python whitespace (str.rstrip()). */
-static size_t rstrip_len(const char *s, size_t n)
-{
-	while (n > 0) {
-		size_t k = n - 1;
-		int32_t c;
-
-		while (k > 0 && ((unsigned char)s[k] & 0xc0) == 0x80)
-			k--;
-		ju_decode(s, n, k, &c);
-		if (!ju_isspace(c))
-			break;
-		n = k;
-	}
-	return n;
-}
-
-/* Emit text [start, end) as data, applying the whitespace control of the tag that follows:
- * sign '-' strips all trailing whitespace; otherwise lstrip_blocks removes the spaces that
- * precede a block or comment tag on its own line. */
-static void emit_data(struct jparser *p, size_t start, size_t end, char sign, bool lstrip)
-{
-	const char *s = p->src + start;
-	size_t n = end - start;
-
-	if (sign == '-') {
-		n = rstrip_len(s, n);
-	} else if (sign != '+' && lstrip) {
-		size_t l = n;
-
-		while (l > 0 && s[l - 1] != '\n')
-			l--;
-		if ((l > 0 || start == 0 || p->src[start - 1] == '\n') && l < n &&
-		    ws_run(s, n, l) == n - l)
-			n = l;
-	}
-	if (n)
-		emit(p, T_DATA, start)->val = jv_str(p->a, s, n);
-}
-
-static bool at(const struct jparser *p, size_t i, const char *w)
-{
-	size_t n = strlen(w);
-
-	return i <= p->len && p->len - i >= n && !memcmp(p->src + i, w, n);
-}
-
-/* After a block end "%}" (or "#}"): trim_blocks drops one newline. Returns the new position. */
-static size_t block_suffix(const struct jparser *p, size_t i, char sign)
-{
-	if (sign == '-')
-		return i + ws_run(p->src, p->len, i);
-	if (sign != '+' && i < p->len && p->src[i] == '\n')
-		return i + 1;
-	return i;
-}
-
-/* Match "{%[-+]? \s* word \s* [-+]?%}" at i: returns the position just after "%}" (0 if no
- * match) and the signs inside the opening and closing delimiters. */
-static size_t match_word_tag(const struct jparser *p, size_t i, const char *word, char *open_sign,
-			     char *close_sign)
-{
-	size_t j = i + 2, n = strlen(word);
-
-	*open_sign = *close_sign = 0;
-	if (!at(p, i, "{%"))
-		return 0;
-	if (j < p->len && (p->src[j] == '-' || p->src[j] == '+'))
-		*open_sign = p->src[j++];
-	j += ws_run(p->src, p->len, j);
-	if (!at(p, j, word))
-		return 0;
-	j += n;
-	j += ws_run(p->src, p->len, j);
-	if (at(p, j, "-%}") || at(p, j, "+%}"))
-		*close_sign = p->src[j++];
-	if (!at(p, j, "%}"))
-		return 0;
-	return j + 2;
-}
-
-static int32_t hexval(const char *s, size_t n)
-{
-	int32_t v = 0;
-	size_t i;
-
-	for (i = 0; i < n; i++) {
-		char c = s[i];
-
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= c - '0';
-		else if (c >= 'a' && c <= 'f')
-			v |= c - 'a' + 10;
-		else if (c >= 'A' && c <= 'F')
-			v |= c - 'A' + 10;
-		else
-			return -1;
-	}
-	return v;
-}
-
-/* A string literal: Python's unicode-escape rules (unknown escapes stay as written). */
-static size_t lex_string(struct jparser *p, size_t i)
-{
-	char q = p->src[i], enc[4];
-	struct jbuf b = { 0 };
-	size_t j = i + 1;
-	struct jtok *t;
-
-	for (;;) {
-		char c;
-
-		if (j >= p->len) {
-			jb_free(&b);
-			pfail(p, i, "unterminated string literal");
-		}
-		c = p->src[j];
-		if (c == q)
-			break;
-		if (c != '\\' || j + 1 >= p->len) {
-			jb_putc(&b, c);
-			j++;
-			continue;
-		}
-		c = p->src[j + 1];
-		j += 2;
-		switch (c) {
-		case '\n': break;
-		case '\\': jb_putc(&b, '\\'); break;
-		case '\'': jb_putc(&b, '\''); break;
-		case '"': jb_putc(&b, '"'); break;
-		case 'a': jb_putc(&b, '\a'); break;
-		case 'b': jb_putc(&b, '\b'); break;
-		case 'f': jb_putc(&b, '\f'); break;
-		case 'n': jb_putc(&b, '\n'); break;
-		case 'r': jb_putc(&b, '\r'); break;
-		case 't': jb_putc(&b, '\t'); break;
-		case 'v': jb_putc(&b, '\v'); break;
-		case 'x':
-		case 'u':
-		case 'U': {
-			size_t n = c == 'x' ? 2 : c == 'u' ? 4 : 8;
-			int32_t v = j + n <= p->len ? hexval(p->src + j, n) : -1;
-
-			if (v < 0 || v > 0x10ffff) {
-				jb_free(&b);
-				pfail(p, j - 2, "invalid \\%c escape in string literal", c);
-			}
-			if (v >= 0xd800 && v < 0xe000)
-				v = 0xfffd;
-			jb_put(&b, enc, ju_encode(v, enc));
-			j += n;
-			break;
-		}
-		default:
-			if (c >= '0' && c <= '7') {
-				int32_t v = c - '0';
-				int k;
-
-				for (k = 0; k < 2 && j < p->len && p->src[j] >= '0' && p->src[j] <= '7'; k++)
-					v = v * 8 + (p->src[j++] - '0');
-				jb_put(&b, enc, ju_encode(v, enc));
-			} else {
-				jb_putc(&b, '\\');
-				jb_putc(&b, c);
-			}
-		}
-	}
-	if (b.failed) {
-		jb_free(&b);
-		pfail(p, i, "out of memory");
-	}
-	t = emit(p, T_STRING, i);
-	t->val = jv_str(p->a, b.p ? b.p : "", b.len);
-	jb_free(&b);
-	return j + 1;
-}
-
-static bool isdig(char c)
-{
-	return c >= '0' && c <= '9';
-}
-
-/* Digits with single underscores between them ("1_000"); returns the end. */
-static size_t digits(const struct jparser *p, size_t j)
-{
-	while (j < p->len && isdig(p->src[j])) {
-		j++;
-		if (j + 1 < p->len && p->src[j] == '_' && isdig(p->src[j + 1]))
-			j++;
-	}
-	return j;
-}
-
-static size_t lex_number(struct jparser *p, size_t i)
-{
-	size_t j = digits(p, i), k;
-	bool is_float = false;
-	char buf[128];
-	size_t n = 0, m;
-	struct jtok *t;
-
-	/* 0x / 0o / 0b literals */
-	if (p->src[i] == '0' && j == i + 1 && j < p->len && strchr("xXoObB", p->src[j]) &&
-	    p->src[j] != '\0') {
-		int base = strchr("xX", p->src[j]) ? 16 : strchr("oO", p->src[j]) ? 8 : 2;
-		uint64_t v = 0;
-		bool any = false;
-
-		for (k = j + 1; k < p->len; k++) {
-			int d;
-
-			if (p->src[k] == '_')
-				continue;
-			d = hexval(p->src + k, 1);
-			if (d < 0 || d >= base)
-				break;
-			if (v > (UINT64_MAX >> 4) || v * (uint64_t)base + (uint64_t)d > INT64_MAX)
-				pfail(p, i, "integer literal too large");
-			v = v * (uint64_t)base + (uint64_t)d;
-			any = true;
-		}
-		if (any) {
-			emit(p, T_INT, i)->val = jv_int(p->a, (int64_t)v);
-			return k;
-		}
-	}
-	if (j + 1 < p->len && p->src[j] == '.' && isdig(p->src[j + 1])) {
-		is_float = true;
-		j = digits(p, j + 1);
-	}
-	if (j < p->len && (p->src[j] == 'e' || p->src[j] == 'E')) {
-		k = j + 1;
-		if (k < p->len && (p->src[k] == '+' || p->src[k] == '-'))
-			k++;
-		if (k < p->len && isdig(p->src[k])) {
-			is_float = true;
-			j = digits(p, k);
-		}
-	}
-	for (m = i; m < j; m++)
-		if (p->src[m] != '_' && n < sizeof(buf) - 1)
-			buf[n++] = p->src[m];
-	buf[n] = '\0';
-	if (n >= sizeof(buf) - 1)
-		pfail(p, i, "number literal too long");
-	if (is_float) {
-		t = emit(p, T_FLOAT, i);
-		t->val = jv_float(p->a, strtod(buf, NULL));
-	} else {
-		long long v;
-		char *end;
-
-		errno = 0;
-		v = strtoll(buf, &end, 10);
-		t = emit(p, T_INT, i);
-		if (errno || *end) {
-			size_t z = 0;
-
-			while (buf[z] == '0' && buf[z + 1])
-				z++;
-			t->val = jv_str(p->a, buf + z, n - z);
-			t->val->kind = JK_BIGINT;
-		} else {
-			t->val = jv_int(p->a, v);
-		}
-	}
-	return j;
-}
-
-static const char *const ops2[] = { "//", "**", "==", "!=", ">=", "<=" };
-static const char ops1[] = "+-*/%~[](){}><=.:|,;";
-
-/* Tokens inside {{ }} or {% %}; returns the position after the closing tag. */
-static size_t lex_tag(struct jparser *p, size_t open, size_t i, bool block)
-{
-	char stack[PARSE_MAX_DEPTH];
-	int depth = 0;
-
-	for (;;) {
-		char c;
-		size_t k;
-
-		if (i >= p->len)
-			pfail(p, open, "unexpected end of template, expected '%s'",
-			      block ? "%}" : "}}");
-		if (!depth) {
-			if (block && (at(p, i, "-%}") || at(p, i, "+%}"))) {
-				emit(p, T_BLOCK_END, i);
-				return block_suffix(p, i + 3, p->src[i]);
-			}
-			if (block && at(p, i, "%}")) {
-				emit(p, T_BLOCK_END, i);
-				return block_suffix(p, i + 2, 0);
-			}
-			if (!block && at(p, i, "-}}")) {
-				emit(p, T_VAR_END, i);
-				return i + 3 + ws_run(p->src, p->len, i + 3);
-			}
-			if (!block && at(p, i, "}}")) {
-				emit(p, T_VAR_END, i);
-				return i + 2;
-			}
-		}
-		k = ws_run(p->src, p->len, i);
-		if (k) {
-			i += k;
-			continue;
-		}
-		c = p->src[i];
-		if (isdig(c)) {
-			i = lex_number(p, i);
-			continue;
-		}
-		if (c == '_' || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z')) {
-			size_t j = i + 1;
-			struct jtok *t;
-
-			while (j < p->len && (p->src[j] == '_' || isdig(p->src[j]) ||
-					      (p->src[j] >= 'a' && p->src[j] <= 'z') ||
-					      (p->src[j] >= 'A' && p->src[j] <= 'Z')))
-				j++;
-			t = emit(p, T_NAME, i);
-			t->s = ja_strndup(p->a, p->src + i, j - i);
-			i = j;
-			continue;
-		}
-		if (c == '\'' || c == '"') {
-			i = lex_string(p, i);
-			continue;
-		}
-		for (k = 0; k < ARRAY_SIZE(ops2); k++)
-			if (at(p, i, ops2[k]))
-				break;
-		if (k < ARRAY_SIZE(ops2)) {
-			struct jtok *t = emit(p, T_OP, i);
-
-			memcpy(t->op, ops2[k], 2);
-			i += 2;
-			continue;
-		}
-		if (c && strchr(ops1, c)) {
-			struct jtok *t = emit(p, T_OP, i);
-
-			t->op[0] = c;
-			if (c == '(' || c == '[' || c == '{') {
-				if (depth >= PARSE_MAX_DEPTH)
-					pfail(p, i, "brackets nested too deeply");
-				stack[depth++] = c == '(' ? ')' : c == '[' ? ']' : '}';
-			} else if (c == ')' || c == ']' || c == '}') {
-				if (!depth)
-					pfail(p, i, "unexpected '%c'", c);
-				if (stack[--depth] != c)
-					pfail(p, i, "unexpected '%c', expected '%c'", c, stack[depth]);
-			}
-			i++;
-			continue;
-		}
-		pfail(p, i, "unexpected character '%c'", c);
-	}
-}
-
-static void lex(struct jparser *p)
-{
-	size_t i = 0;
-
-	while (i < p->len) {
-		const char *hit = NULL;
-		size_t j, k;
-		char kind, sign = 0;
-
-		for (j = i; j + 1 < p->len; j++) {
-			if (p->src[j] == '{' && strchr("{%#", p->src[j + 1]) && p->src[j + 1]) {
-				hit = p->src + j;
-				break;
-			}
-		}
-		if (!hit) {
-			emit_data(p, i, p->len, 0, false);
-			break;
-		}
-		kind = p->src[j + 1];
-		k = j + 2;
-		if (k < p->len && (p->src[k] == '-' || p->src[k] == '+'))
-			sign = p->src[k++];
-		if (kind == '%') {
-			char osign, csign;
-			size_t end = match_word_tag(p, j, "raw", &osign, &csign);
-
-			if (end && csign != '+') {
-				size_t r, rend = 0;
-
-				/* "{% raw %}" keeps the newline after it (jinja2 has no block
-				 * suffix there); "-%}" strips the whitespace. */
-				emit_data(p, i, j, sign, true);
-				if (csign == '-')
-					end += ws_run(p->src, p->len, end);
-				for (r = end; r + 1 < p->len; r++) {
-					if (p->src[r] == '{' && p->src[r + 1] == '%' &&
-					    (rend = match_word_tag(p, r, "endraw", &osign, &csign)))
-						break;
-				}
-				if (!rend)
-					pfail(p, j, "missing end of raw directive");
-				emit_data(p, end, r, osign, true);
-				i = block_suffix(p, rend, csign);
-				continue;
-			}
-		}
-		emit_data(p, i, j, sign, kind != '{');
-		if (kind == '#') {
-			bool closed = false;
-
-			for (; k + 1 < p->len; k++) {
-				if ((p->src[k] == '-' || p->src[k] == '+') && at(p, k + 1, "#}")) {
-					k = block_suffix(p, k + 3, p->src[k]);
-					closed = true;
-					break;
-				}
-				if (at(p, k, "#}")) {
-					k = block_suffix(p, k + 2, 0);
-					closed = true;
-					break;
-				}
-			}
-			if (!closed)
-				pfail(p, j, "missing end of comment tag");
-			i = k;
-			continue;
-		}
-		emit(p, kind == '%' ? T_BLOCK_BEGIN : T_VAR_BEGIN, j);
-		i = lex_tag(p, j, k, kind == '%');
-	}
-	emit(p, T_EOF, p->len);
-}
-
-/* --- parser ----------------------------------------------------------------------------- */
 
 static struct jtok *cur(struct jparser *p)
 {
@@ -586,21 +46,21 @@ static const char *describe(const struct jtok *t)
 static void expect_op(struct jparser *p, const char *op)
 {
 	if (!is_op(cur(p), op))
-		pfail(p, cur(p)->pos, "expected '%s', got '%s'", op, describe(cur(p)));
+		jp_fail(p, cur(p)->pos, "expected '%s', got '%s'", op, describe(cur(p)));
 	p->i++;
 }
 
 static const char *expect_name(struct jparser *p)
 {
 	if (cur(p)->type != T_NAME)
-		pfail(p, cur(p)->pos, "expected a name, got '%s'", describe(cur(p)));
+		jp_fail(p, cur(p)->pos, "expected a name, got '%s'", describe(cur(p)));
 	return p->toks[p->i++].s;
 }
 
 static void expect_type(struct jparser *p, int type, const char *what)
 {
 	if (cur(p)->type != type)
-		pfail(p, cur(p)->pos, "expected %s, got '%s'", what, describe(cur(p)));
+		jp_fail(p, cur(p)->pos, "expected %s, got '%s'", what, describe(cur(p)));
 	p->i++;
 }
 
@@ -609,7 +69,7 @@ static struct jnode *node(struct jparser *p, int type, size_t pos)
 	struct jnode *n = ja_alloc(p->a, sizeof(*n));
 
 	n->type = (uint8_t)type;
-	pos_line_col(p->src, p->len, pos, &n->line, &n->col);
+	jp_line_col(p->src, p->len, pos, &n->line, &n->col);
 	return n;
 }
 
@@ -642,7 +102,7 @@ static void nv_push(struct jparser *p, struct nvec *nv, struct jnode *n, const c
 static void enter(struct jparser *p)
 {
 	if (++p->depth > PARSE_MAX_DEPTH)
-		pfail(p, cur(p)->pos, "expression nested too deeply");
+		jp_fail(p, cur(p)->pos, "expression nested too deeply");
 }
 
 static struct jnode *parse_expr(struct jparser *p, bool condexpr);
@@ -675,7 +135,7 @@ static struct jnode *parse_tuple(struct jparser *p, bool condexpr, bool explicit
 	if (!comma && items.n == 1)
 		return items.v[0];
 	if (!items.n && !explicit_parens)
-		pfail(p, pos, "expected an expression, got '%s'", describe(cur(p)));
+		jp_fail(p, pos, "expected an expression, got '%s'", describe(cur(p)));
 	n = node(p, E_TUPLE, pos);
 	n->args = items.v;
 	n->nargs = items.n;
@@ -695,7 +155,7 @@ static void parse_call_args(struct jparser *p, struct jnode *n)
 				break;
 		}
 		if (is_op(cur(p), "*") || is_op(cur(p), "**"))
-			pfail(p, cur(p)->pos, "*args and **kwargs in calls are not supported");
+			jp_fail(p, cur(p)->pos, "*args and **kwargs in calls are not supported");
 		if (cur(p)->type == T_NAME && is_op(peek(p, 1), "=")) {
 			const char *name = cur(p)->s;
 
@@ -703,7 +163,7 @@ static void parse_call_args(struct jparser *p, struct jnode *n)
 			nv_push(p, &kw, parse_expr(p, true), name);
 		} else {
 			if (kw.n)
-				pfail(p, cur(p)->pos, "positional argument follows keyword argument");
+				jp_fail(p, cur(p)->pos, "positional argument follows keyword argument");
 			nv_push(p, &pos, parse_expr(p, true), NULL);
 		}
 	}
@@ -723,9 +183,9 @@ static struct jnode *parse_filter(struct jparser *p, struct jnode *in)
 	const char *name = expect_name(p);
 
 	if (is_op(cur(p), "."))
-		pfail(p, pos, "dotted filter names are not supported");
+		jp_fail(p, pos, "dotted filter names are not supported");
 	if (!jinja_filter_known(name))
-		pfail(p, pos, "no filter named '%s'", name);
+		jp_fail(p, pos, "no filter named '%s'", name);
 	f->name = name;
 	f->a = in;
 	if (is_op(cur(p), "("))
@@ -746,7 +206,7 @@ static struct jnode *parse_test(struct jparser *p, struct jnode *in)
 	}
 	t->name = expect_name(p);
 	if (!jinja_test_known(t->name))
-		pfail(p, pos, "no test named '%s'", t->name);
+		jp_fail(p, pos, "no test named '%s'", t->name);
 	c = cur(p);
 	if (is_op(c, "(")) {
 		parse_call_args(p, t);
@@ -756,7 +216,7 @@ static struct jnode *parse_test(struct jparser *p, struct jnode *in)
 		struct jnode *arg;
 
 		if (is_name(c, "is"))
-			pfail(p, c->pos, "you cannot chain multiple tests with 'is'");
+			jp_fail(p, c->pos, "you cannot chain multiple tests with 'is'");
 		arg = parse_postfix(p, parse_primary(p));
 		t->args = ja_alloc(p->a, sizeof(*t->args));
 		t->args[0] = arg;
@@ -838,7 +298,7 @@ static struct jnode *parse_postfix(struct jparser *p, struct jnode *n)
 				x->a = n;
 				x->b = k;
 			} else {
-				pfail(p, a->pos, "expected name or number after '.'");
+				jp_fail(p, a->pos, "expected name or number after '.'");
 			}
 			n = x;
 		} else if (is_op(t, "[")) {
@@ -848,7 +308,7 @@ static struct jnode *parse_postfix(struct jparser *p, struct jnode *n)
 			x->a = n;
 			x->b = parse_subscript_arg(p);
 			if (is_op(cur(p), ","))
-				pfail(p, cur(p)->pos, "tuple subscripts are not supported");
+				jp_fail(p, cur(p)->pos, "tuple subscripts are not supported");
 			expect_op(p, "]");
 			n = x;
 		} else if (is_op(t, "(")) {
@@ -946,7 +406,7 @@ static struct jnode *parse_primary(struct jparser *p)
 		}
 		/* fall through */
 	default:
-		pfail(p, t->pos, "unexpected '%s'", describe(t));
+		jp_fail(p, t->pos, "unexpected '%s'", describe(t));
 	}
 	p->depth--;
 	return n;
@@ -1069,7 +529,7 @@ static struct jnode *parse_compare(struct jparser *p)
 			break;
 		}
 		if (operands.n >= ARRAY_SIZE(ops))
-			pfail(p, t->pos, "comparison chain too long");
+			jp_fail(p, t->pos, "comparison chain too long");
 		ops[operands.n] = (uint8_t)op;
 		nv_push(p, &operands, parse_math1(p), NULL);
 	}
@@ -1098,33 +558,17 @@ static struct jnode *parse_not(struct jparser *p)
 	return parse_compare(p);
 }
 
-static struct jnode *parse_and(struct jparser *p)
+/* "a or b" (is_or) over "a and b" over "not a". */
+static struct jnode *parse_bool(struct jparser *p, bool is_or)
 {
-	struct jnode *n = parse_not(p);
+	struct jnode *n = is_or ? parse_bool(p, false) : parse_not(p);
 
-	while (is_name(cur(p), "and")) {
-		size_t pos = cur(p)->pos;
-		struct jnode *x = node(p, E_AND, pos);
+	while (is_name(cur(p), is_or ? "or" : "and")) {
+		struct jnode *x = node(p, is_or ? E_OR : E_AND, cur(p)->pos);
 
 		p->i++;
 		x->a = n;
-		x->b = parse_not(p);
-		n = x;
-	}
-	return n;
-}
-
-static struct jnode *parse_or(struct jparser *p)
-{
-	struct jnode *n = parse_and(p);
-
-	while (is_name(cur(p), "or")) {
-		size_t pos = cur(p)->pos;
-		struct jnode *x = node(p, E_OR, pos);
-
-		p->i++;
-		x->a = n;
-		x->b = parse_and(p);
+		x->b = is_or ? parse_bool(p, false) : parse_not(p);
 		n = x;
 	}
 	return n;
@@ -1135,13 +579,13 @@ static struct jnode *parse_expr(struct jparser *p, bool condexpr)
 	struct jnode *n;
 
 	enter(p);
-	n = parse_or(p);
+	n = parse_bool(p, true);
 	while (condexpr && is_name(cur(p), "if")) {
 		struct jnode *c = node(p, E_COND, cur(p)->pos);
 
 		p->i++;
 		c->a = n;
-		c->b = parse_or(p);
+		c->b = parse_bool(p, true);
 		if (is_name(cur(p), "else")) {
 			p->i++;
 			c->c = parse_expr(p, true);
@@ -1216,7 +660,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 	struct jnode *n;
 
 	if (t->type != T_NAME)
-		pfail(p, t->pos, "tag name expected");
+		jp_fail(p, t->pos, "tag name expected");
 	kw = t->s;
 	p->i++;
 	p->open_pos = t->pos;
@@ -1253,7 +697,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 		n = node(p, N_FOR, t->pos);
 		n->a = parse_target(p, false);
 		if (!is_name(cur(p), "in"))
-			pfail(p, cur(p)->pos, "expected 'in', got '%s'", describe(cur(p)));
+			jp_fail(p, cur(p)->pos, "expected 'in', got '%s'", describe(cur(p)));
 		p->i++;
 		n->b = parse_tuple(p, false, false);
 		if (is_name(cur(p), "if")) {
@@ -1261,7 +705,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 			n->c = parse_expr(p, true);
 		}
 		if (is_name(cur(p), "recursive"))
-			pfail(p, cur(p)->pos, "recursive loops are not supported");
+			jp_fail(p, cur(p)->pos, "recursive loops are not supported");
 		end_tag(p);
 		p->loops++;
 		n->d = body(p, t->pos, ends);
@@ -1322,7 +766,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 				def = parse_expr(p, true);
 				have_default = true;
 			} else if (have_default) {
-				pfail(p, cur(p)->pos, "non-default argument follows default argument");
+				jp_fail(p, cur(p)->pos, "non-default argument follows default argument");
 			}
 			nv_push(p, &params, def, name);
 		}
@@ -1344,7 +788,7 @@ static struct jnode *parse_stmt(struct jparser *p)
 	if (!strcmp(kw, "break") || !strcmp(kw, "continue")) {
 		n = node(p, kw[0] == 'b' ? N_BREAK : N_CONTINUE, t->pos);
 		if (!p->loops)
-			pfail(p, t->pos, "'%s' outside of a loop", kw);
+			jp_fail(p, t->pos, "'%s' outside of a loop", kw);
 		end_tag(p);
 		return n;
 	}
@@ -1399,8 +843,8 @@ static struct jnode *parse_stmt(struct jparser *p)
 	if (!strcmp(kw, "call") || !strcmp(kw, "include") || !strcmp(kw, "import") ||
 	    !strcmp(kw, "from") || !strcmp(kw, "extends") || !strcmp(kw, "block") ||
 	    !strcmp(kw, "do") || !strcmp(kw, "autoescape"))
-		pfail(p, t->pos, "'%s' is not supported", kw);
-	pfail(p, t->pos, "unknown tag '%s'", kw);
+		jp_fail(p, t->pos, "'%s' is not supported", kw);
+	jp_fail(p, t->pos, "unknown tag '%s'", kw);
 }
 
 /* Statements until "{% <one of ends>" (left unconsumed after the "{%"), or the end of the
@@ -1417,7 +861,7 @@ static struct jnode *parse_block(struct jparser *p, const char *const *ends)
 
 		if (t->type == T_EOF) {
 			if (ends)
-				pfail(p, start, "unexpected end of template, expected '%s'", ends[0]);
+				jp_fail(p, start, "unexpected end of template, expected '%s'", ends[0]);
 			break;
 		}
 		if (t->type == T_DATA) {
@@ -1446,12 +890,12 @@ static struct jnode *parse_block(struct jparser *p, const char *const *ends)
 			if (name->type == T_NAME &&
 			    (!strncmp(name->s, "end", 3) || !strcmp(name->s, "elif") ||
 			     !strcmp(name->s, "else")))
-				pfail(p, name->pos, "unexpected '%s'%s%s%s", name->s,
+				jp_fail(p, name->pos, "unexpected '%s'%s%s%s", name->s,
 				      ends ? ", expected '" : "", ends ? ends[0] : "", ends ? "'" : "");
 			p->i++;
 			nv_push(p, &stmts, parse_stmt(p), NULL);
 		} else {
-			pfail(p, t->pos, "unexpected '%s'", describe(t));
+			jp_fail(p, t->pos, "unexpected '%s'", describe(t));
 		}
 	}
 done:
@@ -1472,7 +916,7 @@ int jinja_parse(struct capy_tmpl *t, struct capy_err *err)
 			return CAPY_EFORMAT;
 		return capy_err_set(err, CAPY_ENOMEM, "%s: out of memory while compiling", t->name);
 	}
-	lex(&p);
+	jinja_lex(&p);
 	t->root = parse_block(&p, NULL);
 	t->arena.fail = NULL;
 	return 0;

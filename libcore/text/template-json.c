@@ -67,23 +67,14 @@ static bool jr_word(struct jreader *r, const char *w)
 
 static int jr_hex4(struct jreader *r)
 {
-	int v = 0, i;
+	int v;
 
 	if (r->len - r->pos < 4)
 		jr_fail(r, "truncated \\u escape");
-	for (i = 0; i < 4; i++) {
-		char c = r->s[r->pos++];
-
-		v <<= 4;
-		if (c >= '0' && c <= '9')
-			v |= c - '0';
-		else if (c >= 'a' && c <= 'f')
-			v |= c - 'a' + 10;
-		else if (c >= 'A' && c <= 'F')
-			v |= c - 'A' + 10;
-		else
-			jr_fail(r, "invalid \\u escape");
-	}
+	v = ju_hex(r->s + r->pos, 4);
+	if (v < 0)
+		jr_fail(r, "invalid \\u escape");
+	r->pos += 4;
 	return v;
 }
 

@@ -190,6 +190,27 @@ size_t ju_count(const char *s, size_t len)
 	return n;
 }
 
+int32_t ju_hex(const char *s, size_t n)
+{
+	int32_t v = 0;
+	size_t i;
+
+	for (i = 0; i < n; i++) {
+		char c = s[i];
+
+		v <<= 4;
+		if (c >= '0' && c <= '9')
+			v |= c - '0';
+		else if (c >= 'a' && c <= 'f')
+			v |= c - 'a' + 10;
+		else if (c >= 'A' && c <= 'F')
+			v |= c - 'A' + 10;
+		else
+			return -1;
+	}
+	return v;
+}
+
 bool ju_valid(const char *s, size_t len)
 {
 	size_t i = 0;
