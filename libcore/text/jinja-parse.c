@@ -225,6 +225,18 @@ static struct jnode *parse_test(struct jparser *p, struct jnode *in)
 	return t;
 }
 
+/* A call of callee n; the current token is "(". Errors point at the callee. */
+static struct jnode *parse_call(struct jparser *p, struct jnode *n)
+{
+	struct jnode *c = node(p, E_CALL, cur(p)->pos);
+
+	c->a = n;
+	c->line = n->line;
+	c->col = n->col;
+	parse_call_args(p, c);
+	return c;
+}
+
 static struct jnode *parse_filter_expr(struct jparser *p, struct jnode *n)
 {
 	for (;;) {
@@ -235,13 +247,7 @@ static struct jnode *parse_filter_expr(struct jparser *p, struct jnode *n)
 			p->i++;
 			n = parse_test(p, n);
 		} else if (is_op(cur(p), "(")) {
-			struct jnode *c = node(p, E_CALL, cur(p)->pos);
-
-			c->a = n;
-			c->line = n->line;
-			c->col = n->col;
-			parse_call_args(p, c);
-			n = c;
+			n = parse_call(p, n);
 		} else {
 			return n;
 		}
@@ -312,13 +318,7 @@ static struct jnode *parse_postfix(struct jparser *p, struct jnode *n)
 			expect_op(p, "]");
 			n = x;
 		} else if (is_op(t, "(")) {
-			struct jnode *c = node(p, E_CALL, t->pos);
-
-			c->a = n;
-			c->line = n->line;
-			c->col = n->col;
-			parse_call_args(p, c);
-			n = c;
+			n = parse_call(p, n);
 		} else {
 			return n;
 		}
