@@ -192,23 +192,26 @@ size_t ju_count(const char *s, size_t len)
 
 int32_t ju_hex(const char *s, size_t n)
 {
-	int32_t v = 0;
+	uint32_t v = 0;
 	size_t i;
 
 	for (i = 0; i < n; i++) {
 		char c = s[i];
 
+		if (v > (UINT32_MAX >> 4))
+			return -1;
 		v <<= 4;
 		if (c >= '0' && c <= '9')
-			v |= c - '0';
+			v |= (uint32_t)(c - '0');
 		else if (c >= 'a' && c <= 'f')
-			v |= c - 'a' + 10;
+			v |= (uint32_t)(c - 'a' + 10);
 		else if (c >= 'A' && c <= 'F')
-			v |= c - 'A' + 10;
+			v |= (uint32_t)(c - 'A' + 10);
 		else
 			return -1;
 	}
-	return v;
+	/* "\Uffffffff" is no code point; callers treat -1 as invalid */
+	return v > INT32_MAX ? -1 : (int32_t)v;
 }
 
 bool ju_valid(const char *s, size_t len)

@@ -206,6 +206,12 @@ static void test_engine_errors(void)
 			 "t:1:6: Object of type Undefined is not JSON serializable");
 	CHECK_RENDER_ERR("{{ 9223372036854775807 + 1 }}", NULL, CAPY_EFORMAT,
 			 "t:1:24: integer overflow in '+'");
+	/* found by fuzz-template: 8 hex digits overflowed a signed shift */
+	CHECK_RENDER_ERR("{{ '\\Uffffffff' }}", NULL, CAPY_EFORMAT,
+			 "t:1:5: invalid \\U escape in string literal");
+	CHECK_RENDER_ERR("{{ '\\U00110000' }}", NULL, CAPY_EFORMAT,
+			 "t:1:5: invalid \\U escape in string literal");
+	CHECK_RENDER("{{ '\\U0001F600\\u00e9\\x41' }}", NULL, "😀éA");
 	CHECK_RENDER_ERR("{{ '\xff' }}", NULL, CAPY_EFORMAT,
 			 "t: template is not valid UTF-8 or has a NUL byte");
 }
