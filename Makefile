@@ -15,7 +15,7 @@ PREFIX ?= /usr/local
 CC ?= cc
 OPT ?= -O2
 CFLAGS ?= $(OPT) -g
-WARNINGS = -Wall -Wextra -Wshadow -Wvla -Wno-unused-parameter
+WARNINGS = -Wall -Wextra -Wshadow -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
 BASE_CFLAGS = -std=c17 -pthread -march=x86-64-v2 -fno-strict-aliasing $(WARNINGS) -MMD -MP
 CPPFLAGS += -Ilibcore
 LDLIBS = -Wl,--as-needed -lcjson -lzstd -lpcre2-8 -lutf8proc -lmicrohttpd -lm -lpthread
@@ -50,15 +50,32 @@ ifeq ($(CUDA),1)
 endif
 
 # --- the library ----------------------------------------------------------------
+LIBCORE_OBJS += libcore/artifact/dtype.o
+LIBCORE_OBJS += libcore/artifact/read.o
+LIBCORE_OBJS += libcore/artifact/write.o
+LIBCORE_OBJS += libcore/ckpt/checkpoint.o
+LIBCORE_OBJS += libcore/ckpt/safetensors.o
+LIBCORE_OBJS += libcore/convert/convert.o
+LIBCORE_OBJS += libcore/convert/families.o
+LIBCORE_OBJS += libcore/convert/plan.o
+LIBCORE_OBJS += libcore/convert/synthetic.o
+LIBCORE_OBJS += libcore/model/config.o
+LIBCORE_OBJS += libcore/quant/floats.o
+LIBCORE_OBJS += libcore/quant/nvfp4.o
 LIBCORE_OBJS += libcore/text/chat.o
 LIBCORE_OBJS += libcore/text/jinja-eval.o
 LIBCORE_OBJS += libcore/text/jinja-filters.o
 LIBCORE_OBJS += libcore/text/jinja-lex.o
 LIBCORE_OBJS += libcore/text/jinja-methods.o
 LIBCORE_OBJS += libcore/text/jinja-parse.o
+LIBCORE_OBJS += libcore/text/outparse-json.o
+LIBCORE_OBJS += libcore/text/outparse.o
+LIBCORE_OBJS += libcore/text/reasoning.o
 LIBCORE_OBJS += libcore/text/template-json.o
 LIBCORE_OBJS += libcore/text/template-value.o
 LIBCORE_OBJS += libcore/text/template.o
+LIBCORE_OBJS += libcore/text/toolcall-schema.o
+LIBCORE_OBJS += libcore/text/toolcall.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
 LIBCORE_OBJS += libcore/tool/main.o
 LIBCORE_OBJS += libcore/tool/opt.o
@@ -73,14 +90,22 @@ LIBCORE_OBJS += libcore/util/parse.o
 LIBCORE_OBJS += libcore/util/rng.o
 LIBCORE_OBJS += libcore/util/thread.o
 
+PROGRAMS += capy-convert
 
+UNIT_TESTS += u-artifact
+UNIT_TESTS += u-nvfp4
+UNIT_TESTS += u-outparse
+UNIT_TESTS += u-safetensors
 UNIT_TESTS += u-template
 UNIT_TESTS += u-util
 
 TEST_HELPERS += capy-test-tool
 
+FUZZERS += fuzz-artifact
+FUZZERS += fuzz-hfconfig
+FUZZERS += fuzz-outparse
+FUZZERS += fuzz-safetensors
 FUZZERS += fuzz-template
-
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))

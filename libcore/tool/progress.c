@@ -29,7 +29,7 @@ struct capy_progress *capy_progress_new(const char *label, uint64_t total_bytes)
 	return p;
 }
 
-static void human(char *buf, size_t n, double bytes)
+void capy_human_bytes(char *buf, size_t n, double bytes)
 {
 	const char *units[] = { "B", "KiB", "MiB", "GiB", "TiB" };
 	int u = 0;
@@ -38,7 +38,7 @@ static void human(char *buf, size_t n, double bytes)
 		bytes /= 1024;
 		u++;
 	}
-	snprintf(buf, n, u ? "%.1f %s" : "%.0f %s", bytes, units[u]);
+	snprintf(buf, n, u ? "%.2f %s" : "%.0f %s", bytes, units[u]);
 }
 
 static void draw(struct capy_progress *p, bool final)
@@ -51,9 +51,9 @@ static void draw(struct capy_progress *p, bool final)
 	if (frac > 1)
 		frac = 1;
 	fill = (int)(frac * width);
-	human(a, sizeof(a), (double)done);
-	human(b, sizeof(b), (double)p->total);
-	human(r, sizeof(r), dt > 0 ? (double)done / dt : 0);
+	capy_human_bytes(a, sizeof(a), (double)done);
+	capy_human_bytes(b, sizeof(b), (double)p->total);
+	capy_human_bytes(r, sizeof(r), dt > 0 ? (double)done / dt : 0);
 	fprintf(stderr, "\r%s: [%.*s%*s] %3.0f%% %s / %s, %s/s", p->label, fill,
 		"##############################", width - fill, "", frac * 100, a, b, r);
 	if (!final && frac > 0.01 && dt > 1)

@@ -98,6 +98,9 @@ void capy_progress_done(struct capy_progress *p);
  * One path at a time; pass NULL to unregister. */
 void capy_cleanup_on_signal(const char *path);
 
+/* "1.50 GiB": bytes in binary units, two decimals. */
+void capy_human_bytes(char *buf, size_t n, double bytes);
+
 /* Monotonic seconds. */
 double capy_now(void);
 

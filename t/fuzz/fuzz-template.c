@@ -2,11 +2,10 @@
  * fixed chat context with small limits. Any crash, leak, sanitizer report or hang is a bug; a
  * template error or an exceeded limit is the expected outcome for most inputs.
  *
- *	make fuzz && mkdir -p t/fuzz/corpus-template &&
- *	build/fuzz/t/fuzz/fuzz-template -max_total_time=300 -dict=t/fuzz/template.dict \
- *		t/fuzz/corpus-template t/jinja t/chat share/chat_templates
+ *	make fuzz && t/fuzz/run.sh 300 template
  *
- * (the first directory collects new inputs; the others seed it with real templates).
+ * Seeds (t/fuzz/corpus/template/) are links to the real templates and the feature cases of
+ * t/jinja/; the dictionary is t/fuzz/template.dict.
  */
 #include "text/chat.h"
 

@@ -1,0 +1,35 @@
+# t/lib.bash - shared setup for the BATS tests: paths to the built tools and the
+# fixtures, and small helpers. Load with `load lib` from a t/*.bats file.
+
+bats_require_minimum_version 1.5.0
+
+SRC=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
+BUILD=${CAPY_BUILD:-$SRC/build}
+FIX=$SRC/t/fixtures
+export PATH="$BUILD/bin:$PATH"
+export CAPY_PROGRESS=0
+FAMILIES="qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp"
+
+# A private copy of a fixture checkpoint in the test's temporary directory.
+copy_fixture() {
+	cp -r "$FIX/$1" "$BATS_TEST_TMPDIR/$1"
+	echo "$BATS_TEST_TMPDIR/$1"
+}
+
+# The output directory must hold nothing but what the test put there.
+assert_no_leftovers() {
+	local dir=$1
+	local left
+	left=$(find "$dir" -maxdepth 1 \( -name '*.capy' -o -name '.*.tmp.*' \) -print)
+	if [ -n "$left" ]; then
+		echo "left behind: $left" >&2
+		return 1
+	fi
+}
+
+# Exactly one line on stderr, starting with the tool's name.
+assert_one_error_line() {
+	local tool=$1
+	[ "${#stderr_lines[@]}" -eq 1 ] || { printf 'stderr has %d lines:\n%s\n' "${#stderr_lines[@]}" "$stderr" >&2; return 1; }
+	[[ "$stderr" == "$tool: error: "* ]] || { echo "stderr: $stderr" >&2; return 1; }
+}
