@@ -62,9 +62,18 @@ LIBCORE_OBJS += libcore/convert/synthetic.o
 LIBCORE_OBJS += libcore/model/config.o
 LIBCORE_OBJS += libcore/quant/floats.o
 LIBCORE_OBJS += libcore/quant/nvfp4.o
+LIBCORE_OBJS += libcore/text/chat.o
+LIBCORE_OBJS += libcore/text/jinja-eval.o
+LIBCORE_OBJS += libcore/text/jinja-filters.o
+LIBCORE_OBJS += libcore/text/jinja-lex.o
+LIBCORE_OBJS += libcore/text/jinja-methods.o
+LIBCORE_OBJS += libcore/text/jinja-parse.o
 LIBCORE_OBJS += libcore/text/outparse-json.o
 LIBCORE_OBJS += libcore/text/outparse.o
 LIBCORE_OBJS += libcore/text/reasoning.o
+LIBCORE_OBJS += libcore/text/template-json.o
+LIBCORE_OBJS += libcore/text/template-value.o
+LIBCORE_OBJS += libcore/text/template.o
 LIBCORE_OBJS += libcore/text/toolcall-schema.o
 LIBCORE_OBJS += libcore/text/toolcall.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
@@ -87,17 +96,22 @@ UNIT_TESTS += u-artifact
 UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
 UNIT_TESTS += u-safetensors
+UNIT_TESTS += u-template
 UNIT_TESTS += u-util
+
+TEST_HELPERS += capy-test-tool
 
 FUZZERS += fuzz-artifact
 FUZZERS += fuzz-hfconfig
 FUZZERS += fuzz-outparse
 FUZZERS += fuzz-safetensors
+FUZZERS += fuzz-template
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
 BINS = $(addprefix $(O)/bin/,$(PROGRAMS))
 UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
+HELPER_BINS = $(addprefix $(O)/t/helper/,$(TEST_HELPERS))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
 
@@ -127,6 +141,10 @@ $(O)/t/unit/%: $(O)/t/unit/%.o $(LIB)
 
 $(O)/t/unit/%.o: CPPFLAGS += -It/unit
 
+$(O)/t/helper/%: $(O)/t/helper/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
 # --- tests ----------------------------------------------------------------------
 # `make test`: C unit tests, BATS tests of every tool, the man pages and the headers.
 test: all unit bats check-docs check-headers
@@ -134,7 +152,7 @@ test: all unit bats check-docs check-headers
 unit: $(UNIT_BINS)
 	$(QUIET)set -e; for t in $(UNIT_BINS); do echo "*** $$t"; $$t; done
 
-bats: all $(UNIT_BINS)
+bats: all $(UNIT_BINS) $(HELPER_BINS)
 	$(QUIET)CAPY_BUILD=$(abspath $(O)) PATH="$(abspath $(O))/bin:$$PATH" bats t/
 
 # `make check`: the same tests built with AddressSanitizer and UBSan.
@@ -162,8 +180,10 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
+# python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py).
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
-	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev
+	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev \
+	python3 python3-jinja2
 
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -188,6 +208,6 @@ help:
 	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
 	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
 
--include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d
+-include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d
 
 .SECONDARY:
