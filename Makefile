@@ -50,6 +50,17 @@ ifeq ($(CUDA),1)
 endif
 
 # --- the library ----------------------------------------------------------------
+LIBCORE_OBJS += libcore/text/tok-added.o
+LIBCORE_OBJS += libcore/text/tok-bpe.o
+LIBCORE_OBJS += libcore/text/tok-decode.o
+LIBCORE_OBJS += libcore/text/tok-encode.o
+LIBCORE_OBJS += libcore/text/tok-load.o
+LIBCORE_OBJS += libcore/text/tok-norm.o
+LIBCORE_OBJS += libcore/text/tok-pretok.o
+LIBCORE_OBJS += libcore/text/tok-regex.o
+LIBCORE_OBJS += libcore/text/tok-unicode.o
+LIBCORE_OBJS += libcore/text/tok-utf8.o
+LIBCORE_OBJS += libcore/text/tok-vocab.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
 LIBCORE_OBJS += libcore/tool/main.o
 LIBCORE_OBJS += libcore/tool/opt.o
@@ -65,13 +76,17 @@ LIBCORE_OBJS += libcore/util/rng.o
 LIBCORE_OBJS += libcore/util/thread.o
 
 
+UNIT_TESTS += u-tokenizer
 UNIT_TESTS += u-util
+
+TEST_HELPERS += capy-test-tool
 
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
 BINS = $(addprefix $(O)/bin/,$(PROGRAMS))
 UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
+HELPER_BINS = $(addprefix $(O)/t/helper/,$(TEST_HELPERS))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
 
@@ -101,6 +116,10 @@ $(O)/t/unit/%: $(O)/t/unit/%.o $(LIB)
 
 $(O)/t/unit/%.o: CPPFLAGS += -It/unit
 
+$(O)/t/helper/%: $(O)/t/helper/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
 # --- tests ----------------------------------------------------------------------
 # `make test`: C unit tests, BATS tests of every tool, the man pages and the headers.
 test: all unit bats check-docs check-headers
@@ -108,7 +127,7 @@ test: all unit bats check-docs check-headers
 unit: $(UNIT_BINS)
 	$(QUIET)set -e; for t in $(UNIT_BINS); do echo "*** $$t"; $$t; done
 
-bats: all $(UNIT_BINS)
+bats: all $(UNIT_BINS) $(HELPER_BINS)
 	$(QUIET)CAPY_BUILD=$(abspath $(O)) PATH="$(abspath $(O))/bin:$$PATH" bats t/
 
 # `make check`: the same tests built with AddressSanitizer and UBSan.
@@ -162,6 +181,6 @@ help:
 	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
 	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
 
--include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d
+-include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d
 
 .SECONDARY:

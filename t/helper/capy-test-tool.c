@@ -1,0 +1,232 @@
+/* capy-test-tool - expose libcore internals to the shell tests (after git's test-tool).
+ *
+ *	capy-test-tool tokenize [options] TOKENIZER.json[.zst] < lines
+ *	capy-test-tool detokenize [--skip-special] TOKENIZER.json[.zst] < lines of ids
+ *
+ * tokenize encodes each input line (raw, or hex-encoded bytes with --hex) and prints its ids.
+ * With --decode it adds, tab-separated, the hex of decode(ids) and of decode(ids, skip special),
+ * after checking that the streaming decoder, fed one id at a time, gives the same bytes.
+ * A line that fails prints "error: <message>" in place of the ids (exit status stays 0).
+ */
+#include "text/tokenizer.h"
+#include "tool/tool.h"
+#include "util/file.h"
+
+#include <zstd.h>
+
+static int load_tokenizer(const char *path, struct capy_tokenizer **tok)
+{
+	struct capy_err err = { 0 };
+	char *data;
+	size_t len;
+	size_t n = strlen(path);
+
+	if (capy_read_file(path, (size_t)1 << 30, &data, &len, &err) < 0)
+		capy_die("%s", err.msg);
+	if (n > 4 && !strcmp(path + n - 4, ".zst")) {
+		unsigned long long size = ZSTD_getFrameContentSize(data, len);
+		char *raw;
+		if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > (1u << 30))
+			capy_die("'%s': not a zstd frame with a known size", path);
+		raw = malloc(size + 1);
+		if (!raw)
+			capy_die("out of memory");
+		size_t got = ZSTD_decompress(raw, size, data, len);
+		if (ZSTD_isError(got) || got != size)
+			capy_die("'%s': %s", path, ZSTD_isError(got) ? ZSTD_getErrorName(got) : "short");
+		free(data);
+		data = raw;
+		len = size;
+	}
+	if (capy_tokenizer_new(tok, data, len, &err) < 0)
+		capy_die("'%s': %s", path, err.msg);
+	free(data);
+	return 0;
+}
+
+static int hexval(int c)
+{
+	if (c >= '0' && c <= '9')
+		return c - '0';
+	if (c >= 'a' && c <= 'f')
+		return c - 'a' + 10;
+	if (c >= 'A' && c <= 'F')
+		return c - 'A' + 10;
+	return -1;
+}
+
+static size_t unhex(char *s, size_t len)
+{
+	size_t n = 0;
+
+	for (size_t i = 0; i + 1 < len; i += 2) {
+		int hi = hexval(s[i]), lo = hexval(s[i + 1]);
+		if (hi < 0 || lo < 0)
+			capy_die("bad hex input");
+		s[n++] = (char)(hi << 4 | lo);
+	}
+	return n;
+}
+
+static void put_hex(const char *s, size_t len)
+{
+	static const char digits[] = "0123456789abcdef";
+
+	for (size_t i = 0; i < len; i++) {
+		putchar(digits[(uint8_t)s[i] >> 4]);
+		putchar(digits[(uint8_t)s[i] & 15]);
+	}
+}
+
+/* decode(ids, flags) through capy_tokenizer_decode and through the streaming decoder */
+static void decode_checked(const struct capy_tokenizer *tok, const struct capy_tokens *ids,
+			   unsigned flags)
+{
+	struct capy_err err = { 0 };
+	struct capy_detok *d = capy_detok_new(tok, flags);
+	char *text, *streamed = NULL;
+	size_t len, slen = 0, plen;
+	const char *piece;
+
+	if (!d)
+		capy_die("out of memory");
+	if (capy_tokenizer_decode(tok, ids->ids, ids->n, flags, &text, &len, &err) < 0)
+		capy_die("%s", err.msg);
+	for (size_t i = 0; i <= ids->n; i++) {
+		if (i < ids->n ? capy_detok_feed(d, ids->ids[i], &piece, &plen) :
+				 capy_detok_flush(d, &piece, &plen))
+			capy_die("out of memory");
+		/* a piece never ends inside a UTF-8 sequence */
+		if (plen && ((uint8_t)piece[plen - 1] & 0xC0) == 0xC0)
+			capy_die("streaming decoder emitted a partial character");
+		streamed = realloc(streamed, slen + plen + 1);
+		if (!streamed)
+			capy_die("out of memory");
+		memcpy(streamed + slen, piece, plen);
+		slen += plen;
+	}
+	if (slen != len || memcmp(streamed, text, len))
+		capy_die("streaming decode differs from decode");
+	put_hex(text, len);
+	free(text);
+	free(streamed);
+	capy_detok_free(d);
+}
+
+static int cmd_tokenize(int argc, char **argv)
+{
+	static const char *const usage[] = {
+		"capy-test-tool tokenize [<options>] <tokenizer.json> < lines", NULL };
+	bool hex = false, decode = false, lossy = false;
+	const char *parse = "all";
+	const struct capy_opt opts[] = {
+		CAPY_OPT_FLAG(0, "hex", &hex, "input lines are hex-encoded bytes"),
+		CAPY_OPT_FLAG(0, "decode", &decode, "also print decode and decode skipping specials"),
+		CAPY_OPT_FLAG(0, "lossy", &lossy, "replace invalid UTF-8 instead of failing"),
+		CAPY_OPT_STRING(0, "parse", &parse, "all|plain|none",
+				"added tokens to recognise (plain: not the special ones)"),
+		CAPY_OPT_END(),
+	};
+	struct capy_tokenizer *tok;
+	unsigned flags = 0;
+	char *line = NULL;
+	size_t cap = 0;
+	ssize_t n;
+
+	if (capy_opt_parse(argc, argv, usage, opts) != 1)
+		capy_usage_error(usage, opts, "need one tokenizer file");
+	if (!strcmp(parse, "all"))
+		flags = CAPY_TOK_PARSE_ADDED;
+	else if (!strcmp(parse, "plain"))
+		flags = CAPY_TOK_PARSE_PLAIN;
+	else if (strcmp(parse, "none"))
+		capy_usage_error(usage, opts, "--parse must be all, plain or none");
+	if (lossy)
+		flags |= CAPY_TOK_LOSSY;
+	load_tokenizer(argv[0], &tok);
+	while ((n = getline(&line, &cap, stdin)) >= 0) {
+		struct capy_tokens ids = { 0 };
+		struct capy_err err = { 0 };
+		size_t len = (size_t)n;
+
+		if (len && line[len - 1] == '\n')
+			len--;
+		if (hex)
+			len = unhex(line, len);
+		if (capy_tokenizer_encode(tok, line, len, flags, &ids, &err) < 0) {
+			printf("error: %s\n", err.msg);
+			continue;
+		}
+		for (size_t i = 0; i < ids.n; i++)
+			printf(i ? " %d" : "%d", ids.ids[i]);
+		if (decode) {
+			putchar('\t');
+			decode_checked(tok, &ids, 0);
+			putchar('\t');
+			decode_checked(tok, &ids, CAPY_TOK_SKIP_SPECIAL);
+		}
+		putchar('\n');
+		capy_tokens_release(&ids);
+	}
+	free(line);
+	capy_tokenizer_free(tok);
+	return fflush(stdout) ? CAPY_EXIT_FAIL : 0;
+}
+
+static int cmd_detokenize(int argc, char **argv)
+{
+	static const char *const usage[] = {
+		"capy-test-tool detokenize [--skip-special] <tokenizer.json> < lines of ids", NULL };
+	bool skip = false;
+	const struct capy_opt opts[] = {
+		CAPY_OPT_FLAG(0, "skip-special", &skip, "drop special tokens"),
+		CAPY_OPT_END(),
+	};
+	struct capy_tokenizer *tok;
+	char *line = NULL;
+	size_t cap = 0;
+
+	if (capy_opt_parse(argc, argv, usage, opts) != 1)
+		capy_usage_error(usage, opts, "need one tokenizer file");
+	load_tokenizer(argv[0], &tok);
+	while (getline(&line, &cap, stdin) >= 0) {
+		struct capy_tokens ids = { 0 };
+		struct capy_err err = { 0 };
+		char *p = line, *end, *text;
+		size_t len;
+
+		for (;;) {
+			long v = strtol(p, &end, 10);
+			if (end == p)
+				break;
+			if (ids.n == ids.cap) {
+				ids.cap = ids.cap ? 2 * ids.cap : 64;
+				ids.ids = realloc(ids.ids, ids.cap * sizeof(*ids.ids));
+				if (!ids.ids)
+					capy_die("out of memory");
+			}
+			ids.ids[ids.n++] = (int32_t)v;
+			p = end;
+		}
+		if (capy_tokenizer_decode(tok, ids.ids, ids.n, skip ? CAPY_TOK_SKIP_SPECIAL : 0, &text,
+					  &len, &err) < 0)
+			capy_die("%s", err.msg);
+		fwrite(text, 1, len, stdout);
+		putchar('\n');
+		free(text);
+		capy_tokens_release(&ids);
+	}
+	free(line);
+	capy_tokenizer_free(tok);
+	return fflush(stdout) ? CAPY_EXIT_FAIL : 0;
+}
+
+int cmd_main(int argc, char **argv)
+{
+	if (argc >= 2 && !strcmp(argv[1], "tokenize"))
+		return cmd_tokenize(argc - 1, argv + 1);
+	if (argc >= 2 && !strcmp(argv[1], "detokenize"))
+		return cmd_detokenize(argc - 1, argv + 1);
+	fprintf(stderr, "usage: capy-test-tool (tokenize | detokenize) ...\n");
+	return CAPY_EXIT_USAGE;
+}
