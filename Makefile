@@ -81,16 +81,19 @@ UNIT_TESTS += u-util
 
 TEST_HELPERS += capy-test-tool
 
+BENCHES += tokenizer-bench
+
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
 BINS = $(addprefix $(O)/bin/,$(PROGRAMS))
 UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
 HELPER_BINS = $(addprefix $(O)/t/helper/,$(TEST_HELPERS))
+BENCH_BINS = $(addprefix $(O)/bench/,$(BENCHES))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
 
-.PHONY: all test check unit bats check-docs check-headers fuzz deps install clean help
+.PHONY: all test check unit bats check-docs check-headers fuzz bench deps install clean help
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -115,6 +118,10 @@ $(O)/t/unit/%: $(O)/t/unit/%.o $(LIB)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(O)/t/unit/%.o: CPPFLAGS += -It/unit
+
+$(O)/bench/%: $(O)/bench/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(O)/t/helper/%: $(O)/t/helper/%.o $(LIB)
 	@mkdir -p $(dir $@)
@@ -143,6 +150,9 @@ check-headers:
 	$(QUIET)set -e; for h in $(PUBLIC_HEADERS); do \
 		$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -fsyntax-only -x c $$h -o /dev/null; done; \
 		echo "headers: ok"
+
+# `make bench`: the benchmark programs (run by bench/*.sh; results in docs/perf.md).
+bench: $(BENCH_BINS)
 
 # `make fuzz`: libFuzzer targets (clang); run one with build/fuzz/t/fuzz/fuzz-X t/fuzz/corpus/X
 fuzz:
@@ -177,10 +187,11 @@ help:
 	@echo "make test       unit tests, BATS tests, man pages and headers (CPU only)"
 	@echo "make check      the tests again under ASan + UBSan (build/san/)"
 	@echo "make fuzz       build the libFuzzer targets (build/fuzz/)"
+	@echo "make bench      build the benchmark programs (build/bench/)"
 	@echo "make deps       install the Debian packages (as root), else print the apt-get line"
 	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
 	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
 
--include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d
+-include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d $(O)/bench/*.d
 
 .SECONDARY:

@@ -6,6 +6,61 @@
  * the context, grown when a longer word arrives.
  */
 #include "tokenizer-impl.h"
+#include "../util/hash.h"
+
+#include <pthread.h>
+
+struct tok_cache_pool {
+	pthread_mutex_t lock;
+	struct tok_cache *free;
+};
+
+struct tok_cache_pool *tok_cache_pool_new(void)
+{
+	struct tok_cache_pool *p = calloc(1, sizeof(*p));
+
+	if (p && pthread_mutex_init(&p->lock, NULL)) {
+		free(p);
+		return NULL;
+	}
+	return p;
+}
+
+void tok_cache_pool_free(struct tok_cache_pool *p)
+{
+	if (!p)
+		return;
+	while (p->free) {
+		struct tok_cache *c = p->free;
+		p->free = c->next;
+		free(c);
+	}
+	pthread_mutex_destroy(&p->lock);
+	free(p);
+}
+
+struct tok_cache *tok_cache_get(struct tok_cache_pool *p)
+{
+	struct tok_cache *c;
+
+	pthread_mutex_lock(&p->lock);
+	c = p->free;
+	if (c)
+		p->free = c->next;
+	pthread_mutex_unlock(&p->lock);
+	/* calloc: fresh pages come zeroed, the arena is only touched as it fills */
+	return c ? c : calloc(1, sizeof(*c));
+}
+
+void tok_cache_put(struct tok_cache_pool *p, struct tok_cache *c)
+{
+	if (!c)
+		return;
+	pthread_mutex_lock(&p->lock);
+	c->next = p->free;
+	p->free = c;
+	pthread_mutex_unlock(&p->lock);
+}
 
 static int grow_scratch(struct tok_ctx *c, size_t n)
 {
@@ -220,7 +275,64 @@ static int initial_symbols(struct tok_ctx *c, const char *m, size_t len, size_t 
 	return 0;
 }
 
+static int bpe_word(struct tok_ctx *c, const char *s, size_t len);
+
+static void cache_clear(struct tok_cache *cache)
+{
+	memset(cache->slots, 0, sizeof(cache->slots));
+	cache->used = cache->n = 0;
+}
+
 int tok_bpe_word(struct tok_ctx *c, const char *s, size_t len)
+{
+	struct tok_cache *cache = c->cache;
+	struct tok_cache_slot *slot;
+	size_t n0 = c->out->n, n, need, i;
+	uint64_t h;
+	int rc;
+
+	if (!cache || len > TOK_CACHE_MAX_WORD)
+		return bpe_word(c, s, len);
+	h = capy_xxh3(s, len) | 1;
+	/* linear probing; the table is kept at most half full */
+	for (i = h & (TOK_CACHE_SLOTS - 1);; i = (i + 1) & (TOK_CACHE_SLOTS - 1)) {
+		slot = &cache->slots[i];
+		if (!slot->hash)
+			break;
+		if (slot->hash == h && slot->len == len && !memcmp(cache->arena + slot->off, s, len)) {
+			const int32_t *ids = (const int32_t *)(const void *)(cache->arena + slot->off +
+									     CAPY_ALIGN_UP(len, 4));
+			for (size_t k = 0; k < slot->n_ids; k++)
+				if ((rc = tok_emit(c, ids[k])) < 0)
+					return rc;
+			return 0;
+		}
+	}
+	if ((rc = bpe_word(c, s, len)) < 0)
+		return rc;
+	n = c->out->n - n0;
+	need = CAPY_ALIGN_UP(len, 4) + n * sizeof(int32_t);
+	if (n > UINT16_MAX || need > TOK_CACHE_ARENA / 64)
+		return 0;
+	/* full: start again rather than track what to evict */
+	if (cache->used + need > TOK_CACHE_ARENA || cache->n >= TOK_CACHE_SLOTS / 2) {
+		cache_clear(cache);
+		slot = &cache->slots[h & (TOK_CACHE_SLOTS - 1)];
+	}
+	cache->n++;
+	slot->hash = h;
+	slot->off = (uint32_t)cache->used;
+	slot->len = (uint16_t)len;
+	slot->n_ids = (uint16_t)n;
+	memcpy(cache->arena + cache->used, s, len);
+	memcpy(cache->arena + cache->used + CAPY_ALIGN_UP(len, 4), c->out->ids + n0,
+	       n * sizeof(int32_t));
+	cache->used += need;
+	return 0;
+}
+
+/* BPE::tokenize_with_cache without the cache: one word to ids. */
+static int bpe_word(struct tok_ctx *c, const char *s, size_t len)
 {
 	const struct capy_tokenizer *tok = c->tok;
 	const char *m = s;

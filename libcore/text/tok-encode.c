@@ -41,6 +41,7 @@ static int normalized_piece(struct tok_ctx *c, const char *s, size_t len)
 
 static void ctx_release(struct tok_ctx *c)
 {
+	tok_cache_put(c->tok->caches, c->cache);
 	pcre2_match_data_free(c->md);
 	pcre2_match_context_free(c->mctx);
 	pcre2_jit_stack_free(c->jit_stack);
@@ -72,6 +73,7 @@ static int ctx_init(struct tok_ctx *c, const struct capy_tokenizer *tok, unsigne
 	if (!c->md || !c->mctx || !c->jit_stack)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	pcre2_jit_stack_assign(c->mctx, NULL, c->jit_stack);
+	c->cache = tok_cache_get(tok->caches);
 	return 0;
 }
 

@@ -423,8 +423,17 @@ static int load_model(struct capy_tokenizer *tok, const cJSON *model, struct voc
 	    (rc = opt_bool(model, "byte_fallback", "model", &tok->byte_fallback, err)) < 0 ||
 	    (rc = opt_bool(model, "ignore_merges", "model", &tok->ignore_merges, err)) < 0)
 		return rc;
+	/* an empty prefix or suffix changes nothing (Qwen's files have "") */
 	tok->subword_prefix_len = tok->subword_prefix ? strlen(tok->subword_prefix) : 0;
 	tok->word_suffix_len = tok->word_suffix ? strlen(tok->word_suffix) : 0;
+	if (!tok->subword_prefix_len) {
+		free(tok->subword_prefix);
+		tok->subword_prefix = NULL;
+	}
+	if (!tok->word_suffix_len) {
+		free(tok->word_suffix);
+		tok->word_suffix = NULL;
+	}
 	if (!cJSON_GetObjectItemCaseSensitive(model, "vocab") ||
 	    !cJSON_GetObjectItemCaseSensitive(model, "merges"))
 		return capy_err_set(err, CAPY_EFORMAT, WHAT ": model: missing vocab/merges");
@@ -783,6 +792,10 @@ int capy_tokenizer_new(struct capy_tokenizer **out, const char *json, size_t len
 	if ((rc = capy_json_parse(json, len, WHAT, &root, err)) < 0)
 		return rc;
 	tok = calloc(1, sizeof(*tok));
+	if (tok && !(tok->caches = tok_cache_pool_new())) {
+		free(tok);
+		tok = NULL;
+	}
 	if (!tok) {
 		cJSON_Delete(root);
 		return oom(err);
@@ -856,5 +869,6 @@ void capy_tokenizer_free(struct capy_tokenizer *tok)
 	free(tok->bytes_len);
 	free(tok->id_flags);
 	free(tok->pool);
+	tok_cache_pool_free(tok->caches);
 	free(tok);
 }

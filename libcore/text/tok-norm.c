@@ -4,7 +4,7 @@
  * stability policy the two agree on text made of characters assigned by 9.0. A character assigned
  * later is, for HF, an unassigned starter that nothing composes with or reorders around, so the
  * text is cut at such characters (those utf8proc could touch are listed in tok-unicode.c) and
- * each run between them is normalized alone.
+ * the pieces between them are normalized alone.
  */
 #include "tokenizer-impl.h"
 
@@ -28,16 +28,28 @@ static bool is_late(uint32_t cp)
 	return false;
 }
 
-/* Text that this form cannot change: for NFC every character below U+0300 (no decomposition
- * survives recomposition there and nothing composes with them from below), else ASCII. */
-static bool unchanged(enum tok_norm_kind kind, const char *s, size_t len)
+/*
+ * A character this form leaves alone whatever surrounds it: a starter (combining class 0) with
+ * no decomposition that applies and that never comes second in a composition. Text can be cut
+ * before such a character and each side normalized alone, so only the few "dirty" stretches
+ * (from the last such character before a change to the next one after) go to utf8proc.
+ */
+static bool inert(enum tok_norm_kind kind, uint32_t cp)
 {
-	uint8_t limit = kind == TOK_NFC ? 0xCC : 0x80;
+	const utf8proc_property_t *p;
 
-	for (size_t i = 0; i < len; i++)
-		if ((uint8_t)s[i] >= limit)
-			return false;
-	return true;
+	if (cp < 0x80)
+		return true;
+	if (cp >= 0x1100 && cp <= 0x11FF) /* Hangul jamo compose algorithmically */
+		return false;
+	if (cp >= 0xAC00 && cp <= 0xD7A3) /* and syllables decompose so */
+		return kind == TOK_NFC || kind == TOK_NFKC;
+	p = utf8proc_get_property((utf8proc_int32_t)cp);
+	if (p->combining_class || p->comp_exclusion)
+		return false;
+	if (p->decomp_seqindex != UINT16_MAX && (p->decomp_type == 0 || kind >= TOK_NFKC))
+		return false;
+	return p->comb_index == UINT16_MAX || p->comb_index < 0x8000;
 }
 
 static int map_run(enum tok_norm_kind kind, const char *s, size_t len, struct tok_buf *out,
@@ -65,26 +77,49 @@ static int map_run(enum tok_norm_kind kind, const char *s, size_t len, struct to
 	return rc < 0 ? capy_err_set(err, CAPY_ENOMEM, "out of memory") : 0;
 }
 
+/* Normalize s into out; returns 1 if s is unchanged (out is then not written). */
 static int apply(enum tok_norm_kind kind, const char *s, size_t len, struct tok_buf *out,
 		 struct capy_err *err)
 {
-	size_t run = 0, i = 0;
+	size_t i = 0, copied = 0, boundary = 0, dirty = SIZE_MAX;
+	int rc;
 
 	out->len = 0;
 	while (i < len) {
 		uint32_t cp;
-		int n = tok_utf8_next(s + i, &cp);
-		if (is_late(cp)) {
-			int rc = map_run(kind, s + run, i - run, out, err);
-			if (rc < 0)
-				return rc;
-			if (tok_buf_add(out, s + i, (size_t)n) < 0)
-				return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-			run = i + (size_t)n;
+		int n;
+		if ((uint8_t)s[i] < 0x80) {
+			cp = (uint8_t)s[i];
+			n = 1;
+		} else {
+			n = tok_utf8_next(s + i, &cp);
+		}
+		bool late = cp >= 0x80 && is_late(cp);
+		if (late || inert(kind, cp)) {
+			if (dirty != SIZE_MAX) {
+				/* normalize the stretch [dirty, i) after the clean text before it */
+				if (tok_buf_add(out, s + copied, dirty - copied) < 0)
+					return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+				if ((rc = map_run(kind, s + dirty, i - dirty, out, err)) < 0)
+					return rc;
+				copied = i;
+				dirty = SIZE_MAX;
+			}
+			/* a character HF does not know is a starter nothing combines with:
+			 * utf8proc must not see it, so a stretch may begin right after it */
+			boundary = late ? i + (size_t)n : i;
+		} else if (dirty == SIZE_MAX) {
+			dirty = boundary;
 		}
 		i += (size_t)n;
 	}
-	return map_run(kind, s + run, len - run, out, err);
+	if (dirty == SIZE_MAX && !copied)
+		return 1;
+	if (tok_buf_add(out, s + copied, (dirty == SIZE_MAX ? len : dirty) - copied) < 0)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	if (dirty != SIZE_MAX && (rc = map_run(kind, s + dirty, len - dirty, out, err)) < 0)
+		return rc;
+	return 0;
 }
 
 int tok_normalize(const struct capy_tokenizer *tok, const char *s, size_t len, const char **res,
@@ -95,11 +130,11 @@ int tok_normalize(const struct capy_tokenizer *tok, const char *s, size_t len, c
 	*res = s;
 	*res_len = len;
 	for (size_t k = 0; k < tok->n_norms; k++) {
-		if (unchanged(tok->norms[k], *res, *res_len))
-			continue;
 		int rc = apply(tok->norms[k], *res, *res_len, &bufs[which], err);
 		if (rc < 0)
 			return rc;
+		if (rc == 1)
+			continue;
 		*res = bufs[which].p ? bufs[which].p : "";
 		*res_len = bufs[which].len;
 		which ^= 1;

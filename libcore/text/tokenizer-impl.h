@@ -124,6 +124,35 @@ extern const size_t tok_n_class_extras;
 extern const uint32_t (*const tok_late_norm)[2];
 extern const size_t tok_n_late_norm;
 
+/* --- word cache (tok-bpe.c) --------------------------------------------------------------- */
+
+/* Most words recur; a cache of word -> ids skips BPE for them. An encoding call borrows a whole
+ * cache from the tokenizer's pool, so lookups take no lock. Entries live in an arena; when it is
+ * full the cache starts again empty. */
+#define TOK_CACHE_SLOTS 32768       /* a power of two */
+#define TOK_CACHE_ARENA (1u << 20)  /* bytes of keys and ids */
+#define TOK_CACHE_MAX_WORD 255
+
+struct tok_cache_slot {
+	uint64_t hash; /* 0: empty */
+	uint32_t off;  /* the key, then the ids (4-byte aligned), in the arena */
+	uint16_t len, n_ids;
+};
+
+struct tok_cache {
+	struct tok_cache *next; /* in the pool's free list */
+	size_t used, n;
+	struct tok_cache_slot slots[TOK_CACHE_SLOTS];
+	char arena[TOK_CACHE_ARENA];
+};
+
+struct tok_cache_pool;
+struct tok_cache_pool *tok_cache_pool_new(void);
+void tok_cache_pool_free(struct tok_cache_pool *p);
+/* A cache for one call (NULL on OOM: then words are not cached), and back. */
+struct tok_cache *tok_cache_get(struct tok_cache_pool *p);
+void tok_cache_put(struct tok_cache_pool *p, struct tok_cache *c);
+
 /* --- the tokenizer ---------------------------------------------------------------------------- */
 
 enum tok_norm_kind { TOK_NFC, TOK_NFD, TOK_NFKC, TOK_NFKD };
@@ -216,6 +245,8 @@ struct capy_tokenizer {
 	pcre2_code *word_char;   /* Rust regex \w, for single_word tokens; NULL if none */
 
 	enum { TOK_DEC_NONE, TOK_DEC_BYTELEVEL } decoder;
+
+	struct tok_cache_pool *caches; /* mutable behind the pointer: it has its own lock */
 };
 
 /* --- encoding context (one per call) ------------------------------------------------------ */
@@ -244,6 +275,7 @@ struct tok_ctx {
 	struct tok_buf model;      /* model-space word */
 	struct tok_buf key;        /* vocabulary lookups with prefix/suffix */
 	struct tok_buf lossy;      /* the input with invalid UTF-8 replaced */
+	struct tok_cache *cache;   /* borrowed for the call; may be NULL */
 	struct tok_span *spans;    /* split results, stacked by pre-tokenizer depth */
 	size_t n_spans, cap_spans;
 	struct tok_symbol *syms;
