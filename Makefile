@@ -166,7 +166,7 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
-	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev
+	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev zstd
 
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \

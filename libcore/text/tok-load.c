@@ -15,8 +15,6 @@
 static const char GPT2_REGEX[] =
 	"'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^\\s\\p{L}\\p{N}]+|\\s+(?!\\S)|\\s+";
 
-/* Rust regex's Unicode \w, for single_word added tokens. */
-static const char WORD_CHAR_REGEX[] = "[\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}]";
 
 static int tok_pool_add(struct capy_tokenizer *tok, const char *s, size_t len, uint32_t *off)
 {
@@ -825,9 +823,9 @@ int capy_tokenizer_new(struct capy_tokenizer **out, const char *json, size_t len
 	if (tok->byte_level)
 		setup_byte_level(tok);
 	for (size_t i = 0; i < n_added; i++) {
+		/* single_word tests the neighbours with Rust regex's \w (Unicode 16.0) */
 		if (added[i].id >= 0 && added[i].single_word && !tok->word_char &&
-		    (rc = tok_regex_compile(WORD_CHAR_REGEX, strlen(WORD_CHAR_REGEX), false,
-					    &tok->word_char, WHAT, err)) < 0)
+		    (rc = tok_regex_compile_class("rust_w", &tok->word_char, WHAT, err)) < 0)
 			goto fail;
 	}
 	/* the pool no longer moves: patterns can point into it */

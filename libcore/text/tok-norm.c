@@ -94,7 +94,9 @@ static int apply(enum tok_norm_kind kind, const char *s, size_t len, struct tok_
 		} else {
 			n = tok_utf8_next(s + i, &cp);
 		}
-		bool late = cp >= 0x80 && is_late(cp);
+		/* U+11A7 is no trailing consonant, but utf8proc before 2.11 composes it into a
+		 * preceding LV syllable (utf8proc PR #317); for everyone else it is inert */
+		bool late = cp >= 0x80 && (is_late(cp) || cp == 0x11A7);
 		if (late || inert(kind, cp)) {
 			if (dirty != SIZE_MAX) {
 				/* normalize the stretch [dirty, i) after the clean text before it */

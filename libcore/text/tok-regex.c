@@ -6,7 +6,8 @@
  * are rewritten into explicit classes completed with the code points from tok-unicode.c, and
  * the few escapes whose meaning differs are translated:
  *   \s \S          [White_Space] / its complement (U+180E excluded)
- *   \p{L} \p{M} \p{N} \p{Nd} (and long names), \d, \w   PCRE2's class + Unicode 15-16 additions
+ *   \p{X} for X in L M N Nd P S Lu Ll Lt Lm Lo Z (and long names), \d, \w
+ *                  PCRE2's class + the code points Unicode 15.0-16.0 added to it
  *   \h \H          Ruby's hex digit (PCRE2: horizontal space)
  *   \v             vertical tab (PCRE2: a class)
  *   \uHHHH         \x{HHHH}
@@ -75,17 +76,33 @@ static int put_class(struct xlate *x, const struct tok_class_extra *e, bool nega
 	return 0;
 }
 
-/* Map a \p{...} name to a completed class, NULL to leave it to PCRE2. */
+/* Map a \p{...} name to a completed class, NULL to leave it to PCRE2. Both engines compare
+ * property names loosely: case, spaces, '_' and '-' do not matter. */
 static const struct tok_class_extra *property(const char *name, size_t len)
 {
 	static const char *const names[][2] = {
-		{ "L", "L" }, { "Letter", "L" }, { "M", "M" }, { "Mark", "M" },
-		{ "Combining_Mark", "M" }, { "N", "N" }, { "Number", "N" }, { "Nd", "Nd" },
-		{ "Decimal_Number", "Nd" }, { "Digit", "Nd" },
+		{ "l", "L" }, { "letter", "L" }, { "m", "M" }, { "mark", "M" },
+		{ "combiningmark", "M" }, { "n", "N" }, { "number", "N" }, { "nd", "Nd" },
+		{ "decimalnumber", "Nd" }, { "digit", "Nd" }, { "p", "P" }, { "punctuation", "P" },
+		{ "punct", "P" }, { "s", "S" }, { "symbol", "S" }, { "lu", "Lu" },
+		{ "uppercaseletter", "Lu" }, { "ll", "Ll" }, { "lowercaseletter", "Ll" },
+		{ "lt", "Lt" }, { "titlecaseletter", "Lt" }, { "lm", "Lm" }, { "modifierletter", "Lm" },
+		{ "lo", "Lo" }, { "otherletter", "Lo" }, { "z", "Z" }, { "separator", "Z" },
 	};
+	char key[32];
+	size_t n = 0;
 
+	for (size_t i = 0; i < len; i++) {
+		char c = name[i];
+		if (c == '_' || c == '-' || c == ' ')
+			continue;
+		if (n + 1 >= sizeof(key))
+			return NULL;
+		key[n++] = (char)(c >= 'A' && c <= 'Z' ? c - 'A' + 'a' : c);
+	}
+	key[n] = '\0';
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-		if (strlen(names[i][0]) == len && !memcmp(names[i][0], name, len))
+		if (!strcmp(names[i][0], key))
 			return extra(names[i][1]);
 	return NULL;
 }
@@ -257,41 +274,60 @@ static int translate(struct xlate *x, const char *p, size_t len)
 	return 0;
 }
 
-int tok_regex_compile(const char *pattern, size_t len, bool literal, pcre2_code **out,
-		      const char *what, struct capy_err *err)
+static int compile(struct xlate *x, uint32_t opts, const char *shown, size_t shown_len,
+		   pcre2_code **out)
 {
-	struct xlate x = { .what = what, .err = err };
-	uint32_t opts = PCRE2_UTF;
-	int errcode, rc;
+	int errcode;
 	PCRE2_SIZE erroff;
 	pcre2_code *re;
 
-	*out = NULL;
-	if (literal) {
-		opts |= PCRE2_LITERAL;
-		if (put(&x, pattern, len) < 0)
-			return CAPY_ENOMEM;
-	} else {
-		opts |= PCRE2_UCP | PCRE2_MULTILINE;
-		rc = translate(&x, pattern, len);
-		if (rc < 0) {
-			tok_buf_release(&x.out);
-			return rc;
-		}
-	}
-	re = pcre2_compile((PCRE2_SPTR)(x.out.p ? x.out.p : ""), x.out.len, opts, &errcode, &erroff,
-			   NULL);
+	re = pcre2_compile((PCRE2_SPTR)(x->out.p ? x->out.p : ""), x->out.len, opts, &errcode,
+			   &erroff, NULL);
+	tok_buf_release(&x->out);
 	if (!re) {
 		PCRE2_UCHAR msg[160];
 		pcre2_get_error_message(errcode, msg, sizeof(msg));
-		capy_err_set(err, CAPY_EFORMAT, "%s: regex '%.*s': %s", what,
-			     (int)CAPY_MIN(len, 200), pattern, (const char *)msg);
-		tok_buf_release(&x.out);
-		return CAPY_EFORMAT;
+		return capy_err_set(x->err, CAPY_EFORMAT, "%s: regex '%.*s': %s", x->what,
+				    (int)CAPY_MIN(shown_len, 200), shown, (const char *)msg);
 	}
-	tok_buf_release(&x.out);
 	/* Without JIT (not built in, or out of executable memory) pcre2_match interprets. */
 	pcre2_jit_compile(re, PCRE2_JIT_COMPLETE);
 	*out = re;
 	return 0;
+}
+
+int tok_regex_compile(const char *pattern, size_t len, bool literal, pcre2_code **out,
+		      const char *what, struct capy_err *err)
+{
+	struct xlate x = { .what = what, .err = err };
+	int rc;
+
+	*out = NULL;
+	if (literal) {
+		if (put(&x, pattern, len) < 0)
+			return CAPY_ENOMEM;
+		return compile(&x, PCRE2_UTF | PCRE2_LITERAL, pattern, len, out);
+	}
+	rc = translate(&x, pattern, len);
+	if (rc < 0) {
+		tok_buf_release(&x.out);
+		return rc;
+	}
+	return compile(&x, PCRE2_UTF | PCRE2_UCP | PCRE2_MULTILINE, pattern, len, out);
+}
+
+int tok_regex_compile_class(const char *name, pcre2_code **out, const char *what,
+			    struct capy_err *err)
+{
+	struct xlate x = { .what = what, .err = err };
+	const struct tok_class_extra *e = extra(name);
+
+	*out = NULL;
+	if (!e)
+		CAPY_BUG("no character class '%s'", name);
+	if (put_class(&x, e, false, false, name) < 0) {
+		tok_buf_release(&x.out);
+		return CAPY_ENOMEM;
+	}
+	return compile(&x, PCRE2_UTF | PCRE2_UCP, name, strlen(name), out);
 }

@@ -112,8 +112,12 @@ static inline const struct tok_merge_slot *tok_mergemap_get(const struct tok_mer
 int tok_regex_compile(const char *pattern, size_t len, bool literal, pcre2_code **out,
 		      const char *what, struct capy_err *err);
 
+/* Compile the completed class tok_class_extras[name] alone, as "[...]". */
+int tok_regex_compile_class(const char *name, pcre2_code **out, const char *what,
+			    struct capy_err *err);
+
 struct tok_class_extra {
-	const char *name;            /* "L", "M", "N", "Nd", "s", "w" */
+	const char *name;            /* "L", "M", "N", "Nd", "s", "w", ... */
 	const char *pcre;            /* PCRE2 class body these complete ("\\p{L}") */
 	const uint32_t (*ranges)[2]; /* code points Oniguruma adds */
 	size_t n;

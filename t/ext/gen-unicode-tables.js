@@ -31,6 +31,11 @@ for (let c = 0; c <= 0x10ffff; c++) if (c < 0xd800 || c > 0xdfff) every.push(Str
 const everyString = every.join("");
 
 function onigSet(cls) {
+	if (Array.isArray(cls)) { // a union
+		const u = new Set();
+		for (const c of cls) for (const x of onigSet(c)) u.add(x);
+		return u;
+	}
 	const json = {
 		version: "1.0", truncation: null, padding: null, added_tokens: [], normalizer: null,
 		pre_tokenizer: { type: "Split", pattern: { Regex: cls + "+" }, behavior: "Removed", invert: true },
@@ -62,8 +67,19 @@ const classes = [
 	["M", "\\p{M}", "\\p{M}"],
 	["N", "\\p{N}", "\\p{N}"],
 	["Nd", "\\p{Nd}", "\\p{Nd}"],
+	["P", "\\p{P}", "\\p{P}"],
+	["S", "\\p{S}", "\\p{S}"],
+	["Lu", "\\p{Lu}", "\\p{Lu}"],
+	["Ll", "\\p{Ll}", "\\p{Ll}"],
+	["Lt", "\\p{Lt}", "\\p{Lt}"],
+	["Lm", "\\p{Lm}", "\\p{Lm}"],
+	["Lo", "\\p{Lo}", "\\p{Lo}"],
+	["Z", "\\p{Z}", "\\p{Z}"],
 	["s", "\\s", ""],
 	["w", "\\w", "\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}"],
+	// Rust regex's \w (UTS #18), which HF's single_word check uses; same Unicode version
+	["rust_w", ["\\p{Alphabetic}", "\\p{M}", "\\p{Nd}", "\\p{Pc}", "\\p{Join_Control}"],
+		"\\p{Alphabetic}\\p{M}\\p{Nd}\\p{Pc}\\p{Join_Control}"],
 ];
 
 const hex = (c) => "0x" + c.toString(16).padStart(4, "0");

@@ -5,6 +5,8 @@
 //   node hf-tokenizer.js gen SEED COUNT [--invalid]   random test strings, one hex line each
 //   node hf-tokenizer.js check TOKENIZER.json INPUT.hex MODE=OURS... [--lossy]
 //   node hf-tokenizer.js encode TOKENIZER.json < INPUT.hex   HF's output in the tool's format
+//   node hf-tokenizer.js golden TOKENIZER.json FILE...   NAME<TAB>HF output for each whole file
+//   node hf-tokenizer.js variant-added IN.json OUT.json   IN with added-token options set
 //
 // check compares, line by line, the output of `capy-test-tool tokenize --hex --decode` (OURS)
 // with HF: ids, decode(ids) and decode(ids, skip_special_tokens). MODE says which added tokens
@@ -91,7 +93,8 @@ function randomPiece(r, invalid) {
 	case 4: { // letters with combining marks, decomposed forms, jamo
 		let s = r.pick([...BASES]);
 		for (let n = r.int(4); n > 0; n--) { const b = r.pick(MARKS); s += r.range(b[0], b[1]); }
-		if (r.int(4) === 0) s += r.pick(["e\u0301", "A\u030a", "\u1100\u1161\u11a8", "\u0915\u093c", "n\u0303", "\u212b", "\u0344"]);
+		if (r.int(4) === 0) s += r.pick(["e\u0301", "A\u030a", "\u1100\u1161\u11a8", "\u0915\u093c", "n\u0303", "\u212b", "\u0344",
+			"\uac00\u11a7", "\u1100\u1161\u11a7", "\uac00\u11a8", "\uac01\u11a8", "\uc8e0\u11c3"]);
 		return s;
 	}
 	case 5: { // emoji, skin tones, ZWJ sequences, flags, keycaps
@@ -143,21 +146,48 @@ function gen(seed, count, invalid) {
 
 // --- HF side ---------------------------------------------------------------------------------
 
+// HF with some added tokens made unmatchable, every id kept: a token whose content is in the
+// vocabulary is dropped (its id is the vocabulary's anyway), any other gets a content that never
+// occurs (ids are assigned in order, so the others keep theirs).
 function variant(json, mode) {
 	const j = JSON.parse(json);
-	if (mode === "plain" || mode === "none")
-		for (const t of j.added_tokens)
-			if (t.special || mode === "none") t.content = "\u0000capy-unmatchable-" + t.id;
+	j.added_tokens = j.added_tokens.filter((t) => !((t.special || mode === "none") && t.content in j.model.vocab));
+	for (const t of j.added_tokens)
+		if (t.special || mode === "none") t.content = "\u0000capy-unmatchable-" + t.id;
 	return Tokenizer.fromString(JSON.stringify(j));
 }
 
-async function hfLine(encTok, decTok, bytes) {
-	const text = bytes.toString("utf8");
-	const e = await encTok.encode(text, null, { addSpecialTokens: false });
-	const ids = e.getIds();
-	const d0 = Buffer.from(await decTok.decode(ids, false), "utf8").toString("hex");
-	const d1 = Buffer.from(await decTok.decode(ids, true), "utf8").toString("hex");
-	return { ids, d0, d1, valid: Buffer.from(text, "utf8").equals(bytes) };
+// Where two tool lines differ, for the report.
+function describe(want, got) {
+	const [wi, ...wd] = want.split("\t"), [gi, ...gd] = got.split("\t");
+	const a = wi.split(" "), b = gi.split(" ");
+	let k = 0;
+	while (k < a.length && a[k] === b[k]) k++;
+	if (k < a.length || k < b.length)
+		return `ids differ at #${k}: HF ...${a.slice(Math.max(0, k - 3), k + 4).join(" ")}... ours ...${b.slice(Math.max(0, k - 3), k + 4).join(" ")}...`;
+	return wd[0] !== gd[0] ? `decode differs: HF ${wd[0]} ours ${gd[0]}` : `decode(skip special) differs: HF ${wd[1]} ours ${gd[1]}`;
+}
+
+// HF's view of each input: ids, decode and decode skipping special tokens (as hex), and whether
+// the bytes were valid UTF-8. Batched: far fewer crossings into the native module.
+async function hfLines(encTok, decTok, inputs) {
+	const out = [];
+	for (let i = 0; i < inputs.length; i += 500) {
+		const bytes = inputs.slice(i, i + 500);
+		const texts = bytes.map((b) => b.toString("utf8"));
+		const enc = await encTok.encodeBatch(texts, { addSpecialTokens: false });
+		const ids = enc.map((e) => e.getIds());
+		const d0 = await decTok.decodeBatch(ids, false);
+		const d1 = await decTok.decodeBatch(ids, true);
+		for (let k = 0; k < bytes.length; k++)
+			out.push({
+				ids: ids[k],
+				d0: Buffer.from(d0[k], "utf8").toString("hex"),
+				d1: Buffer.from(d1[k], "utf8").toString("hex"),
+				valid: Buffer.from(texts[k], "utf8").equals(bytes[k]),
+			});
+	}
+	return out;
 }
 
 async function check(tokPath, inputPath, specs, lossy) {
@@ -174,9 +204,10 @@ async function check(tokPath, inputPath, specs, lossy) {
 			bad++;
 			continue;
 		}
+		const all = await hfLines(tok, full, input.map((h) => Buffer.from(h, "hex")));
 		for (let i = 0; i < input.length; i++) {
 			const bytes = Buffer.from(input[i], "hex");
-			const hf = await hfLine(tok, full, bytes);
+			const hf = all[i];
 			total++;
 			let want;
 			if (!hf.valid && !lossy)
@@ -187,7 +218,7 @@ async function check(tokPath, inputPath, specs, lossy) {
 			if (want === "error:" ? !got.startsWith("error: text is not valid UTF-8") : got !== want) {
 				bad++;
 				if (bad <= 10)
-					console.log(`${mode} line ${i + 1}: text ${JSON.stringify(bytes.toString("utf8"))} (hex ${input[i]})\n  HF:   ${want}\n  ours: ${got}`);
+					console.log(`${mode} line ${i + 1}: text ${JSON.stringify(bytes.toString("utf8"))} (hex ${input[i]})\n  ${want === "error:" ? "HF cannot see invalid UTF-8, ours: " + got : describe(want, got)}`);
 			}
 		}
 	}
@@ -198,12 +229,38 @@ async function check(tokPath, inputPath, specs, lossy) {
 async function encodeAll(tokPath) {
 	const tok = Tokenizer.fromString(fs.readFileSync(tokPath, "utf8"));
 	const lines = fs.readFileSync(0, "utf8").split("\n").filter((l) => l.length);
-	const out = [];
-	for (const l of lines) {
-		const hf = await hfLine(tok, tok, Buffer.from(l, "hex"));
-		out.push(`${hf.ids.join(" ")}\t${hf.d0}\t${hf.d1}`);
-	}
-	process.stdout.write(out.join("\n") + "\n");
+	const all = await hfLines(tok, tok, lines.map((l) => Buffer.from(l, "hex")));
+	process.stdout.write(all.map((hf) => `${hf.ids.join(" ")}\t${hf.d0}\t${hf.d1}`).join("\n") + "\n");
+}
+
+async function golden(tokPath, files) {
+	const tok = Tokenizer.fromString(fs.readFileSync(tokPath, "utf8"));
+	const all = await hfLines(tok, tok, files.map((f) => fs.readFileSync(f)));
+	files.forEach((f, i) => process.stdout.write(`${f.split("/").pop()}\t${all[i].ids.join(" ")}\t${all[i].d0}\t${all[i].d1}\n`));
+}
+
+// The Qwen3 tokenizer with every added-token option in use, for options its own file leaves off:
+// lstrip, rstrip, single_word, normalized tokens, and new tokens (some already in the vocabulary).
+function variantAdded(inPath, outPath) {
+	const j = JSON.parse(fs.readFileSync(inPath, "utf8"));
+	const set = (content, opts) => Object.assign(j.added_tokens.find((t) => t.content === content), opts);
+	set("<|im_start|>", { lstrip: true });
+	set("<|im_end|>", { rstrip: true });
+	set("<think>", { single_word: true });
+	set("</think>", { normalized: true });
+	set("<tool_call>", { lstrip: true, rstrip: true });
+	set("<|fim_prefix|>", { single_word: true, lstrip: true });
+	let id = 151669;
+	const add = (content, opts) => j.added_tokens.push(Object.assign({ id: id++, content, single_word: false,
+		lstrip: false, rstrip: false, normalized: true, special: false }, opts));
+	add("é");                               // a byte-level character: takes the vocabulary's id
+	add("e\u0301x");                        // matched after NFC, as "éx"
+	add("hello world", { single_word: true });
+	add("ﬁ", { normalized: false });
+	add("'s", { special: true, normalized: false, rstrip: true });
+	add("\u3000", { special: true, lstrip: true });
+	add("Ġthe", { special: true });          // in the vocabulary
+	fs.writeFileSync(outPath, JSON.stringify(j));
 }
 
 async function main() {
@@ -216,11 +273,20 @@ async function main() {
 		const lossy = args.includes("--lossy");
 		return check(args[0], args[1], args.slice(2).filter((a) => a !== "--lossy"), lossy);
 	}
+	if (cmd === "golden" && args.length >= 2) {
+		await golden(args[0], args.slice(1));
+		return 0;
+	}
+	if (cmd === "variant-added" && args.length === 2) {
+		variantAdded(args[0], args[1]);
+		return 0;
+	}
 	if (cmd === "encode" && args.length === 1) {
 		await encodeAll(args[0]);
 		return 0;
 	}
-	console.error("usage: hf-tokenizer.js gen SEED COUNT [--invalid] | check TOKENIZER INPUT MODE=OURS... [--lossy] | encode TOKENIZER");
+	console.error("usage: hf-tokenizer.js gen SEED COUNT [--invalid] | check TOKENIZER INPUT MODE=OURS... [--lossy] |\n" +
+		"       encode TOKENIZER | golden TOKENIZER FILE... | variant-added IN OUT");
 	return 2;
 }
 

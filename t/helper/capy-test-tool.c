@@ -2,15 +2,21 @@
  *
  *	capy-test-tool tokenize [options] TOKENIZER.json[.zst] < lines
  *	capy-test-tool detokenize [--skip-special] TOKENIZER.json[.zst] < lines of ids
+ *	capy-test-tool check-golden TOKENIZER.json[.zst] GOLDEN.json[l]
  *
- * tokenize encodes each input line (raw, or hex-encoded bytes with --hex) and prints its ids.
- * With --decode it adds, tab-separated, the hex of decode(ids) and of decode(ids, skip special),
- * after checking that the streaming decoder, fed one id at a time, gives the same bytes.
- * A line that fails prints "error: <message>" in place of the ids (exit status stays 0).
+ * tokenize encodes each input line (raw, or hex-encoded bytes with --hex; with --whole all of
+ * stdin is one text) and prints its ids. With --decode it adds, tab-separated, the hex of
+ * decode(ids) and of decode(ids, skip special), after checking that the streaming decoder, fed
+ * one id at a time, gives the same bytes. A text that fails prints "error: <message>" in place
+ * of the ids (the exit status stays 0).
+ *
+ * check-golden reads {"text": ..., "ids": [...]} objects (a JSON array or one per line), encodes
+ * each text recognising added tokens, reports the ones whose ids differ and exits 1 if any do.
  */
 #include "text/tokenizer.h"
 #include "tool/tool.h"
 #include "util/file.h"
+#include "util/json.h"
 
 #include <zstd.h>
 
@@ -113,14 +119,34 @@ static void decode_checked(const struct capy_tokenizer *tok, const struct capy_t
 	capy_detok_free(d);
 }
 
+/* All of stdin into *buf (getline's calling convention); -1 on a read error. */
+static ssize_t read_all(char **buf, size_t *cap)
+{
+	size_t len = 0, n;
+
+	for (;;) {
+		if (len + 4096 > *cap) {
+			*cap = *cap ? *cap * 2 : 65536;
+			*buf = realloc(*buf, *cap);
+			if (!*buf)
+				capy_die("out of memory");
+		}
+		n = fread(*buf + len, 1, *cap - len, stdin);
+		len += n;
+		if (n == 0)
+			return ferror(stdin) ? -1 : (ssize_t)len;
+	}
+}
+
 static int cmd_tokenize(int argc, char **argv)
 {
 	static const char *const usage[] = {
 		"capy-test-tool tokenize [<options>] <tokenizer.json> < lines", NULL };
-	bool hex = false, decode = false, lossy = false;
+	bool hex = false, decode = false, lossy = false, whole = false;
 	const char *parse = "all";
 	const struct capy_opt opts[] = {
 		CAPY_OPT_FLAG(0, "hex", &hex, "input lines are hex-encoded bytes"),
+		CAPY_OPT_FLAG(0, "whole", &whole, "all of stdin is one text"),
 		CAPY_OPT_FLAG(0, "decode", &decode, "also print decode and decode skipping specials"),
 		CAPY_OPT_FLAG(0, "lossy", &lossy, "replace invalid UTF-8 instead of failing"),
 		CAPY_OPT_STRING(0, "parse", &parse, "all|plain|none",
@@ -144,12 +170,12 @@ static int cmd_tokenize(int argc, char **argv)
 	if (lossy)
 		flags |= CAPY_TOK_LOSSY;
 	load_tokenizer(argv[0], &tok);
-	while ((n = getline(&line, &cap, stdin)) >= 0) {
+	while ((n = whole ? read_all(&line, &cap) : getline(&line, &cap, stdin)) >= 0) {
 		struct capy_tokens ids = { 0 };
 		struct capy_err err = { 0 };
 		size_t len = (size_t)n;
 
-		if (len && line[len - 1] == '\n')
+		if (!whole && len && line[len - 1] == '\n')
 			len--;
 		if (hex)
 			len = unhex(line, len);
@@ -167,6 +193,8 @@ static int cmd_tokenize(int argc, char **argv)
 		}
 		putchar('\n');
 		capy_tokens_release(&ids);
+		if (whole)
+			break;
 	}
 	free(line);
 	capy_tokenizer_free(tok);
@@ -221,12 +249,88 @@ static int cmd_detokenize(int argc, char **argv)
 	return fflush(stdout) ? CAPY_EXIT_FAIL : 0;
 }
 
+static int check_case(const struct capy_tokenizer *tok, const cJSON *c, size_t idx)
+{
+	const cJSON *text = cJSON_GetObjectItemCaseSensitive(c, "text");
+	const cJSON *want = cJSON_GetObjectItemCaseSensitive(c, "ids"), *it;
+	struct capy_tokens ids = { 0 };
+	struct capy_err err = { 0 };
+	size_t k = 0;
+	bool same;
+
+	if (!cJSON_IsString(text) || !cJSON_IsArray(want))
+		capy_die("golden case %zu: needs \"text\" and \"ids\"", idx);
+	if (capy_tokenizer_encode(tok, text->valuestring, strlen(text->valuestring),
+				  CAPY_TOK_PARSE_ADDED, &ids, &err) < 0) {
+		printf("case %zu: error: %s\n", idx, err.msg);
+		return 1;
+	}
+	same = (size_t)cJSON_GetArraySize(want) == ids.n;
+	cJSON_ArrayForEach(it, want) {
+		int64_t v;
+		if (same && (capy_json_i64(it, &v) < 0 || k >= ids.n || v != ids.ids[k]))
+			same = false;
+		k++;
+	}
+	if (!same) {
+		char *shown = cJSON_PrintUnformatted(text);
+		printf("case %zu: ids differ for %s\n  ours:", idx, shown ? shown : "?");
+		for (k = 0; k < ids.n; k++)
+			printf(" %d", ids.ids[k]);
+		printf("\n");
+		free(shown);
+	}
+	capy_tokens_release(&ids);
+	return !same;
+}
+
+static int cmd_check_golden(int argc, char **argv)
+{
+	struct capy_tokenizer *tok;
+	struct capy_err err = { 0 };
+	size_t len, n = 0, bad = 0;
+	char *data;
+	cJSON *root;
+
+	if (argc != 3)
+		capy_die("usage: capy-test-tool check-golden <tokenizer.json> <golden.json[l]>");
+	load_tokenizer(argv[1], &tok);
+	if (capy_read_file(argv[2], (size_t)1 << 30, &data, &len, &err) < 0)
+		capy_die("%s", err.msg);
+	if (len && data[0] == '[') {
+		const cJSON *c;
+		if (capy_json_parse(data, len, argv[2], &root, &err) < 0)
+			capy_die("%s", err.msg);
+		cJSON_ArrayForEach(c, root)
+			bad += (size_t)check_case(tok, c, n++);
+		cJSON_Delete(root);
+	} else {
+		for (char *p = data, *nl; p < data + len; p = nl + 1) {
+			nl = memchr(p, '\n', (size_t)(data + len - p));
+			if (!nl)
+				nl = data + len;
+			if (nl == p)
+				continue;
+			if (capy_json_parse(p, (size_t)(nl - p), argv[2], &root, &err) < 0)
+				capy_die("%s", err.msg);
+			bad += (size_t)check_case(tok, root, n++);
+			cJSON_Delete(root);
+		}
+	}
+	printf("%zu cases, %zu mismatches\n", n, bad);
+	free(data);
+	capy_tokenizer_free(tok);
+	return bad || !n ? CAPY_EXIT_FAIL : 0;
+}
+
 int cmd_main(int argc, char **argv)
 {
+	if (argc >= 2 && !strcmp(argv[1], "check-golden"))
+		return cmd_check_golden(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "tokenize"))
 		return cmd_tokenize(argc - 1, argv + 1);
 	if (argc >= 2 && !strcmp(argv[1], "detokenize"))
 		return cmd_detokenize(argc - 1, argv + 1);
-	fprintf(stderr, "usage: capy-test-tool (tokenize | detokenize) ...\n");
+	fprintf(stderr, "usage: capy-test-tool (tokenize | detokenize | check-golden) ...\n");
 	return CAPY_EXIT_USAGE;
 }
