@@ -83,6 +83,8 @@ TEST_HELPERS += capy-test-tool
 
 BENCHES += tokenizer-bench
 
+FUZZERS += fuzz-tokenizer
+
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
