@@ -55,6 +55,7 @@ LIBCORE_OBJS += libcore/text/tok-bpe.o
 LIBCORE_OBJS += libcore/text/tok-decode.o
 LIBCORE_OBJS += libcore/text/tok-encode.o
 LIBCORE_OBJS += libcore/text/tok-load.o
+LIBCORE_OBJS += libcore/text/tok-model.o
 LIBCORE_OBJS += libcore/text/tok-norm.o
 LIBCORE_OBJS += libcore/text/tok-pretok.o
 LIBCORE_OBJS += libcore/text/tok-regex.o
@@ -115,19 +116,12 @@ $(O)/bin/%: $(O)/cmd/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-$(O)/t/unit/%: $(O)/t/unit/%.o $(LIB)
+# unit tests, test helpers and benchmarks: one source file each, linked with the library
+$(UNIT_BINS) $(HELPER_BINS) $(BENCH_BINS): $(O)/%: $(O)/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(O)/t/unit/%.o: CPPFLAGS += -It/unit
-
-$(O)/bench/%: $(O)/bench/%.o $(LIB)
-	@mkdir -p $(dir $@)
-	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
-
-$(O)/t/helper/%: $(O)/t/helper/%.o $(LIB)
-	@mkdir -p $(dir $@)
-	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # --- tests ----------------------------------------------------------------------
 # `make test`: C unit tests, BATS tests of every tool, the man pages and the headers.

@@ -1,4 +1,9 @@
-/* tok-added.c - finding added tokens in text, as HF's AddedVocabulary::find_matches does. */
+/* tok-added.c - added tokens: reading them as AddedVocabulary::add_tokens does, and finding them
+ * in text as AddedVocabulary::find_matches does.
+ *
+ * Ids are assigned as add_tokens does rather than read from "id": the vocabulary's id if the
+ * content is in it, else the next id after the vocabulary.
+ */
 #include "tokenizer-impl.h"
 
 static int cmp_pattern(const void *a, const void *b)
@@ -65,7 +70,7 @@ static bool is_word_char(const struct capy_tokenizer *tok, struct tok_ctx *c, co
 			 size_t len)
 {
 	return pcre2_match(tok->word_char, (PCRE2_SPTR)s, len, 0, PCRE2_ANCHORED | PCRE2_NO_UTF_CHECK,
-			   c->md, c->mctx) >= 0;
+			   c->s->md, c->s->mctx) >= 0;
 }
 
 static size_t prev_char(const char *s, size_t i)
@@ -138,4 +143,162 @@ int tok_split_added(struct tok_ctx *c, const struct tok_matcher *m, const char *
 	if (start_offset < len)
 		return fn(c, s + start_offset, len - start_offset);
 	return 0;
+}
+
+/* --- reading added_tokens ------------------------------------------------------------------ */
+
+static bool same_token(const struct tok_added_def *a, const struct tok_added_def *b)
+{
+	return !strcmp(a->content, b->content) && a->single_word == b->single_word &&
+	       a->lstrip == b->lstrip && a->rstrip == b->rstrip && a->normalized == b->normalized &&
+	       a->special == b->special;
+}
+
+int tok_read_added(const cJSON *list, struct tok_added_def **out, size_t *n_out,
+		   struct capy_err *err)
+{
+	const cJSON *it;
+	size_t n = 0;
+	struct tok_added_def *a;
+
+	*out = NULL;
+	*n_out = 0;
+	if (!list || cJSON_IsNull(list))
+		return 0;
+	if (!cJSON_IsArray(list))
+		return capy_err_set(err, CAPY_EFORMAT, TOK_WHAT ": added_tokens is not a list");
+	a = calloc((size_t)cJSON_GetArraySize(list) + 1, sizeof(*a));
+	if (!a)
+		return tok_oom(err);
+	cJSON_ArrayForEach(it, list) {
+		char where[48];
+		snprintf(where, sizeof(where), "added_tokens[%zu]", n);
+		/* HF's AddedToken::default: only normalized is true */
+		a[n].normalized = true;
+		if (!cJSON_IsObject(it) ||
+		    tok_json_string(cJSON_GetObjectItemCaseSensitive(it, "content"), where,
+				    &a[n].content, err) < 0 ||
+		    tok_json_bool(it, "single_word", where, &a[n].single_word, err) < 0 ||
+		    tok_json_bool(it, "lstrip", where, &a[n].lstrip, err) < 0 ||
+		    tok_json_bool(it, "rstrip", where, &a[n].rstrip, err) < 0 ||
+		    tok_json_bool(it, "normalized", where, &a[n].normalized, err) < 0 ||
+		    tok_json_bool(it, "special", where, &a[n].special, err) < 0) {
+			free(a);
+			if (!cJSON_IsObject(it))
+				return capy_err_set(err, CAPY_EFORMAT, TOK_WHAT ": %s is not an object",
+						    where);
+			return CAPY_EFORMAT;
+		}
+		n++;
+	}
+	*out = a;
+	*n_out = n;
+	return 0;
+}
+
+/* AddedVocabulary::add_tokens with every token of the file at once, then refresh_added_tokens:
+ * patterns are the special tokens (first occurrence of each content) then the others, split by
+ * their own "normalized" flag; the flags used when matching are those of the id's last
+ * definition. */
+int tok_build_added(struct capy_tokenizer *tok, struct tok_added_def *a, size_t n, size_t vocab_n,
+		    struct capy_err *err)
+{
+	struct tok_added_def **special = calloc(n + 1, sizeof(*special));
+	struct tok_added_def **plain = calloc(n + 1, sizeof(*plain));
+	struct tok_pattern *raw = calloc(n + 1, sizeof(*raw)), *norm = calloc(n + 1, sizeof(*norm));
+	size_t n_special = 0, n_plain = 0, n_raw = 0, n_norm = 0;
+	int32_t next_id = (int32_t)CAPY_MIN(vocab_n, (size_t)TOK_MAX_ID + 1);
+	struct tok_buf nb[2] = { { 0 } };
+	int rc = 0;
+
+	if (!special || !plain || !raw || !norm || tok_strmap_init(&tok->added, n, &tok->pool) < 0) {
+		rc = tok_oom(err);
+		goto out;
+	}
+	for (size_t i = 0; i < n; i++) {
+		if (!a[i].special || !*a[i].content)
+			continue;
+		bool seen = false;
+		for (size_t k = 0; k < n_special && !seen; k++)
+			seen = !strcmp(special[k]->content, a[i].content);
+		if (!seen)
+			special[n_special++] = &a[i];
+	}
+	for (size_t i = 0; i < n; i++) {
+		size_t len = strlen(a[i].content);
+		bool dup = false, is_special = false;
+		uint32_t off;
+		int32_t id;
+
+		a[i].id = -1;
+		if (!len)
+			continue;
+		for (size_t k = 0; k < i && !dup; k++)
+			dup = a[k].id >= 0 && same_token(&a[k], &a[i]);
+		if (dup)
+			continue;
+		id = tok_strmap_get(&tok->added, a[i].content, len);
+		if (id < 0)
+			id = tok_strmap_get(&tok->vocab, a[i].content, len);
+		if (id < 0) {
+			if (next_id > TOK_MAX_ID) {
+				rc = capy_err_set(err, CAPY_EUNSUPPORTED, TOK_WHAT ": too many ids");
+				goto out;
+			}
+			id = next_id++;
+		}
+		a[i].id = id;
+		if (tok_pool_add(tok, a[i].content, len, &off) < 0 ||
+		    tok_strmap_put(&tok->added, off, len, id) < 0) {
+			rc = tok_oom(err);
+			goto out;
+		}
+		for (size_t k = 0; k < n_special && !is_special; k++)
+			is_special = !strcmp(special[k]->content, a[i].content);
+		if (!is_special)
+			plain[n_plain++] = &a[i];
+	}
+	/* The patterns, in HF's order: special tokens, then the others. */
+	for (size_t i = 0; i < n_special + n_plain; i++) {
+		struct tok_added_def *t = i < n_special ? special[i] : plain[i - n_special];
+		size_t len = strlen(t->content);
+		int32_t id = tok_strmap_get(&tok->added, t->content, len);
+		const char *text = t->content;
+		size_t tlen = len;
+		uint32_t off;
+
+		if (t->normalized &&
+		    (rc = tok_normalize(tok, t->content, len, &text, &tlen, nb, err)) < 0)
+			goto out;
+		if (!tlen)
+			continue;
+		if (tok_pool_add(tok, text, tlen, &off) < 0) {
+			rc = tok_oom(err);
+			goto out;
+		}
+		struct tok_pattern *p = t->normalized ? &norm[n_norm++] : &raw[n_raw++];
+		p->text = (const char *)(uintptr_t)off; /* an offset until the pool stops moving */
+		p->len = (uint32_t)tlen;
+		p->id = id;
+	}
+	tok->raw_matcher.pats = raw;
+	tok->raw_matcher.n = n_raw;
+	tok->norm_matcher.pats = norm;
+	tok->norm_matcher.n = n_norm;
+	raw = norm = NULL;
+out:
+	free(special);
+	free(plain);
+	free(raw);
+	free(norm);
+	tok_buf_release(&nb[0]);
+	tok_buf_release(&nb[1]);
+	return rc;
+}
+
+void tok_matcher_finish(struct capy_tokenizer *tok, struct tok_matcher *m)
+{
+	for (size_t i = 0; i < m->n; i++)
+		m->pats[i].text = tok->pool + (uintptr_t)m->pats[i].text;
+	tok_matcher_build(m, m->pats, m->n);
 }

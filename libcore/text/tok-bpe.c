@@ -8,91 +8,37 @@
 #include "tokenizer-impl.h"
 #include "../util/hash.h"
 
-#include <pthread.h>
-
-struct tok_cache_pool {
-	pthread_mutex_t lock;
-	struct tok_cache *free;
-};
-
-struct tok_cache_pool *tok_cache_pool_new(void)
-{
-	struct tok_cache_pool *p = calloc(1, sizeof(*p));
-
-	if (p && pthread_mutex_init(&p->lock, NULL)) {
-		free(p);
-		return NULL;
-	}
-	return p;
-}
-
-void tok_cache_pool_free(struct tok_cache_pool *p)
-{
-	if (!p)
-		return;
-	while (p->free) {
-		struct tok_cache *c = p->free;
-		p->free = c->next;
-		free(c);
-	}
-	pthread_mutex_destroy(&p->lock);
-	free(p);
-}
-
-struct tok_cache *tok_cache_get(struct tok_cache_pool *p)
-{
-	struct tok_cache *c;
-
-	pthread_mutex_lock(&p->lock);
-	c = p->free;
-	if (c)
-		p->free = c->next;
-	pthread_mutex_unlock(&p->lock);
-	/* calloc: fresh pages come zeroed, the arena is only touched as it fills */
-	return c ? c : calloc(1, sizeof(*c));
-}
-
-void tok_cache_put(struct tok_cache_pool *p, struct tok_cache *c)
-{
-	if (!c)
-		return;
-	pthread_mutex_lock(&p->lock);
-	c->next = p->free;
-	p->free = c;
-	pthread_mutex_unlock(&p->lock);
-}
-
 static int grow_scratch(struct tok_ctx *c, size_t n)
 {
-	if (n > c->cap_syms) {
-		size_t cap = c->cap_syms ? c->cap_syms : 64;
+	if (n > c->s->cap_syms) {
+		size_t cap = c->s->cap_syms ? c->s->cap_syms : 64;
 		while (cap < n)
 			cap *= 2;
-		struct tok_symbol *s = realloc(c->syms, cap * sizeof(*s));
+		struct tok_symbol *s = realloc(c->s->syms, cap * sizeof(*s));
 		if (!s)
 			return capy_err_set(c->err, CAPY_ENOMEM, "out of memory");
-		c->syms = s;
-		c->cap_syms = cap;
+		c->s->syms = s;
+		c->s->cap_syms = cap;
 	}
 	/* at most one entry per pair at first, then at most two more per merge */
-	if (3 * n > c->cap_heap) {
-		size_t cap = c->cap_heap ? c->cap_heap : 192;
+	if (3 * n > c->s->cap_heap) {
+		size_t cap = c->s->cap_heap ? c->s->cap_heap : 192;
 		while (cap < 3 * n)
 			cap *= 2;
-		uint64_t *h = realloc(c->heap, cap * sizeof(*h));
+		uint64_t *h = realloc(c->s->heap, cap * sizeof(*h));
 		if (!h)
 			return capy_err_set(c->err, CAPY_ENOMEM, "out of memory");
-		c->heap = h;
-		int32_t *hi = realloc(c->heap_id, cap * sizeof(*hi));
+		c->s->heap = h;
+		int32_t *hi = realloc(c->s->heap_id, cap * sizeof(*hi));
 		if (!hi)
 			return capy_err_set(c->err, CAPY_ENOMEM, "out of memory");
-		c->heap_id = hi;
-		c->cap_heap = cap;
+		c->s->heap_id = hi;
+		c->s->cap_heap = cap;
 	}
 	return 0;
 }
 
-/* --- a min-heap of (rank << 32 | pos) with the merged id alongside ----------------------------- */
+/* --- a min-heap of (rank << 32 | pos) with the merged id alongside ------------------------ */
 
 static void heap_push(struct tok_ctx *c, size_t *n, uint64_t key, int32_t id)
 {
@@ -100,14 +46,14 @@ static void heap_push(struct tok_ctx *c, size_t *n, uint64_t key, int32_t id)
 
 	while (i > 0) {
 		size_t parent = (i - 1) / 2;
-		if (c->heap[parent] <= key)
+		if (c->s->heap[parent] <= key)
 			break;
-		c->heap[i] = c->heap[parent];
-		c->heap_id[i] = c->heap_id[parent];
+		c->s->heap[i] = c->s->heap[parent];
+		c->s->heap_id[i] = c->s->heap_id[parent];
 		i = parent;
 	}
-	c->heap[i] = key;
-	c->heap_id[i] = id;
+	c->s->heap[i] = key;
+	c->s->heap_id[i] = id;
 }
 
 static void heap_pop(struct tok_ctx *c, size_t *n, uint64_t *key, int32_t *id)
@@ -116,29 +62,29 @@ static void heap_pop(struct tok_ctx *c, size_t *n, uint64_t *key, int32_t *id)
 	int32_t last_id;
 	size_t i = 0;
 
-	*key = c->heap[0];
-	*id = c->heap_id[0];
-	last = c->heap[--*n];
-	last_id = c->heap_id[*n];
+	*key = c->s->heap[0];
+	*id = c->s->heap_id[0];
+	last = c->s->heap[--*n];
+	last_id = c->s->heap_id[*n];
 	for (;;) {
 		size_t child = 2 * i + 1;
 		if (child >= *n)
 			break;
-		if (child + 1 < *n && c->heap[child + 1] < c->heap[child])
+		if (child + 1 < *n && c->s->heap[child + 1] < c->s->heap[child])
 			child++;
-		if (c->heap[child] >= last)
+		if (c->s->heap[child] >= last)
 			break;
-		c->heap[i] = c->heap[child];
-		c->heap_id[i] = c->heap_id[child];
+		c->s->heap[i] = c->s->heap[child];
+		c->s->heap_id[i] = c->s->heap_id[child];
 		i = child;
 	}
-	c->heap[i] = last;
-	c->heap_id[i] = last_id;
+	c->s->heap[i] = last;
+	c->s->heap_id[i] = last_id;
 }
 
 static void push_pair(struct tok_ctx *c, size_t *n, int32_t pos)
 {
-	const struct tok_symbol *s = c->syms;
+	const struct tok_symbol *s = c->s->syms;
 	const struct tok_merge_slot *m = tok_mergemap_get(&c->tok->merges, s[pos].id,
 							  s[s[pos].next].id);
 
@@ -149,7 +95,7 @@ static void push_pair(struct tok_ctx *c, size_t *n, int32_t pos)
 static int merge_and_emit(struct tok_ctx *c, size_t n_syms)
 {
 	const struct tok_mergemap *merges = &c->tok->merges;
-	struct tok_symbol *s = c->syms;
+	struct tok_symbol *s = c->s->syms;
 	size_t n = 0;
 	int rc;
 
@@ -186,14 +132,14 @@ static int merge_and_emit(struct tok_ctx *c, size_t n_syms)
 
 static void add_symbol(struct tok_ctx *c, size_t *n, int32_t id)
 {
-	struct tok_symbol *s = &c->syms[*n];
+	struct tok_symbol *s = &c->s->syms[*n];
 
 	s->id = id;
 	s->prev = (int32_t)*n - 1;
 	s->next = -1;
 	s->alive = true;
 	if (*n)
-		c->syms[*n - 1].next = (int32_t)*n;
+		c->s->syms[*n - 1].next = (int32_t)*n;
 	(*n)++;
 }
 
@@ -201,7 +147,7 @@ static void add_symbol(struct tok_ctx *c, size_t *n, int32_t id)
 static int32_t lookup_piece(struct tok_ctx *c, const char *s, size_t len, bool first, bool last)
 {
 	const struct capy_tokenizer *tok = c->tok;
-	struct tok_buf *k = &c->key;
+	struct tok_buf *k = &c->s->key;
 
 	if ((first || !tok->subword_prefix) && (!last || !tok->word_suffix))
 		return tok_strmap_get(&tok->vocab, s, len);
@@ -242,8 +188,8 @@ static int initial_symbols(struct tok_ctx *c, const char *m, size_t len, size_t 
 			const char *p = m + i;
 			size_t plen = clen;
 			if ((!first && tok->subword_prefix) || (last && tok->word_suffix)) {
-				p = c->key.p;
-				plen = c->key.len;
+				p = c->s->key.p;
+				plen = c->s->key.len;
 			}
 			bool all = true;
 			for (size_t k = 0; k < plen; k++)
@@ -277,7 +223,7 @@ static int initial_symbols(struct tok_ctx *c, const char *m, size_t len, size_t 
 
 static int bpe_word(struct tok_ctx *c, const char *s, size_t len);
 
-static void cache_clear(struct tok_cache *cache)
+static void cache_clear(struct tok_word_cache *cache)
 {
 	memset(cache->slots, 0, sizeof(cache->slots));
 	cache->used = cache->n = 0;
@@ -285,13 +231,13 @@ static void cache_clear(struct tok_cache *cache)
 
 int tok_bpe_word(struct tok_ctx *c, const char *s, size_t len)
 {
-	struct tok_cache *cache = c->cache;
+	struct tok_word_cache *cache = &c->s->cache;
 	struct tok_cache_slot *slot;
 	size_t n0 = c->out->n, n, need, i;
 	uint64_t h;
 	int rc;
 
-	if (!cache || len > TOK_CACHE_MAX_WORD)
+	if (len > TOK_CACHE_MAX_WORD)
 		return bpe_word(c, s, len);
 	h = capy_xxh3(s, len) | 1;
 	/* linear probing; the table is kept at most half full */
@@ -348,16 +294,16 @@ static int bpe_word(struct tok_ctx *c, const char *s, size_t len)
 		return merge_and_emit(c, n);
 	}
 	if (tok->byte_level) {
-		c->model.len = 0;
-		if (tok_buf_reserve(&c->model, 2 * len) < 0)
+		c->s->model.len = 0;
+		if (tok_buf_reserve(&c->s->model, 2 * len) < 0)
 			return capy_err_set(c->err, CAPY_ENOMEM, "out of memory");
 		for (size_t i = 0; i < len; i++) {
 			uint8_t b = (uint8_t)s[i];
-			memcpy(c->model.p + c->model.len, tok->bl_char[b], tok->bl_char_len[b]);
-			c->model.len += tok->bl_char_len[b];
+			memcpy(c->s->model.p + c->s->model.len, tok->bl_char[b], tok->bl_char_len[b]);
+			c->s->model.len += tok->bl_char_len[b];
 		}
-		m = c->model.p;
-		mlen = c->model.len;
+		m = c->s->model.p;
+		mlen = c->s->model.len;
 	}
 	if (tok->ignore_merges) {
 		int32_t id = tok_strmap_get(&tok->vocab, m, mlen);

@@ -8,15 +8,15 @@
 
 static int push_span(struct tok_ctx *c, size_t start, size_t end, bool match)
 {
-	if (c->n_spans == c->cap_spans) {
-		size_t cap = c->cap_spans ? c->cap_spans * 2 : 256;
-		struct tok_span *p = realloc(c->spans, cap * sizeof(*p));
+	if (c->s->n_spans == c->s->cap_spans) {
+		size_t cap = c->s->cap_spans ? c->s->cap_spans * 2 : 256;
+		struct tok_span *p = realloc(c->s->spans, cap * sizeof(*p));
 		if (!p)
 			return capy_err_set(c->err, CAPY_ENOMEM, "out of memory");
-		c->spans = p;
-		c->cap_spans = cap;
+		c->s->spans = p;
+		c->s->cap_spans = cap;
 	}
-	c->spans[c->n_spans++] = (struct tok_span){ (uint32_t)start, (uint32_t)end, match };
+	c->s->spans[c->s->n_spans++] = (struct tok_span){ (uint32_t)start, (uint32_t)end, match };
 	return 0;
 }
 
@@ -36,13 +36,13 @@ static int regex_error(struct tok_ctx *c, int rc)
  */
 static int find_matches(struct tok_ctx *c, const pcre2_code *re, const char *s, size_t len)
 {
-	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->md);
+	PCRE2_SIZE *ov = pcre2_get_ovector_pointer(c->s->md);
 	size_t last_end = 0, prev = 0;
 	long last_match_end = -1;
 	int rc;
 
 	while (last_end <= len) {
-		rc = pcre2_match(re, (PCRE2_SPTR)s, len, last_end, PCRE2_NO_UTF_CHECK, c->md, c->mctx);
+		rc = pcre2_match(re, (PCRE2_SPTR)s, len, last_end, PCRE2_NO_UTF_CHECK, c->s->md, c->s->mctx);
 		if (rc == PCRE2_ERROR_NOMATCH)
 			break;
 		if (rc < 0)
@@ -125,26 +125,26 @@ static int run(struct tok_ctx *c, size_t depth, const char *s, size_t len);
 static int split_and_run(struct tok_ctx *c, size_t depth, const pcre2_code *re, bool invert,
 			 enum tok_split_behavior behavior, const char *s, size_t len)
 {
-	size_t base = c->n_spans, n;
+	size_t base = c->s->n_spans, n;
 	int rc = find_matches(c, re, s, len);
 
 	if (rc < 0)
 		return rc;
-	n = c->n_spans - base;
+	n = c->s->n_spans - base;
 	if (invert)
 		for (size_t i = 0; i < n; i++)
-			c->spans[base + i].match = !c->spans[base + i].match;
-	n = fold(c->spans + base, n, behavior);
-	c->n_spans = base + n;
+			c->s->spans[base + i].match = !c->s->spans[base + i].match;
+	n = fold(c->s->spans + base, n, behavior);
+	c->s->n_spans = base + n;
 	for (size_t i = 0; i < n; i++) {
 		/* re-read: deeper levels may move the array */
-		struct tok_span sp = c->spans[base + i];
+		struct tok_span sp = c->s->spans[base + i];
 		if (behavior == TOK_SPLIT_REMOVED && sp.match)
 			continue;
 		if ((rc = run(c, depth + 1, s + sp.start, sp.end - sp.start)) < 0)
 			return rc;
 	}
-	c->n_spans = base;
+	c->s->n_spans = base;
 	return 0;
 }
 
@@ -163,11 +163,11 @@ static int run(struct tok_ctx *c, size_t depth, const char *s, size_t len)
 
 	/* ByteLevel (always the last pre-tokenizer; its byte mapping happens in tok-bpe.c) */
 	if (pt->add_prefix_space && s[0] != ' ') {
-		c->prefixed.len = 0;
-		if (tok_buf_add(&c->prefixed, " ", 1) < 0 || tok_buf_add(&c->prefixed, s, len) < 0)
+		c->s->prefixed.len = 0;
+		if (tok_buf_add(&c->s->prefixed, " ", 1) < 0 || tok_buf_add(&c->s->prefixed, s, len) < 0)
 			return capy_err_set(c->err, CAPY_ENOMEM, "out of memory");
-		s = c->prefixed.p;
-		len = c->prefixed.len;
+		s = c->s->prefixed.p;
+		len = c->s->prefixed.len;
 	}
 	if (pt->re)
 		return split_and_run(c, depth, pt->re, false, TOK_SPLIT_ISOLATED, s, len);

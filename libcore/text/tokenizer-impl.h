@@ -17,6 +17,7 @@
 #include "tokenizer.h"
 
 #define PCRE2_CODE_UNIT_WIDTH 8
+#include <cjson/cJSON.h>
 #include <pcre2.h>
 
 /* Largest id we accept (ids index flat arrays). */
@@ -130,9 +131,9 @@ extern const size_t tok_n_late_norm;
 
 /* --- word cache (tok-bpe.c) --------------------------------------------------------------- */
 
-/* Most words recur; a cache of word -> ids skips BPE for them. An encoding call borrows a whole
- * cache from the tokenizer's pool, so lookups take no lock. Entries live in an arena; when it is
- * full the cache starts again empty. */
+/* Most words recur; a cache of word -> ids skips BPE for them. It lives in the per-call scratch
+ * (below), so lookups take no lock. Entries live in an arena; when it is full the cache starts
+ * again empty. */
 #define TOK_CACHE_SLOTS 32768       /* a power of two */
 #define TOK_CACHE_ARENA (1u << 20)  /* bytes of keys and ids */
 #define TOK_CACHE_MAX_WORD 255
@@ -143,19 +144,11 @@ struct tok_cache_slot {
 	uint16_t len, n_ids;
 };
 
-struct tok_cache {
-	struct tok_cache *next; /* in the pool's free list */
+struct tok_word_cache {
 	size_t used, n;
 	struct tok_cache_slot slots[TOK_CACHE_SLOTS];
 	char arena[TOK_CACHE_ARENA];
 };
-
-struct tok_cache_pool;
-struct tok_cache_pool *tok_cache_pool_new(void);
-void tok_cache_pool_free(struct tok_cache_pool *p);
-/* A cache for one call (NULL on OOM: then words are not cached), and back. */
-struct tok_cache *tok_cache_get(struct tok_cache_pool *p);
-void tok_cache_put(struct tok_cache_pool *p, struct tok_cache *c);
 
 /* --- the tokenizer ---------------------------------------------------------------------------- */
 
@@ -250,8 +243,49 @@ struct capy_tokenizer {
 
 	enum { TOK_DEC_NONE, TOK_DEC_BYTELEVEL } decoder;
 
-	struct tok_cache_pool *caches; /* mutable behind the pointer: it has its own lock */
+	struct tok_scratch_pool *scratch; /* mutable behind the pointer: it has its own lock */
 };
+
+/* --- loading (tok-load.c, tok-model.c, tok-added.c) ---------------------------------------- */
+
+#define TOK_WHAT "tokenizer.json"
+
+/* JSON access with errors naming the field path; absent or null optional fields are left alone. */
+int tok_oom(struct capy_err *err);
+int tok_json_string(const cJSON *it, const char *path, const char **out, struct capy_err *err);
+int tok_json_bool(const cJSON *obj, const char *key, const char *path, bool *out,
+		  struct capy_err *err);
+int tok_json_opt_string(const cJSON *obj, const char *key, const char *path, char **out,
+			struct capy_err *err);
+const char *tok_json_type(const cJSON *obj);
+/* Copy a string into the pool (NUL-terminated); *off is where. The pool may move. */
+int tok_pool_add(struct capy_tokenizer *tok, const char *s, size_t len, uint32_t *off);
+
+/* One model.vocab entry, in file order. */
+struct tok_vocab_entry {
+	uint32_t off, len; /* the key, in the pool */
+	int32_t id;
+};
+
+/* One added_tokens entry; id is assigned by tok_build_added (-1: ignored, as HF ignores it). */
+struct tok_added_def {
+	const char *content;
+	bool single_word, lstrip, rstrip, normalized, special;
+	int32_t id;
+};
+
+int tok_load_model(struct capy_tokenizer *tok, const cJSON *model, struct tok_vocab_entry **vocab,
+		   size_t *n_vocab, struct capy_err *err);
+void tok_setup_byte_level(struct capy_tokenizer *tok);
+int tok_read_added(const cJSON *list, struct tok_added_def **out, size_t *n_out,
+		   struct capy_err *err);
+int tok_build_added(struct capy_tokenizer *tok, struct tok_added_def *a, size_t n, size_t vocab_n,
+		    struct capy_err *err);
+/* The per-id arrays: pieces, decoded bytes, flags; vocab_size. */
+int tok_build_ids(struct capy_tokenizer *tok, const struct tok_vocab_entry *v, size_t n_v,
+		  const struct tok_added_def *a, size_t n_a, struct capy_err *err);
+/* Point the patterns into the pool (they hold offsets while it may move) and sort them. */
+void tok_matcher_finish(struct capy_tokenizer *tok, struct tok_matcher *m);
 
 /* --- encoding context (one per call) ------------------------------------------------------ */
 
@@ -266,11 +300,11 @@ struct tok_span {
 	bool match;
 };
 
-struct tok_ctx {
-	const struct capy_tokenizer *tok;
-	unsigned flags;
-	struct capy_tokens *out;
-	struct capy_err *err;
+/* The working memory of one encoding call. A tokenizer keeps the ones calls have finished with
+ * (tok-encode.c), so a call allocates nothing once its sizes have been seen and the word cache
+ * stays warm from call to call; each is used by one thread at a time. */
+struct tok_scratch {
+	struct tok_scratch *next;  /* in the pool's free list */
 	pcre2_match_data *md;
 	pcre2_match_context *mctx;
 	pcre2_jit_stack *jit_stack;
@@ -279,7 +313,6 @@ struct tok_ctx {
 	struct tok_buf model;      /* model-space word */
 	struct tok_buf key;        /* vocabulary lookups with prefix/suffix */
 	struct tok_buf lossy;      /* the input with invalid UTF-8 replaced */
-	struct tok_cache *cache;   /* borrowed for the call; may be NULL */
 	struct tok_span *spans;    /* split results, stacked by pre-tokenizer depth */
 	size_t n_spans, cap_spans;
 	struct tok_symbol *syms;
@@ -287,6 +320,19 @@ struct tok_ctx {
 	uint64_t *heap;            /* (rank << 32 | pos) */
 	int32_t *heap_id;
 	size_t cap_heap;
+	struct tok_word_cache cache;
+};
+
+struct tok_scratch_pool;
+struct tok_scratch_pool *tok_scratch_pool_new(void);
+void tok_scratch_pool_free(struct tok_scratch_pool *p);
+
+struct tok_ctx {
+	const struct capy_tokenizer *tok;
+	unsigned flags;
+	struct capy_tokens *out;
+	struct capy_err *err;
+	struct tok_scratch *s;
 };
 
 int tok_emit(struct tok_ctx *c, int32_t id);

@@ -149,7 +149,8 @@ static void json_case(const uint8_t *data, size_t size)
 			__builtin_trap(); /* a failure must say why and leave nothing */
 		return;
 	}
-	if (capy_tokenizer_encode(tok, sample, sizeof(sample) - 1, CAPY_TOK_PARSE_ADDED, &ids, &err) >= 0) {
+	if (capy_tokenizer_encode(tok, sample, sizeof(sample) - 1, CAPY_TOK_PARSE_ADDED, &ids,
+				  &err) >= 0) {
 		text = decode_both(tok, ids.ids, ids.n, 0, &len);
 		free(text);
 	}
