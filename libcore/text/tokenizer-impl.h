@@ -8,8 +8,9 @@
  *   4. each resulting word is merged by BPE (tok-bpe.c) into ids.
  * The model works on "model-space" strings, the vocabulary's own spelling: with a ByteLevel
  * pre-tokenizer every byte b is spelt as the character bytes_char(b) ("Ġ" for a space).
- * Stages 1-3 never copy text they do not change; stage 4 works in scratch memory kept in the
- * per-call context, so the hot loop does not allocate.
+ * Stages 1-3 never copy text they do not change. All working memory (match data, buffers, the
+ * BPE heap, the word cache) is a struct tok_scratch borrowed from the tokenizer's pool for the
+ * call, so the hot loop does not allocate and a warm call allocates nothing.
  */
 #ifndef CAPY_TEXT_TOKENIZER_IMPL_H
 #define CAPY_TEXT_TOKENIZER_IMPL_H

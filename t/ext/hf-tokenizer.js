@@ -12,7 +12,8 @@
 // with HF: ids, decode(ids) and decode(ids, skip_special_tokens). MODE says which added tokens
 // the tool was told to recognise (its --parse): "all" is HF's encode; "plain" is HF with
 // encode_special_tokens (special tokens are given contents that never occur, which keeps every
-// id); "none" is HF with no added token matchable. Decoding always uses the real tokenizer.
+// id); "special" the reverse; "none" is HF with no added token matchable. Decoding always uses
+// the real tokenizer.
 // Input lines that are not valid UTF-8 reach HF through Node's UTF-8 decoder (U+FFFD for each
 // maximal invalid subsequence); with --lossy ours must match that, else it must report an error.
 "use strict";
@@ -148,12 +149,14 @@ function gen(seed, count, invalid) {
 
 // HF with some added tokens made unmatchable, every id kept: a token whose content is in the
 // vocabulary is dropped (its id is the vocabulary's anyway), any other gets a content that never
-// occurs (ids are assigned in order, so the others keep theirs).
+// occurs (ids are assigned in order, so the others keep theirs). "plain" hides the special
+// tokens, "special" the others, "none" all.
 function variant(json, mode) {
 	const j = JSON.parse(json);
-	j.added_tokens = j.added_tokens.filter((t) => !((t.special || mode === "none") && t.content in j.model.vocab));
+	const hidden = (t) => mode === "none" || (mode === "plain") === t.special;
+	j.added_tokens = j.added_tokens.filter((t) => !(hidden(t) && t.content in j.model.vocab));
 	for (const t of j.added_tokens)
-		if (t.special || mode === "none") t.content = "\u0000capy-unmatchable-" + t.id;
+		if (hidden(t)) t.content = "\u0000capy-unmatchable-" + t.id;
 	return Tokenizer.fromString(JSON.stringify(j));
 }
 

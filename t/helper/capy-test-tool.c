@@ -149,7 +149,7 @@ static int cmd_tokenize(int argc, char **argv)
 		CAPY_OPT_FLAG(0, "whole", &whole, "all of stdin is one text"),
 		CAPY_OPT_FLAG(0, "decode", &decode, "also print decode and decode skipping specials"),
 		CAPY_OPT_FLAG(0, "lossy", &lossy, "replace invalid UTF-8 instead of failing"),
-		CAPY_OPT_STRING(0, "parse", &parse, "all|plain|none",
+		CAPY_OPT_STRING(0, "parse", &parse, "all|plain|special|none",
 				"added tokens to recognise (plain: not the special ones)"),
 		CAPY_OPT_END(),
 	};
@@ -165,8 +165,10 @@ static int cmd_tokenize(int argc, char **argv)
 		flags = CAPY_TOK_PARSE_ADDED;
 	else if (!strcmp(parse, "plain"))
 		flags = CAPY_TOK_PARSE_PLAIN;
+	else if (!strcmp(parse, "special"))
+		flags = CAPY_TOK_PARSE_SPECIAL;
 	else if (strcmp(parse, "none"))
-		capy_usage_error(usage, opts, "--parse must be all, plain or none");
+		capy_usage_error(usage, opts, "--parse must be all, plain, special or none");
 	if (lossy)
 		flags |= CAPY_TOK_LOSSY;
 	load_tokenizer(argv[0], &tok);
