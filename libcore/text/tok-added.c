@@ -209,35 +209,42 @@ int tok_build_added(struct capy_tokenizer *tok, struct tok_added_def *a, size_t 
 	size_t n_special = 0, n_plain = 0, n_raw = 0, n_norm = 0;
 	int32_t next_id = (int32_t)CAPY_MIN(vocab_n, (size_t)TOK_MAX_ID + 1);
 	struct tok_buf nb[2] = { { 0 } };
+	struct tok_strmap special_set = { 0 }; /* content -> index in special[] */
 	int rc = 0;
 
-	if (!special || !plain || !raw || !norm || tok_strmap_init(&tok->added, n, &tok->pool) < 0) {
+	if (!special || !plain || !raw || !norm || tok_strmap_init(&tok->added, n, &tok->pool) < 0 ||
+	    tok_strmap_init(&special_set, n, &tok->pool) < 0) {
 		rc = tok_oom(err);
 		goto out;
 	}
 	for (size_t i = 0; i < n; i++) {
-		if (!a[i].special || !*a[i].content)
+		size_t len = strlen(a[i].content);
+		uint32_t off;
+		if (!a[i].special || !len || tok_strmap_get(&special_set, a[i].content, len) >= 0)
 			continue;
-		bool seen = false;
-		for (size_t k = 0; k < n_special && !seen; k++)
-			seen = !strcmp(special[k]->content, a[i].content);
-		if (!seen)
-			special[n_special++] = &a[i];
+		if (tok_pool_add(tok, a[i].content, len, &off) < 0 ||
+		    tok_strmap_put(&special_set, off, len, (int32_t)n_special) < 0) {
+			rc = tok_oom(err);
+			goto out;
+		}
+		special[n_special++] = &a[i];
 	}
 	for (size_t i = 0; i < n; i++) {
 		size_t len = strlen(a[i].content);
-		bool dup = false, is_special = false;
+		bool dup = false;
 		uint32_t off;
 		int32_t id;
 
 		a[i].id = -1;
 		if (!len)
 			continue;
-		for (size_t k = 0; k < i && !dup; k++)
+		/* HF ignores a token equal in every field to one already added; only contents
+		 * seen before can be (the scan is rare) */
+		id = tok_strmap_get(&tok->added, a[i].content, len);
+		for (size_t k = 0; id >= 0 && k < i && !dup; k++)
 			dup = a[k].id >= 0 && same_token(&a[k], &a[i]);
 		if (dup)
 			continue;
-		id = tok_strmap_get(&tok->added, a[i].content, len);
 		if (id < 0)
 			id = tok_strmap_get(&tok->vocab, a[i].content, len);
 		if (id < 0) {
@@ -253,9 +260,7 @@ int tok_build_added(struct capy_tokenizer *tok, struct tok_added_def *a, size_t 
 			rc = tok_oom(err);
 			goto out;
 		}
-		for (size_t k = 0; k < n_special && !is_special; k++)
-			is_special = !strcmp(special[k]->content, a[i].content);
-		if (!is_special)
+		if (tok_strmap_get(&special_set, a[i].content, len) < 0)
 			plain[n_plain++] = &a[i];
 	}
 	/* The patterns, in HF's order: special tokens, then the others. */
@@ -293,6 +298,7 @@ out:
 	free(norm);
 	tok_buf_release(&nb[0]);
 	tok_buf_release(&nb[1]);
+	tok_strmap_release(&special_set);
 	return rc;
 }
 

@@ -151,12 +151,21 @@ function gen(seed, count, invalid) {
 // vocabulary is dropped (its id is the vocabulary's anyway), any other gets a content that never
 // occurs (ids are assigned in order, so the others keep theirs). "plain" hides the special
 // tokens, "special" the others, "none" all.
+// Whether a token is special is a property of its content (HF's special_tokens_set), so repeats
+// of a content are hidden together.
 function variant(json, mode) {
 	const j = JSON.parse(json);
-	const hidden = (t) => mode === "none" || (mode === "plain") === t.special;
+	const special = new Set(j.added_tokens.filter((t) => t.special).map((t) => t.content));
+	const hidden = (t) => mode === "none" || (mode === "plain") === special.has(t.content);
+	const names = new Map();
 	j.added_tokens = j.added_tokens.filter((t) => !(hidden(t) && t.content in j.model.vocab));
-	for (const t of j.added_tokens)
-		if (hidden(t)) t.content = "\u0000capy-unmatchable-" + t.id;
+	for (const t of j.added_tokens) {
+		if (!hidden(t))
+			continue;
+		if (!names.has(t.content))
+			names.set(t.content, "\u0000capy-unmatchable-" + names.size);
+		t.content = names.get(t.content);
+	}
 	return Tokenizer.fromString(JSON.stringify(j));
 }
 
@@ -263,6 +272,11 @@ function variantAdded(inPath, outPath) {
 	add("'s", { special: true, normalized: false, rstrip: true });
 	add("\u3000", { special: true, lstrip: true });
 	add("Ġthe", { special: true });          // in the vocabulary
+	// repeats: one equal in every field (ignored), others that change the flags
+	j.added_tokens.push({ ...j.added_tokens.find((t) => t.content === "<|im_end|>") });
+	add("<|endoftext|>", { special: false, normalized: false, rstrip: true });
+	add("<think>", { special: true, normalized: false, lstrip: true });
+	add("hello world", { single_word: false, rstrip: true });
 	fs.writeFileSync(outPath, JSON.stringify(j));
 }
 
