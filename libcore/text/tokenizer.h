@@ -47,8 +47,9 @@
  *                  HF's encode(text, add_special_tokens=False) (for Qwen both settings agree).
  *
  * Exactness notes (see docs/tokenizer.md):
- *   - Split regexes are written for Oniguruma; they are translated to PCRE2 with \s, \p{L},
- *     \p{N}, \p{M}, \d, \w completed to the Unicode 16.0 sets Oniguruma uses (tok-unicode.c).
+ *   - Split regexes are written for Oniguruma; they are translated to PCRE2 with the class
+ *     escapes (\s, \d, \w, \p{L}, \p{N}, \p{M}, \p{P}, ...) completed to the Unicode 16.0 sets
+ *     Oniguruma uses (tok-unicode.c).
  *   - NFC follows HF's Unicode 9.0 tables: characters assigned later are left in place.
  *   - Text must be UTF-8. Invalid input fails with CAPY_EFORMAT and the byte offset, unless
  *     CAPY_TOK_LOSSY is given: then each maximal invalid subsequence becomes U+FFFD, which is
