@@ -74,6 +74,18 @@ LIBCORE_OBJS += libcore/text/reasoning.o
 LIBCORE_OBJS += libcore/text/template-json.o
 LIBCORE_OBJS += libcore/text/template-value.o
 LIBCORE_OBJS += libcore/text/template.o
+LIBCORE_OBJS += libcore/text/tok-added.o
+LIBCORE_OBJS += libcore/text/tok-bpe.o
+LIBCORE_OBJS += libcore/text/tok-decode.o
+LIBCORE_OBJS += libcore/text/tok-encode.o
+LIBCORE_OBJS += libcore/text/tok-load.o
+LIBCORE_OBJS += libcore/text/tok-model.o
+LIBCORE_OBJS += libcore/text/tok-norm.o
+LIBCORE_OBJS += libcore/text/tok-pretok.o
+LIBCORE_OBJS += libcore/text/tok-regex.o
+LIBCORE_OBJS += libcore/text/tok-unicode.o
+LIBCORE_OBJS += libcore/text/tok-utf8.o
+LIBCORE_OBJS += libcore/text/tok-vocab.o
 LIBCORE_OBJS += libcore/text/toolcall-schema.o
 LIBCORE_OBJS += libcore/text/toolcall.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
@@ -97,6 +109,7 @@ UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
 UNIT_TESTS += u-safetensors
 UNIT_TESTS += u-template
+UNIT_TESTS += u-tokenizer
 UNIT_TESTS += u-util
 
 TEST_HELPERS += capy-test-tool
@@ -106,16 +119,20 @@ FUZZERS += fuzz-hfconfig
 FUZZERS += fuzz-outparse
 FUZZERS += fuzz-safetensors
 FUZZERS += fuzz-template
+FUZZERS += fuzz-tokenizer
+
+BENCHES += tokenizer-bench
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
 BINS = $(addprefix $(O)/bin/,$(PROGRAMS))
 UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
 HELPER_BINS = $(addprefix $(O)/t/helper/,$(TEST_HELPERS))
+BENCH_BINS = $(addprefix $(O)/bench/,$(BENCHES))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
 
-.PHONY: all test check unit bats check-docs check-headers fuzz deps install clean help
+.PHONY: all test check unit bats check-docs check-headers fuzz bench deps install clean help
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -135,7 +152,8 @@ $(O)/bin/%: $(O)/cmd/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-$(O)/t/unit/%: $(O)/t/unit/%.o $(LIB)
+# unit tests, test helpers and benchmarks: one source file each, linked with the library
+$(UNIT_BINS) $(HELPER_BINS) $(BENCH_BINS): $(O)/%: $(O)/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
@@ -169,6 +187,9 @@ check-headers:
 		$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -fsyntax-only -x c $$h -o /dev/null; done; \
 		echo "headers: ok"
 
+# `make bench`: the benchmark programs (run by bench/*.sh; results in docs/perf.md).
+bench: $(BENCH_BINS)
+
 # `make fuzz`: libFuzzer targets (clang); run one with build/fuzz/t/fuzz/fuzz-X t/fuzz/corpus/X
 fuzz:
 	$(MAKE) O=build/fuzz CC=clang SAN=0 CUDA=0 OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined" \
@@ -182,7 +203,7 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 
 # python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py).
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
-	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev \
+	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev zstd \
 	python3 python3-jinja2
 
 deps:
@@ -204,10 +225,11 @@ help:
 	@echo "make test       unit tests, BATS tests, man pages and headers (CPU only)"
 	@echo "make check      the tests again under ASan + UBSan (build/san/)"
 	@echo "make fuzz       build the libFuzzer targets (build/fuzz/)"
+	@echo "make bench      build the benchmark programs (build/bench/)"
 	@echo "make deps       install the Debian packages (as root), else print the apt-get line"
 	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
 	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
 
--include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d
+-include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d $(O)/bench/*.d
 
 .SECONDARY:
