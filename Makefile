@@ -70,9 +70,30 @@ LIBCORE_OBJS += libcore/cpu/plain-scalar.o
 LIBCORE_OBJS += libcore/model/config.o
 LIBCORE_OBJS += libcore/quant/floats.o
 LIBCORE_OBJS += libcore/quant/nvfp4.o
+LIBCORE_OBJS += libcore/text/chat.o
+LIBCORE_OBJS += libcore/text/jinja-eval.o
+LIBCORE_OBJS += libcore/text/jinja-filters.o
+LIBCORE_OBJS += libcore/text/jinja-lex.o
+LIBCORE_OBJS += libcore/text/jinja-methods.o
+LIBCORE_OBJS += libcore/text/jinja-parse.o
 LIBCORE_OBJS += libcore/text/outparse-json.o
 LIBCORE_OBJS += libcore/text/outparse.o
 LIBCORE_OBJS += libcore/text/reasoning.o
+LIBCORE_OBJS += libcore/text/template-json.o
+LIBCORE_OBJS += libcore/text/template-value.o
+LIBCORE_OBJS += libcore/text/template.o
+LIBCORE_OBJS += libcore/text/tok-added.o
+LIBCORE_OBJS += libcore/text/tok-bpe.o
+LIBCORE_OBJS += libcore/text/tok-decode.o
+LIBCORE_OBJS += libcore/text/tok-encode.o
+LIBCORE_OBJS += libcore/text/tok-load.o
+LIBCORE_OBJS += libcore/text/tok-model.o
+LIBCORE_OBJS += libcore/text/tok-norm.o
+LIBCORE_OBJS += libcore/text/tok-pretok.o
+LIBCORE_OBJS += libcore/text/tok-regex.o
+LIBCORE_OBJS += libcore/text/tok-unicode.o
+LIBCORE_OBJS += libcore/text/tok-utf8.o
+LIBCORE_OBJS += libcore/text/tok-vocab.o
 LIBCORE_OBJS += libcore/text/toolcall-schema.o
 LIBCORE_OBJS += libcore/text/toolcall.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
@@ -96,21 +117,32 @@ UNIT_TESTS += u-linear
 UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
 UNIT_TESTS += u-safetensors
+UNIT_TESTS += u-template
+UNIT_TESTS += u-tokenizer
 UNIT_TESTS += u-util
+
+TEST_HELPERS += capy-test-tool
 
 FUZZERS += fuzz-artifact
 FUZZERS += fuzz-hfconfig
 FUZZERS += fuzz-outparse
 FUZZERS += fuzz-safetensors
+FUZZERS += fuzz-template
+FUZZERS += fuzz-tokenizer
+
+BENCHES += linear-bench
+BENCHES += tokenizer-bench
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
 BINS = $(addprefix $(O)/bin/,$(PROGRAMS))
 UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
+HELPER_BINS = $(addprefix $(O)/t/helper/,$(TEST_HELPERS))
+BENCH_BINS = $(addprefix $(O)/bench/,$(BENCHES))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
 
-.PHONY: all test check unit bats check-docs check-headers fuzz deps install clean help bench
+.PHONY: all test check unit bats check-docs check-headers fuzz bench deps install clean help
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -130,18 +162,14 @@ $(O)/bin/%: $(O)/cmd/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-$(O)/t/unit/%: $(O)/t/unit/%.o $(LIB)
+# unit tests, test helpers and benchmarks: one source file each, linked with the library
+$(UNIT_BINS) $(HELPER_BINS) $(BENCH_BINS): $(O)/%: $(O)/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(O)/t/unit/%.o: CPPFLAGS += -It/unit
 
-# `make bench`: benchmark programs (not part of `make test`); results go to docs/perf.md.
-BENCHES += linear-bench
-
-bench: $(addprefix $(O)/bench/,$(BENCHES))
-
-$(O)/bench/%: $(O)/bench/%.o $(LIB)
+$(O)/t/helper/%: $(O)/t/helper/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
@@ -152,7 +180,7 @@ test: all unit bats check-docs check-headers
 unit: $(UNIT_BINS)
 	$(QUIET)set -e; for t in $(UNIT_BINS); do echo "*** $$t"; $$t; done
 
-bats: all $(UNIT_BINS)
+bats: all $(UNIT_BINS) $(HELPER_BINS)
 	$(QUIET)CAPY_BUILD=$(abspath $(O)) PATH="$(abspath $(O))/bin:$$PATH" bats t/
 
 # `make check`: the same tests built with AddressSanitizer and UBSan.
@@ -169,6 +197,9 @@ check-headers:
 		$(CC) $(CPPFLAGS) $(BASE_CFLAGS) -fsyntax-only -x c $$h -o /dev/null; done; \
 		echo "headers: ok"
 
+# `make bench`: the benchmark programs (run by bench/*.sh; results in docs/perf.md).
+bench: $(BENCH_BINS)
+
 # `make fuzz`: libFuzzer targets (clang); run one with build/fuzz/t/fuzz/fuzz-X t/fuzz/corpus/X
 fuzz:
 	$(MAKE) O=build/fuzz CC=clang SAN=0 CUDA=0 OPT="-O1 -fsanitize=fuzzer-no-link,address,undefined" \
@@ -180,8 +211,10 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
+# python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py).
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
-	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev
+	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev zstd \
+	python3 python3-jinja2
 
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
@@ -202,11 +235,11 @@ help:
 	@echo "make test       unit tests, BATS tests, man pages and headers (CPU only)"
 	@echo "make check      the tests again under ASan + UBSan (build/san/)"
 	@echo "make fuzz       build the libFuzzer targets (build/fuzz/)"
-	@echo "make bench      build the benchmarks (build/bench/; see docs/perf.md)"
+	@echo "make bench      build the benchmark programs (build/bench/)"
 	@echo "make deps       install the Debian packages (as root), else print the apt-get line"
 	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
 	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
 
--include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/bench/*.d
+-include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d $(O)/bench/*.d
 
 .SECONDARY:
