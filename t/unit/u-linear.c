@@ -663,6 +663,27 @@ static void test_init_errors(void)
 #undef REFUSE
 }
 
+/* The activation is quantized once per distinct input_scale: parts that share one need no more
+ * workspace than a single part. */
+static void test_variants(void)
+{
+	const uint64_t one[1] = { 8 }, two[2] = { 4, 4 }, m = 3;
+	const float same[2] = { 0.01f, 0.01f }, diff[2] = { 0.01f, 0 };
+	uint8_t *r1 = make_nvfp4(8, 256, 1, one, same, true), *r2 = make_nvfp4(8, 256, 2, two, same, true);
+	uint8_t *r3 = make_nvfp4(8, 256, 2, two, diff, true);
+	struct capy_linear w1, w2, w3;
+
+	CHECK(capy_linear_init(&w1, CAPY_DT_NVFP4, 8, 256, 1, one, r1, NULL) == 0);
+	CHECK(capy_linear_init(&w2, CAPY_DT_NVFP4, 8, 256, 2, two, r2, NULL) == 0);
+	CHECK(capy_linear_init(&w3, CAPY_DT_NVFP4, 8, 256, 2, two, r3, NULL) == 0);
+	CHECK_EQ_U64(capy_linear_input_bytes(&w2, m), capy_linear_input_bytes(&w1, m));
+	CHECK(capy_linear_input_bytes(&w3, m) > capy_linear_input_bytes(&w1, m));
+	CHECK(capy_linear_input_bytes(&w1, UINT64_MAX / 2) == SIZE_MAX);
+	free(r1);
+	free(r2);
+	free(r3);
+}
+
 static void test_isa(void)
 {
 	enum capy_isa best = capy_isa_best();
@@ -702,6 +723,7 @@ int main(void)
 	printf("\n");
 	RUN(test_isa);
 	RUN(test_init_errors);
+	RUN(test_variants);
 	RUN(test_plain_widening);
 	RUN(test_plain);
 	RUN(test_nvfp4_vectors);
