@@ -1,6 +1,7 @@
 /* isa.c - which instruction set the kernels use: detection at run time and the override. */
 #include "cpu-impl.h"
 
+#include <cpuid.h>
 #include <stdatomic.h>
 
 static const char *const isa_names[CAPY_ISA_COUNT] = {
@@ -23,12 +24,19 @@ static const struct capy_cpu_kernels isa_kernels[CAPY_ISA_COUNT] = {
  * first callers stores the same value twice. */
 static atomic_int current_isa = -1;
 
+/* CPUID.1:ECX.F16C; clang 14's __builtin_cpu_supports does not know "f16c". */
+static bool has_f16c(void)
+{
+	unsigned a, b, c, d;
+
+	return __get_cpuid(1, &a, &b, &c, &d) && (c & bit_F16C);
+}
+
 /* __builtin_cpu_supports also checks that the OS saves the AVX / AVX-512 state (XCR0). */
 static enum capy_isa detect(void)
 {
 	__builtin_cpu_init();
-	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") ||
-	    !__builtin_cpu_supports("f16c"))
+	if (!__builtin_cpu_supports("avx2") || !__builtin_cpu_supports("fma") || !has_f16c())
 		return CAPY_ISA_SCALAR;
 	if (!__builtin_cpu_supports("avx512f") || !__builtin_cpu_supports("avx512bw") ||
 	    !__builtin_cpu_supports("avx512vl"))
