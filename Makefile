@@ -67,9 +67,20 @@ LIBCORE_OBJS += libcore/cpu/nvfp4-scalar.o
 LIBCORE_OBJS += libcore/cpu/plain-avx2.o
 LIBCORE_OBJS += libcore/cpu/plain-avx512.o
 LIBCORE_OBJS += libcore/cpu/plain-scalar.o
+LIBCORE_OBJS += libcore/engine/attention.o
+LIBCORE_OBJS += libcore/engine/forward.o
+LIBCORE_OBJS += libcore/engine/gdn.o
+LIBCORE_OBJS += libcore/engine/hc.o
+LIBCORE_OBJS += libcore/engine/moe.o
+LIBCORE_OBJS += libcore/engine/ops.o
+LIBCORE_OBJS += libcore/engine/ple.o
+LIBCORE_OBJS += libcore/engine/state.o
+LIBCORE_OBJS += libcore/engine/weights.o
+LIBCORE_OBJS += libcore/model/assets.o
 LIBCORE_OBJS += libcore/model/config.o
 LIBCORE_OBJS += libcore/quant/floats.o
 LIBCORE_OBJS += libcore/quant/nvfp4.o
+LIBCORE_OBJS += libcore/sample/sample.o
 LIBCORE_OBJS += libcore/text/chat.o
 LIBCORE_OBJS += libcore/text/jinja-eval.o
 LIBCORE_OBJS += libcore/text/jinja-filters.o
@@ -111,12 +122,16 @@ LIBCORE_OBJS += libcore/util/rng.o
 LIBCORE_OBJS += libcore/util/thread.o
 
 PROGRAMS += capy-convert
+PROGRAMS += capy-gen
+PROGRAMS += capy-ppl
 
 UNIT_TESTS += u-artifact
+UNIT_TESTS += u-engine
 UNIT_TESTS += u-linear
 UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
 UNIT_TESTS += u-safetensors
+UNIT_TESTS += u-sample
 UNIT_TESTS += u-template
 UNIT_TESTS += u-tokenizer
 UNIT_TESTS += u-util
@@ -155,8 +170,8 @@ $(O)/kernels/%.o: kernels/%.cu
 	@mkdir -p $(dir $@)
 	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) -Ikernels -c -o $@ $<
 
-$(LIB): $(OBJS) $(KERNEL_OBJS)
-	$(QUIET_AR)rm -f $@ && ar rcs $@ $^
+$(LIB): $(OBJS) $(KERNEL_OBJS) Makefile $(wildcard config.mak)
+	$(QUIET_AR)rm -f $@ && ar rcs $@ $(OBJS) $(KERNEL_OBJS)
 
 $(O)/bin/%: $(O)/cmd/%.o $(LIB)
 	@mkdir -p $(dir $@)

@@ -1,0 +1,485 @@
+/* capy-gen - one-shot generation, and the text utilities: tokenize, detokenize, render. */
+#include "tool/tool.h"
+#include "artifact/artifact.h"
+#include "engine/engine.h"
+#include "model/assets.h"
+#include "sample/sample.h"
+#include "util/file.h"
+#include "util/json.h"
+#include "util/parse.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <unistd.h>
+
+static const char *const usage[] = {
+	"capy-gen <model.capy> (-p <text> | --prompt-ids <ids> | --messages <file>) [--chat] [-n <n>] [--ids] [<options>]",
+	"capy-gen --tokenize (<model.capy> | <tokenizer.json>) < <text>",
+	"capy-gen --detokenize (<model.capy> | <tokenizer.json>) < <ids>",
+	"capy-gen --render (<model.capy> | --template <file>) [-p <text>] [--system <text>] [--messages <file>] [--no-think]",
+	NULL,
+};
+
+static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg,
+	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop;
+static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
+	opt_ignore_eos;
+static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1;
+static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_presence, opt_frequency;
+
+static const struct capy_opt opts[] = {
+	CAPY_OPT_GROUP("Generate"),
+	CAPY_OPT_STRING('p', "prompt", &opt_prompt, "text", "prompt text (with --chat: the user message)"),
+	CAPY_OPT_STRING(0, "prompt-ids", &opt_prompt_ids, "ids", "prompt as token ids, e.g. \"1 2 3\""),
+	CAPY_OPT_INT('n', "n-predict", &opt_n, "n", "tokens to generate at most (default 128)", 0, 1e9),
+	CAPY_OPT_FLAG(0, "chat", &opt_chat, "render the prompt with the model's chat template"),
+	CAPY_OPT_STRING(0, "system", &opt_system, "text", "with --chat: a system message"),
+	CAPY_OPT_STRING(0, "messages", &opt_messages, "file", "with --chat/--render: messages (JSON list or request body)"),
+	CAPY_OPT_FLAG(0, "no-think", &opt_no_think, "with --chat/--render: enable_thinking=false"),
+	CAPY_OPT_FLAG(0, "ids", &opt_ids, "print the generated token ids instead of text"),
+	CAPY_OPT_FLAG(0, "raw", &opt_raw, "print special tokens in the output text"),
+	CAPY_OPT_STRING(0, "stop", &opt_stop, "text", "stop when the output contains text"),
+	CAPY_OPT_FLAG(0, "ignore-eos", &opt_ignore_eos, "do not stop at end-of-sequence tokens"),
+	CAPY_OPT_GROUP("Sampling (defaults: the model's generation_config.json; greedy without one)"),
+	CAPY_OPT_DOUBLE(0, "temp", &opt_temp, "t", "temperature; 0 is greedy", 0, 100),
+	CAPY_OPT_INT(0, "top-k", &opt_top_k, "k", "keep the k most likely tokens (0: off)", 0, 1e9),
+	CAPY_OPT_DOUBLE(0, "top-p", &opt_top_p, "p", "keep the most likely tokens up to probability p", 0, 1),
+	CAPY_OPT_DOUBLE(0, "min-p", &opt_min_p, "p", "drop tokens below p times the best one's probability", 0, 1),
+	CAPY_OPT_DOUBLE(0, "repeat-penalty", &opt_rep, "r", "repetition penalty (1: off)", 0, 100),
+	CAPY_OPT_DOUBLE(0, "presence-penalty", &opt_presence, "p", "presence penalty", -100, 100),
+	CAPY_OPT_DOUBLE(0, "frequency-penalty", &opt_frequency, "f", "frequency penalty", -100, 100),
+	CAPY_OPT_INT(0, "seed", &opt_seed, "n", "random seed (default: from the clock, printed)", 0, 9007199254740991.0),
+	CAPY_OPT_GROUP("Engine"),
+	CAPY_OPT_STRING(0, "device", &opt_device, "cpu", "where to run (cpu)"),
+	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
+	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
+	CAPY_OPT_GROUP("Text utilities"),
+	CAPY_OPT_FLAG(0, "tokenize", &opt_tokenize, "read text on stdin, print its ids"),
+	CAPY_OPT_FLAG(0, "detokenize", &opt_detokenize, "read ids on stdin, print their text"),
+	CAPY_OPT_FLAG(0, "render", &opt_render, "print the rendered chat prompt and stop"),
+	CAPY_OPT_STRING(0, "template", &opt_template, "file", "chat template file (instead of the model's)"),
+	CAPY_OPT_STRING(0, "tokenizer-config", &opt_tokcfg, "file", "tokenizer_config.json for special tokens"),
+	CAPY_OPT_FLAG('q', "quiet", &opt_quiet, "no statistics on stderr"),
+	CAPY_OPT_END(),
+};
+
+static char *read_stdin(size_t *len)
+{
+	size_t cap = 1 << 16, n = 0;
+	char *buf = malloc(cap);
+
+	for (;;) {
+		ssize_t r;
+		if (!buf)
+			capy_die("out of memory reading standard input");
+		if (n + 1 >= cap) {
+			char *p = realloc(buf, cap *= 2);
+			if (!p)
+				free(buf);
+			buf = p;
+			continue;
+		}
+		r = read(STDIN_FILENO, buf + n, cap - n - 1);
+		if (r < 0) {
+			if (errno == EINTR)
+				continue;
+			capy_die("cannot read standard input: %s", strerror(errno));
+		}
+		if (r == 0)
+			break;
+		n += (size_t)r;
+	}
+	buf[n] = 0;
+	*len = n;
+	return buf;
+}
+
+/* Whitespace-separated ids; what names the source in errors. */
+static void parse_ids(const char *text, const char *what, struct capy_tokens *out)
+{
+	const char *p = text;
+
+	while (*p) {
+		char num[32];
+		size_t n = 0;
+		int64_t v;
+		struct capy_err err = { 0 };
+		while (isspace((unsigned char)*p))
+			p++;
+		if (!*p)
+			break;
+		while (*p && !isspace((unsigned char)*p) && n < sizeof(num) - 1)
+			num[n++] = *p++;
+		num[n] = 0;
+		if (capy_parse_i64(num, 0, INT32_MAX, &v, &err) < 0)
+			capy_die("%s: token id %zu: %s", what, out->n, err.msg);
+		if (out->n == out->cap) {
+			out->cap = out->cap ? 2 * out->cap : 256;
+			out->ids = realloc(out->ids, out->cap * sizeof(int32_t));
+			if (!out->ids)
+				capy_die("out of memory");
+		}
+		out->ids[out->n++] = (int32_t)v;
+	}
+}
+
+static bool is_artifact(const char *path)
+{
+	uint8_t magic[8];
+	FILE *f = fopen(path, "rb");
+	bool yes = f && fread(magic, 1, 8, f) == 8 && !memcmp(magic, capy_artifact_magic, 8);
+
+	if (f)
+		fclose(f);
+	return yes;
+}
+
+/* The tokenizer etc. of MODEL (an artifact, or a bare tokenizer.json), plus --template. */
+static void load_assets(const char *model, struct capy_artifact **a, struct capy_assets *as)
+{
+	struct capy_err err = { 0 };
+
+	*a = NULL;
+	if (model && is_artifact(model)) {
+		if (capy_artifact_open(a, model, &err) < 0 || capy_assets_from_artifact(as, *a, &err) < 0)
+			capy_die("%s", err.msg);
+		if (opt_template || opt_tokcfg) {
+			struct capy_assets extra;
+			if (capy_assets_from_files(&extra, NULL, opt_template, opt_tokcfg, &err) < 0)
+				capy_die("%s", err.msg);
+			if (extra.tmpl) {
+				capy_tmpl_free(as->tmpl);
+				as->tmpl = extra.tmpl;
+				extra.tmpl = NULL;
+			}
+			if (extra.tokenizer_config) {
+				free(as->tokenizer_config);
+				as->tokenizer_config = extra.tokenizer_config;
+				as->tokenizer_config_len = extra.tokenizer_config_len;
+				extra.tokenizer_config = NULL;
+			}
+			capy_assets_release(&extra);
+		}
+		return;
+	}
+	if (model && access(model, R_OK) < 0)
+		capy_die("cannot open '%s': %s", model, strerror(errno));
+	if (capy_assets_from_files(as, model, opt_template, opt_tokcfg, &err) < 0)
+		capy_die("%s", err.msg);
+}
+
+static int tokenize(const char *model)
+{
+	struct capy_artifact *a;
+	struct capy_assets as;
+	struct capy_tokens ids = { 0 };
+	struct capy_err err = { 0 };
+	size_t len;
+	char *text;
+
+	load_assets(model, &a, &as);
+	if (!as.tok)
+		capy_die("'%s' has no tokenizer.json", model);
+	text = read_stdin(&len);
+	if (capy_tokenizer_encode(as.tok, text, len, CAPY_TOK_PARSE_ADDED, &ids, &err) < 0)
+		capy_die("standard input: %s", err.msg);
+	for (size_t i = 0; i < ids.n; i++)
+		printf(i ? " %" PRId32 : "%" PRId32, ids.ids[i]);
+	printf("\n");
+	free(text);
+	capy_tokens_release(&ids);
+	capy_assets_release(&as);
+	capy_artifact_close(a);
+	return CAPY_EXIT_OK;
+}
+
+static int detokenize(const char *model)
+{
+	struct capy_artifact *a;
+	struct capy_assets as;
+	struct capy_tokens ids = { 0 };
+	struct capy_err err = { 0 };
+	size_t len;
+	char *text, *out;
+
+	load_assets(model, &a, &as);
+	if (!as.tok)
+		capy_die("'%s' has no tokenizer.json", model);
+	text = read_stdin(&len);
+	parse_ids(text, "standard input", &ids);
+	if (capy_tokenizer_decode(as.tok, ids.ids, ids.n, 0, &out, &len, &err) < 0)
+		capy_die("%s", err.msg);
+	fwrite(out, 1, len, stdout);
+	free(out);
+	free(text);
+	capy_tokens_release(&ids);
+	capy_assets_release(&as);
+	capy_artifact_close(a);
+	return CAPY_EXIT_OK;
+}
+
+static struct capy_tval *checked(struct capy_tval *v)
+{
+	if (!v)
+		capy_die("out of memory");
+	return v;
+}
+
+static struct capy_tval *message(struct capy_tdoc *doc, const char *role, const char *content)
+{
+	struct capy_tval *m = checked(capy_tval_dict(doc));
+
+	if (capy_tval_set(doc, m, "role", checked(capy_tval_str(doc, role, strlen(role)))) < 0 ||
+	    capy_tval_set(doc, m, "content", checked(capy_tval_str(doc, content, strlen(content)))) < 0)
+		capy_die("out of memory");
+	return m;
+}
+
+/* Render the chat prompt: the messages (and tools) of --messages — a list, or a request body
+ * with "messages" and "tools", read with the template's own JSON reader so numbers keep
+ * their spelling — or one user message from -p with an optional --system. */
+static char *render(const struct capy_assets *as, const char *model, size_t *len)
+{
+	struct capy_chat_opts co = { as->tokenizer_config, as->tokenizer_config_len, false, NULL };
+	struct capy_err err = { 0 };
+	struct capy_tdoc *doc = capy_tdoc_new();
+	struct capy_tval *messages, *tools = NULL, *kwargs = NULL, *special = NULL, *root;
+	char *out, *text;
+	size_t n;
+
+	if (!doc)
+		capy_die("out of memory");
+	if (!as->tmpl)
+		capy_die("'%s' has no chat template (give one with --template)", model ? model : "?");
+	if (opt_messages) {
+		if (opt_prompt || opt_system)
+			capy_die("--messages does not go with -p or --system");
+		if (capy_read_file(opt_messages, 64u << 20, &text, &n, &err) < 0 ||
+		    capy_tdoc_parse_json(doc, text, n, opt_messages, &root, &err) < 0)
+			capy_die("%s", err.msg);
+		free(text);
+		messages = capy_tval_get(root, "messages");
+		tools = capy_tval_get(root, "tools");
+		if (!messages)
+			messages = root;
+	} else {
+		messages = checked(capy_tval_list(doc));
+		if (opt_system && capy_tval_push(doc, messages, message(doc, "system", opt_system)) < 0)
+			capy_die("out of memory");
+		if (capy_tval_push(doc, messages, message(doc, "user", opt_prompt ? opt_prompt : "")) < 0)
+			capy_die("out of memory");
+	}
+	if (opt_no_think) {
+		kwargs = checked(capy_tval_dict(doc));
+		if (capy_tval_set(doc, kwargs, "enable_thinking", checked(capy_tval_bool(doc, false))) < 0)
+			capy_die("out of memory");
+	}
+	if (as->tokenizer_config) {
+		struct capy_tval *cfg;
+		if (capy_tdoc_parse_json(doc, as->tokenizer_config, as->tokenizer_config_len, "tokenizer_config.json",
+					 &cfg, &err) < 0 ||
+		    capy_chat_special_tokens(doc, cfg, &special, &err) < 0)
+			capy_die("%s", err.msg);
+	}
+	if (capy_chat_render_values(as->tmpl, doc, messages, tools, kwargs, special, true, &co, &out, len, &err) < 0)
+		capy_die("%s", err.msg);
+	capy_tdoc_free(doc);
+	return out;
+}
+
+static int render_only(const char *model)
+{
+	struct capy_artifact *a;
+	struct capy_assets as;
+	size_t len;
+	char *out;
+
+	load_assets(model, &a, &as);
+	out = render(&as, model, &len);
+	fwrite(out, 1, len, stdout);
+	free(out);
+	capy_assets_release(&as);
+	capy_artifact_close(a);
+	return CAPY_EXIT_OK;
+}
+
+static enum capy_kv_dtype parse_kv(void)
+{
+	if (!strcmp(opt_kv, "bf16"))
+		return CAPY_KV_BF16;
+	if (!strcmp(opt_kv, "f32"))
+		return CAPY_KV_F32;
+	if (!strcmp(opt_kv, "int8"))
+		return CAPY_KV_INT8;
+	capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);
+}
+
+static double pick(double opt, double model_default, double fallback)
+{
+	if (!isnan(opt))
+		return opt;
+	return isnan(model_default) ? fallback : model_default;
+}
+
+static int generate(const char *model)
+{
+	struct capy_artifact *a;
+	struct capy_assets as;
+	struct capy_engine *e;
+	struct capy_seq *s;
+	struct capy_sampler *smp;
+	struct capy_tokens prompt = { 0 };
+	struct capy_err err = { 0 };
+	struct capy_detok *dt = NULL;
+	struct capy_sampler_params sp;
+	char *stop_buf = NULL;
+	size_t stop_len = 0, stop_cap = 0;
+	float *logits;
+	double t0, t1, t2;
+	uint64_t produced = 0;
+	const char *why = "length";
+
+	load_assets(model, &a, &as);
+	if (!a)
+		capy_die("'%s' is not a capy artifact", model);
+	if (opt_prompt_ids) {
+		parse_ids(opt_prompt_ids, "--prompt-ids", &prompt);
+	} else {
+		size_t len;
+		char *text = opt_chat ? render(&as, model, &len) : strdup(opt_prompt);
+		if (!as.tok)
+			capy_die("'%s' has no tokenizer.json", model);
+		if (!opt_chat)
+			len = strlen(text);
+		if (capy_tokenizer_encode(as.tok, text, len, CAPY_TOK_PARSE_ADDED, &prompt, &err) < 0)
+			capy_die("prompt: %s", err.msg);
+		free(text);
+	}
+	if (!prompt.n)
+		capy_die("the prompt is empty");
+	if (capy_engine_new(&e, a, &(struct capy_engine_opts){ .threads = (int)opt_threads, .kv = parse_kv() },
+			    &err) < 0 ||
+	    capy_seq_new(e, &s, &err) < 0)
+		capy_die("%s", err.msg);
+	sp = (struct capy_sampler_params){
+		.temperature = (float)pick(opt_temp, as.temperature, 0),
+		.top_k = opt_top_k >= 0 ? (int)opt_top_k : as.top_k >= 0 ? (int)as.top_k : 0,
+		.top_p = (float)pick(opt_top_p, as.top_p, 1),
+		.min_p = (float)pick(opt_min_p, as.min_p, 0),
+		.repetition_penalty = (float)pick(opt_rep, as.repetition_penalty, 1),
+		.presence_penalty = (float)opt_presence,
+		.frequency_penalty = (float)opt_frequency,
+		.seed = opt_seed >= 0 ? (uint64_t)opt_seed : (uint64_t)(capy_now() * 1e9),
+	};
+	if (capy_sampler_new(&smp, capy_engine_config(e)->vocab_size, &sp, &err) < 0)
+		capy_die("%s", err.msg);
+	capy_sampler_prompt(smp, prompt.ids, prompt.n);
+	if (!opt_ids && as.tok && !(dt = capy_detok_new(as.tok, opt_raw ? 0 : CAPY_TOK_SKIP_SPECIAL)))
+		capy_die("out of memory");
+	logits = malloc(capy_engine_config(e)->vocab_size * sizeof(float));
+	if (!logits)
+		capy_die("out of memory");
+
+	t0 = capy_now();
+	if (capy_engine_forward(e, s, prompt.ids, prompt.n, logits, false, &err) < 0)
+		capy_die("%s", err.msg);
+	t1 = capy_now();
+	while (produced < (uint64_t)opt_n) {
+		int32_t id = capy_sampler_next(smp, logits);
+		produced++;
+		if (!opt_ignore_eos && capy_assets_is_eos(&as, id)) {
+			why = "eos";
+			break;
+		}
+		if (opt_ids) {
+			printf(produced > 1 ? " %" PRId32 : "%" PRId32, id);
+		} else if (dt) {
+			const char *piece;
+			size_t n;
+			if (capy_detok_feed(dt, id, &piece, &n) < 0)
+				capy_die("out of memory");
+			fwrite(piece, 1, n, stdout);
+			if (opt_stop && n) {
+				if (stop_len + n + 1 > stop_cap) {
+					stop_cap = 2 * (stop_len + n + 1);
+					stop_buf = realloc(stop_buf, stop_cap);
+					if (!stop_buf)
+						capy_die("out of memory");
+				}
+				memcpy(stop_buf + stop_len, piece, n);
+				stop_len += n;
+				stop_buf[stop_len] = 0;
+				if (strstr(stop_buf, opt_stop)) {
+					why = "stop";
+					break;
+				}
+			}
+		}
+		fflush(stdout);
+		if (produced == (uint64_t)opt_n)
+			break;
+		if (capy_engine_forward(e, s, &id, 1, logits, false, &err) < 0)
+			capy_die("%s", err.msg);
+	}
+	if (dt) {
+		const char *piece;
+		size_t n;
+		capy_detok_flush(dt, &piece, &n);
+		fwrite(piece, 1, n, stdout);
+	}
+	printf("\n");
+	fflush(stdout);
+	t2 = capy_now();
+	if (!opt_quiet) {
+		char rss[32];
+		capy_human_bytes(rss, sizeof(rss), (double)capy_peak_rss());
+		fprintf(stderr, "%s: prompt %zu tokens in %.3f s (%.1f tok/s); generated %" PRIu64 " tokens in %.3f s "
+			"(%.1f tok/s), stopped by %s; %d threads, seed %" PRIu64 ", peak RSS %s\n",
+			capy_tool_name, prompt.n, t1 - t0, (double)prompt.n / (t1 - t0), produced, t2 - t1,
+			produced > 1 ? (double)(produced - 1) / (t2 - t1) : 0.0, why, capy_engine_threads(e), sp.seed, rss);
+	}
+	free(stop_buf);
+	free(logits);
+	capy_detok_free(dt);
+	capy_sampler_free(smp);
+	capy_seq_free(s);
+	capy_engine_free(e);
+	capy_tokens_release(&prompt);
+	capy_assets_release(&as);
+	capy_artifact_close(a);
+	return CAPY_EXIT_OK;
+}
+
+int cmd_main(int argc, char **argv)
+{
+	int n = capy_opt_parse(argc, argv, usage, opts);
+	int modes = opt_tokenize + opt_detokenize + opt_render;
+	const char *model = n ? argv[0] : NULL;
+
+	if (n > 1)
+		capy_usage_error(usage, opts, "unexpected argument '%s'", argv[1]);
+	if (modes > 1)
+		capy_usage_error(usage, opts, "--tokenize, --detokenize and --render exclude each other");
+	if (strcmp(opt_device, "cpu"))
+		capy_usage_error(usage, opts, "--device: '%s' is not available in this build (cpu is)", opt_device);
+	if (opt_tokenize)
+		return model ? tokenize(model) : (capy_usage_error(usage, opts, "--tokenize needs a model or tokenizer.json"), 2);
+	if (opt_detokenize)
+		return model ? detokenize(model) : (capy_usage_error(usage, opts, "--detokenize needs a model or tokenizer.json"), 2);
+	if (opt_render) {
+		if (!model && !opt_template)
+			capy_usage_error(usage, opts, "--render needs a model or --template");
+		return render_only(model);
+	}
+	if (!model)
+		capy_usage_error(usage, opts, "no model given");
+	if (!!opt_prompt + !!opt_prompt_ids + !!opt_messages != 1)
+		capy_usage_error(usage, opts, "give one of -p, --prompt-ids or --messages");
+	if (opt_prompt_ids && opt_chat)
+		capy_usage_error(usage, opts, "--prompt-ids does not go with --chat");
+	if (opt_messages && !opt_chat)
+		capy_usage_error(usage, opts, "--messages goes with --chat or --render");
+	if ((opt_system || opt_no_think) && !opt_chat)
+		capy_usage_error(usage, opts, "--system and --no-think go with --chat or --render");
+	return generate(model);
+}

@@ -1,0 +1,236 @@
+/* capy-ppl - perplexity of a model over a text (or token ids), in sliding windows. */
+#include "tool/tool.h"
+#include "artifact/artifact.h"
+#include "engine/engine.h"
+#include "model/assets.h"
+#include "util/file.h"
+#include "util/parse.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <unistd.h>
+
+static const char *const usage[] = {
+	"capy-ppl <model.capy> <file> [--ids] [--ctx <n>] [--stride <n>] [--json [--per-token]] [--argmax-counts <out>]",
+	NULL,
+};
+
+static bool opt_ids, opt_json, opt_per_token, opt_quiet;
+static int64_t opt_ctx = 2048, opt_stride, opt_threads;
+static const char *opt_argmax, *opt_kv = "bf16";
+
+static const struct capy_opt opts[] = {
+	CAPY_OPT_FLAG(0, "ids", &opt_ids, "the file holds whitespace-separated token ids, not text"),
+	CAPY_OPT_INT(0, "ctx", &opt_ctx, "n", "tokens per window (default 2048)", 2, 1 << 24),
+	CAPY_OPT_INT(0, "stride", &opt_stride, "n", "step between windows (default: --ctx)", 1, 1 << 24),
+	CAPY_OPT_FLAG(0, "json", &opt_json, "print JSON: ppl, tokens, per-window NLL"),
+	CAPY_OPT_FLAG(0, "per-token", &opt_per_token, "with --json: the NLL of every scored token too"),
+	CAPY_OPT_STRING(0, "argmax-counts", &opt_argmax, "out",
+			"write how often each token id was the argmax (input of capy-shortlist)"),
+	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
+	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
+	CAPY_OPT_FLAG('q', "quiet", &opt_quiet, "no progress or timing on stderr"),
+	CAPY_OPT_END(),
+};
+
+static void read_ids(const char *path, const char *text, struct capy_tokens *out)
+{
+	const char *p = text;
+
+	while (*p) {
+		char num[32];
+		size_t n = 0;
+		int64_t v;
+		struct capy_err err = { 0 };
+		while (isspace((unsigned char)*p))
+			p++;
+		if (!*p)
+			break;
+		while (*p && !isspace((unsigned char)*p) && n < sizeof(num) - 1)
+			num[n++] = *p++;
+		num[n] = 0;
+		if (capy_parse_i64(num, 0, INT32_MAX, &v, &err) < 0)
+			capy_die("'%s': token %zu: %s", path, out->n, err.msg);
+		if (out->n == out->cap) {
+			out->cap = out->cap ? 2 * out->cap : 1024;
+			if (!(out->ids = realloc(out->ids, out->cap * sizeof(int32_t))))
+				capy_die("out of memory");
+		}
+		out->ids[out->n++] = (int32_t)v;
+	}
+}
+
+struct argcount {
+	int32_t id;
+	uint64_t n;
+};
+
+static int cmp_count(const void *a, const void *b)
+{
+	const struct argcount *x = a, *y = b;
+	if (x->n != y->n)
+		return x->n > y->n ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void write_counts(const char *path, const char *model, const uint64_t *counts, uint64_t V, uint64_t scored)
+{
+	struct argcount *c = malloc(V * sizeof(*c));
+	struct capy_outfile of;
+	struct capy_err err = { 0 };
+	uint64_t n = 0;
+	FILE *f;
+
+	if (!c)
+		capy_die("out of memory");
+	for (uint64_t i = 0; i < V; i++)
+		if (counts[i])
+			c[n++] = (struct argcount){ (int32_t)i, counts[i] };
+	qsort(c, n, sizeof(*c), cmp_count);
+	if (capy_outfile_open(&of, path, &err) < 0)
+		capy_die("%s", err.msg);
+	f = fdopen(dup(of.fd), "w");
+	if (!f)
+		capy_die("cannot write '%s': %s", path, strerror(errno));
+	fprintf(f, "# capy-ppl argmax counts: model %s, %" PRIu64 " scored tokens, %" PRIu64 " distinct ids\n",
+		model, scored, n);
+	fprintf(f, "# id count (most frequent first; ties by id)\n");
+	for (uint64_t i = 0; i < n; i++)
+		fprintf(f, "%" PRId32 " %" PRIu64 "\n", c[i].id, c[i].n);
+	if (fclose(f) != 0)
+		capy_die("cannot write '%s': %s", path, strerror(errno));
+	if (capy_outfile_commit(&of, &err) < 0)
+		capy_die("%s", err.msg);
+	free(c);
+}
+
+int cmd_main(int argc, char **argv)
+{
+	struct capy_artifact *a;
+	struct capy_assets as;
+	struct capy_engine *e;
+	struct capy_tokens toks = { 0 };
+	struct capy_err err = { 0 };
+	enum capy_kv_dtype kv;
+	uint64_t V, N, scored = 0, prev_end = 0, *counts = NULL;
+	double nll_sum = 0, t0;
+	float *logits;
+	double *tok_nll;
+	char *text;
+	size_t len;
+	int n = capy_opt_parse(argc, argv, usage, opts);
+
+	if (n != 2)
+		capy_usage_error(usage, opts, n < 2 ? "a model and a file are needed" : "unexpected argument '%s'", argv[2]);
+	if (opt_per_token && !opt_json)
+		capy_usage_error(usage, opts, "--per-token goes with --json");
+	if (!opt_stride)
+		opt_stride = opt_ctx;
+	if (opt_stride > opt_ctx)
+		capy_usage_error(usage, opts, "--stride %" PRId64 " is larger than --ctx %" PRId64, opt_stride, opt_ctx);
+	if (!strcmp(opt_kv, "bf16"))
+		kv = CAPY_KV_BF16;
+	else if (!strcmp(opt_kv, "f32"))
+		kv = CAPY_KV_F32;
+	else if (!strcmp(opt_kv, "int8"))
+		kv = CAPY_KV_INT8;
+	else
+		capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);
+
+	if (capy_artifact_open(&a, argv[0], &err) < 0 || capy_assets_from_artifact(&as, a, &err) < 0)
+		capy_die("%s", err.msg);
+	if (capy_read_file(argv[1], 1u << 30, &text, &len, &err) < 0)
+		capy_die("%s", err.msg);
+	if (opt_ids) {
+		read_ids(argv[1], text, &toks);
+	} else {
+		if (!as.tok)
+			capy_die("'%s' has no tokenizer.json (use --ids)", argv[0]);
+		if (capy_tokenizer_encode(as.tok, text, len, 0, &toks, &err) < 0)
+			capy_die("'%s': %s", argv[1], err.msg);
+	}
+	free(text);
+	N = toks.n;
+	if (N < 2)
+		capy_die("'%s' holds %" PRIu64 " tokens; at least 2 are needed", argv[1], N);
+	if (capy_engine_new(&e, a, &(struct capy_engine_opts){ .threads = (int)opt_threads, .kv = kv }, &err) < 0)
+		capy_die("%s", err.msg);
+	V = capy_engine_config(e)->vocab_size;
+	logits = malloc((size_t)CAPY_MIN((uint64_t)opt_ctx, N) * V * sizeof(float));
+	tok_nll = calloc(N, sizeof(double));
+	if (opt_argmax)
+		counts = calloc(V, sizeof(*counts));
+	if (!logits || !tok_nll || (opt_argmax && !counts))
+		capy_die("out of memory");
+
+	t0 = capy_now();
+	if (opt_json)
+		printf("{\"model\": \"%s\", \"windows\": [", argv[0]);
+	/* Windows [begin, end) every stride tokens; each scores the tokens not scored before. */
+	for (uint64_t begin = 0, w = 0; prev_end < N; begin += (uint64_t)opt_stride, w++) {
+		uint64_t end = CAPY_MIN(begin + (uint64_t)opt_ctx, N), first = CAPY_MAX(prev_end, begin + 1);
+		struct capy_seq *s;
+		double wsum = 0;
+		if (capy_seq_new(e, &s, &err) < 0 ||
+		    capy_engine_forward(e, s, toks.ids + begin, end - begin, logits, true, &err) < 0)
+			capy_die("%s", err.msg);
+		for (uint64_t t = first; t < end; t++) {
+			const float *l = logits + (t - 1 - begin) * V;
+			double mx = -INFINITY, z = 0;
+			uint64_t best = 0;
+			for (uint64_t v = 0; v < V; v++) {
+				if (l[v] > mx)
+					mx = l[v];
+				if (l[v] > l[best])
+					best = v;
+			}
+			for (uint64_t v = 0; v < V; v++)
+				z += exp(l[v] - mx);
+			tok_nll[t] = -((double)l[toks.ids[t]] - mx - log(z));
+			wsum += tok_nll[t];
+			if (counts)
+				counts[best]++;
+		}
+		capy_seq_free(s);
+		if (opt_json)
+			printf("%s{\"begin\": %" PRIu64 ", \"end\": %" PRIu64 ", \"scored\": %" PRIu64 ", \"nll\": %.9g}",
+			       w ? ", " : "", begin, end, end - first, (end > first) ? wsum / (double)(end - first) : 0.0);
+		nll_sum += wsum;
+		scored += end - first;
+		prev_end = end;
+		if (!opt_quiet && !opt_json)
+			fprintf(stderr, "\r%s: %" PRIu64 "/%" PRIu64 " tokens, ppl so far %.4f", capy_tool_name, end, N,
+				exp(nll_sum / (double)scored));
+		if (end == N)
+			break;
+	}
+	if (!opt_quiet && !opt_json)
+		fputc('\n', stderr);
+	if (opt_json) {
+		printf("], \"tokens\": %" PRIu64 ", \"scored\": %" PRIu64 ", \"nll\": %.9g, \"ppl\": %.9g", N, scored,
+		       nll_sum / (double)scored, exp(nll_sum / (double)scored));
+		if (opt_per_token) {
+			printf(", \"token_nll\": [");
+			for (uint64_t t = 1; t < N; t++)
+				printf(t > 1 ? ", %.9g" : "%.9g", tok_nll[t]);
+			printf("]");
+		}
+		printf("}\n");
+	} else {
+		printf("ppl %.6f over %" PRIu64 " tokens (ctx %" PRId64 ", stride %" PRId64 ")\n",
+		       exp(nll_sum / (double)scored), scored, opt_ctx, opt_stride);
+	}
+	if (!opt_quiet)
+		fprintf(stderr, "%s: %" PRIu64 " tokens in %.2f s (%.1f tok/s), %d threads\n", capy_tool_name, N,
+			capy_now() - t0, (double)N / (capy_now() - t0), capy_engine_threads(e));
+	if (counts)
+		write_counts(opt_argmax, argv[0], counts, V, scored);
+	free(counts);
+	free(tok_nll);
+	free(logits);
+	capy_engine_free(e);
+	capy_tokens_release(&toks);
+	capy_assets_release(&as);
+	capy_artifact_close(a);
+	return CAPY_EXIT_OK;
+}

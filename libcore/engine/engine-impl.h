@@ -1,0 +1,210 @@
+/* engine-impl.h - the engine's private structures: bound weights, sequence state,
+ * scratch buffers and the helpers the per-block files share. Include only inside
+ * libcore/engine/. */
+#ifndef CAPY_ENGINE_IMPL_H
+#define CAPY_ENGINE_IMPL_H
+
+#include "engine.h"
+#include "../cpu/linear.h"
+#include "../util/thread.h"
+
+/* --- weights (pointers into the mapped artifact; small vectors converted to fp32) --- */
+
+struct attn_w {
+	struct capy_linear q, k, v, o; /* q: [nq * 2 * hd, H], per head [query | gate] */
+	float *q_norm, *k_norm;        /* [hd], stored as 1 + w */
+	bool qsa;
+	struct capy_linear idx_qk;     /* [(ni + 1) * idh, H]: ni query heads, then the key */
+	float *idx_q_norm, *idx_k_norm; /* [idh], 1 + w */
+};
+
+struct gdn_w {
+	struct capy_linear qkv, z, b, a, out;
+	float *conv;    /* [C][K] depthwise kernel */
+	float *neg_a;   /* [nv] -exp(A_log) */
+	float *dt_bias; /* [nv] */
+	float *norm;    /* [dv] plain weight of the gated norm */
+};
+
+struct mlp_w {
+	struct capy_linear gate_up, down; /* gate_up [2I, H]: gate rows then up rows */
+};
+
+struct moe_w {
+	struct capy_linear router;        /* [E, H] */
+	struct capy_linear *gate_up;      /* [E] slices of the expert stack */
+	struct capy_linear *down;         /* [E] */
+	struct mlp_w shared;
+	struct capy_linear shared_gate;   /* [1, H] */
+};
+
+struct hc_w {
+	float *norm;                      /* [hc * H], 1 + w, normalized per stream of H */
+	struct capy_linear down, up, inject; /* inject absent in the final mixer */
+	bool has_inject;
+};
+
+struct ple_w {
+	uint64_t index;                   /* among the PLE layers */
+	const uint8_t *table;             /* [rows][hd] in the mapped artifact */
+	enum capy_dtype table_dtype;
+	uint64_t table_offset, rows, hd;
+	int64_t mult[16];                 /* hash multipliers, ngram_size of them */
+	uint64_t vocab[64], offset[64];   /* per n-gram head */
+	struct capy_linear key, value;
+	float *norm_key, *norm_query, *norm_conv; /* [hc * H], 1 + w */
+	float *conv;                      /* [hc * H][K], dilation ngram_size */
+};
+
+struct layer_w {
+	enum capy_layer_type type;
+	bool moe, has_ple;
+	float *in_norm, *post_norm;       /* [H], 1 + w (not qwen4_exp) */
+	struct attn_w attn;
+	struct gdn_w gdn;
+	struct mlp_w mlp;
+	struct moe_w moe_w;
+	struct hc_w hc_attn, hc_mlp;      /* qwen4_exp */
+	struct ple_w ple;
+	int kv_slot, gdn_slot, ple_slot;  /* index into the sequence's per-kind state, or -1 */
+};
+
+struct weights {
+	const void *embed;                /* [V][H] */
+	enum capy_dtype embed_dtype;
+	float *final_norm;                /* [H], 1 + w (not qwen4_exp) */
+	struct hc_w hc_final;             /* qwen4_exp */
+	struct capy_linear lm_head;
+	struct layer_w *layers;
+	float *owned[4096];               /* fp32 copies to free */
+	size_t nowned;
+	struct capy_linear *owned_linears[2 * CAPY_MAX_LAYERS];
+	size_t nowned_linears;
+};
+
+/* --- engine ------------------------------------------------------------------------ */
+
+struct scratch {
+	uint64_t tmax;                    /* tokens per forward chunk */
+	float *x, *xn;                    /* [tmax][hc * H]: residual (streams), normed input */
+	float *blk, *out;                 /* [tmax][H]: block input (qwen4_exp), block output */
+	float *inj;                       /* [tmax][hc] stream injection weights */
+	float *mix, *tmp;                 /* [tmax][wide] */
+	float *big1, *big2, *big3;        /* [tmax][max projection width] */
+	float *logits_tmp;
+	float *attn_scores;               /* [threads][ctx + 2 hd] grows with the context */
+	uint8_t *sel;                     /* QSA: [tmax][ctx] keys each query may see */
+	uint64_t attn_cap;
+	void *lin_ws;                     /* linear-input workspace */
+	size_t lin_ws_bytes;
+	float *moe_out;                   /* [tmax][topk][H] */
+	float *moe_act;                   /* [tmax * topk][2I] */
+	float *moe_x;                     /* [tmax * topk][H] gathered rows */
+	int32_t *moe_ids;                 /* [tmax][topk] */
+	float *moe_w;                     /* [tmax][topk] */
+	int32_t *moe_rows;                /* per expert: token slots */
+	float *ple_emb;                   /* [tmax][ple_dim] */
+	uint8_t *ple_rowbuf;              /* one table row */
+	float *gdn_buf;                   /* chunked GDN workspace per thread */
+	size_t gdn_buf_floats;
+};
+
+struct capy_engine {
+	const struct capy_artifact *a;
+	struct capy_model_config c;
+	struct capy_engine_opts opts;
+	struct weights w;
+	struct capy_pool *pool;
+	int nth;
+	struct scratch s;
+	int n_kv, n_gdn, n_ple;           /* layers with each kind of state */
+	uint64_t wide;                    /* widest activation row (floats) */
+	int artifact_fd;                  /* for PLE table reads */
+	float *rope_inv_freq;             /* [rot / 2] */
+	uint64_t rot;                     /* rotary dims of attention heads */
+};
+
+/* --- sequence state ------------------------------------------------------------------- */
+
+struct kv_state {
+	void *k, *v;                      /* [cap][nkv][hd] in the KV dtype */
+	float *k_scale, *v_scale;         /* INT8: [cap][nkv][hd / 32] */
+	float *idx_keys;                  /* QSA: raw indexer keys [cap][idh] */
+	float *blocks;                    /* QSA: pooled, normed, rotated block keys [cap / ratio][idh] */
+	uint64_t nblocks;
+};
+
+struct gdn_state {
+	float *conv;                      /* [K - 1][C] previous conv inputs, oldest first */
+	float *S;                         /* [nv][dk][dv] */
+};
+
+struct ple_state {
+	int32_t ctx[16];                  /* previous ngram_size - 1 token ids, oldest first */
+	float *conv;                      /* [(K - 1) * dil][hc * H] previous conv inputs */
+};
+
+struct recurrent_snapshot {
+	bool valid;
+	uint64_t len;
+	struct gdn_state *gdn;
+	struct ple_state *ple;
+};
+
+struct capy_seq {
+	struct capy_engine *e;
+	uint64_t len, cap;
+	struct kv_state *kv;
+	struct gdn_state *gdn;
+	struct ple_state *ple;
+	struct recurrent_snapshot snap;
+};
+
+/* --- shared helpers (ops.c, parallel.c) ---------------------------------------------- */
+
+/* Run fn over [0, n) split in contiguous slices over the engine's threads; ith is the
+ * thread's index (for per-thread scratch). */
+typedef void (*range_fn)(void *ctx, uint64_t begin, uint64_t end, int ith);
+void par_for(struct capy_engine *e, uint64_t n, range_fn fn, void *ctx);
+
+/* y[m][w->n] = x[m][w->k] W^T over all threads (rows split). */
+void par_linear(struct capy_engine *e, const struct capy_linear *w, const float *x, uint64_t m, float *y);
+
+/* Zero-centred RMSNorm: y = x * rsqrt(mean(x^2) + eps) * w1p (w1p = 1 + w), over groups of
+ * `group` values (group == n: the whole row); fp32. x and y may alias. */
+void rmsnorm_1p(const float *x, const float *w1p, float *y, uint64_t n, uint64_t group, float eps);
+float silu(float x);
+float sigmoidf_(float x);
+float softplusf_(float x);
+void rope_apply(const struct capy_engine *e, float *v, uint64_t pos);
+
+/* Widen n values of dtype dt at p to fp32. */
+void to_f32(const void *p, enum capy_dtype dt, uint64_t n, float *out);
+
+/* Per-block steps (attention.c, gdn.c, moe.c, hc.c, ple.c): each reads the block input xn
+ * [T][H] (or the streams for PLE/HC) and writes the block output. */
+int attention_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w *l,
+		      const float *xn, uint64_t T, float *out, struct capy_err *err);
+void gdn_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w *l, const float *xn,
+		 uint64_t T, float *out);
+void mlp_forward(struct capy_engine *e, const struct mlp_w *m, const float *xn, uint64_t T, float *out,
+		 float *act);
+void moe_forward(struct capy_engine *e, const struct moe_w *m, const float *xn, uint64_t T, float *out);
+/* Hyper-connection mixer: from the streams X [T][hc*H] the block input mixed [T][H] and,
+ * with inject, the per-stream injection weights inj [T][hc]. */
+void hc_mix(struct capy_engine *e, const struct hc_w *h, const float *X, uint64_t T, float *mixed,
+	    float *inj, float *xn_tmp);
+int ple_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w *l, const int32_t *ids,
+		float *X, uint64_t T, struct capy_err *err);
+
+/* weights.c */
+int weights_bind(struct capy_engine *e, struct capy_err *err);
+void weights_release(struct capy_engine *e);
+
+/* gdn.c */
+uint64_t gdn_chunk_floats(const struct capy_model_config *c);
+
+/* state.c */
+int seq_reserve(struct capy_seq *s, uint64_t need, struct capy_err *err);
+
+#endif

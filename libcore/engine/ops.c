@@ -1,0 +1,121 @@
+/* ops.c - element-wise and row operations of the forward pass, and the helpers that
+ * spread work over the engine's threads. All in fp32, each with a fixed order. */
+#include "engine-impl.h"
+#include "../quant/floats.h"
+
+#include <math.h>
+
+struct par_ctx {
+	uint64_t n;
+	range_fn fn;
+	void *ctx;
+};
+
+static void par_worker(void *p, int ith, int nth)
+{
+	struct par_ctx *c = p;
+	uint64_t b, e;
+
+	capy_slice(c->n, ith, nth, &b, &e);
+	if (b < e)
+		c->fn(c->ctx, b, e, ith);
+}
+
+void par_for(struct capy_engine *e, uint64_t n, range_fn fn, void *ctx)
+{
+	struct par_ctx c = { n, fn, ctx };
+
+	if (n == 0)
+		return;
+	if (e->nth == 1 || n == 1) {
+		fn(ctx, 0, n, 0);
+		return;
+	}
+	capy_pool_run(e->pool, par_worker, &c);
+}
+
+struct lin_ctx {
+	const struct capy_linear *w;
+	const struct capy_linear_input *in;
+	float *y;
+};
+
+static void lin_rows(void *p, uint64_t b, uint64_t e, int ith)
+{
+	(void)ith;
+	struct lin_ctx *c = p;
+	capy_linear_rows(c->w, c->in, c->y, b, e);
+}
+
+void par_linear(struct capy_engine *e, const struct capy_linear *w, const float *x, uint64_t m, float *y)
+{
+	struct lin_ctx c = { w, NULL, y };
+
+	if (capy_linear_input_bytes(w, m) > e->s.lin_ws_bytes)
+		CAPY_BUG("linear workspace too small: %zu > %zu", capy_linear_input_bytes(w, m), e->s.lin_ws_bytes);
+	capy_linear_prepare(w, x, m, e->s.lin_ws, (struct capy_linear_input **)&c.in);
+	par_for(e, w->n, lin_rows, &c);
+}
+
+void rmsnorm_1p(const float *x, const float *w1p, float *y, uint64_t n, uint64_t group, float eps)
+{
+	for (uint64_t g0 = 0; g0 < n; g0 += group) {
+		float ss = 0, r;
+		for (uint64_t i = g0; i < g0 + group; i++)
+			ss += x[i] * x[i];
+		r = 1.0f / sqrtf(ss / (float)group + eps);
+		for (uint64_t i = g0; i < g0 + group; i++)
+			y[i] = (x[i] * r) * w1p[i];
+	}
+}
+
+float silu(float x)
+{
+	return x / (1.0f + expf(-x));
+}
+
+float sigmoidf_(float x)
+{
+	return 1.0f / (1.0f + expf(-x));
+}
+
+float softplusf_(float x)
+{
+	/* torch's softplus (beta 1, threshold 20): linear above the threshold. */
+	return x > 20.0f ? x : log1pf(expf(x));
+}
+
+/* NeoX-style rotation of the first `rot` dims: pairs (i, i + rot/2). */
+void rope_apply(const struct capy_engine *e, float *v, uint64_t pos)
+{
+	uint64_t half = e->rot / 2;
+
+	for (uint64_t i = 0; i < half; i++) {
+		float ang = (float)pos * e->rope_inv_freq[i];
+		float c = cosf(ang), s = sinf(ang);
+		float x1 = v[i], x2 = v[i + half];
+		v[i] = x1 * c - x2 * s;
+		v[i + half] = x2 * c + x1 * s;
+	}
+}
+
+void to_f32(const void *p, enum capy_dtype dt, uint64_t n, float *out)
+{
+	const uint16_t *h = p;
+
+	switch (dt) {
+	case CAPY_DT_F32:
+		memcpy(out, p, n * sizeof(float));
+		break;
+	case CAPY_DT_BF16:
+		for (uint64_t i = 0; i < n; i++)
+			out[i] = capy_bf16_to_f32(h[i]);
+		break;
+	case CAPY_DT_F16:
+		for (uint64_t i = 0; i < n; i++)
+			out[i] = capy_f16_to_f32(h[i]);
+		break;
+	default:
+		CAPY_BUG("to_f32 of %s", capy_dtype_name(dt));
+	}
+}

@@ -1,0 +1,121 @@
+/* ple.c - qwen4_exp Per-Layer Embedding: hashed n-gram embeddings injected into every
+ * hyper-connection stream of a layer.
+ *
+ * For each token, the n-grams ending at it (orders 2..ngram_size, not crossing an EOS,
+ * padded with EOS at the start) are hashed per head: (t0 m0) ^ (t1 m1) ^ ... in wrapping
+ * int64, modulo the head's prime vocabulary, plus the head's offset into the layer's
+ * table. The rows (read from the mapped artifact, never loaded whole) are concatenated
+ * to one embedding e. Then, per stream s:
+ *	gate_s = <RMSNorm(key_proj e)_s, RMSNorm(X)_s> / sqrt(H);  gate = sign * sqrt(max(|gate|, 1e-6))
+ *	v_s    = sigmoid(gate_s) value_proj(e)
+ *	X_s   += v_s + silu(dilated causal depthwise conv(RMSNorm(v)))_s
+ * The token context (previous ngram_size - 1 ids) and the conv window are per-sequence state.
+ */
+#include "engine-impl.h"
+
+#include <math.h>
+
+static int64_t pymod(int64_t a, int64_t m)
+{
+	int64_t r = a % m;
+	return r < 0 ? r + m : r;
+}
+
+/* Table ids of all heads for the token at history index p. */
+static void ngram_ids(const struct capy_engine *e, const struct ple_w *pl, const int32_t *hist, uint64_t p,
+		      uint64_t *out)
+{
+	const struct capy_model_config *c = &e->c;
+	uint64_t n = c->ngram_size, hpn = c->heads_per_ngram;
+	int64_t eos = c->eos_ids[0], tok[16];
+
+	/* tok[s]: the token s positions back, or EOS where that crosses an EOS or the start. */
+	tok[0] = hist[p];
+	for (uint64_t s = 1; s < n; s++) {
+		bool ok = p >= s;
+		for (uint64_t q = p - s; ok && q < p; q++)
+			ok = hist[q] != eos;
+		tok[s] = ok ? hist[p - s] : eos;
+	}
+	for (uint64_t order = 2; order <= n; order++) {
+		uint64_t mixed = (uint64_t)tok[0] * (uint64_t)pl->mult[0];
+		for (uint64_t s = 1; s < order; s++)
+			mixed ^= (uint64_t)tok[s] * (uint64_t)pl->mult[s];
+		for (uint64_t h = 0; h < hpn; h++) {
+			uint64_t head = (order - 2) * hpn + h;
+			out[head] = (uint64_t)pymod((int64_t)mixed, (int64_t)pl->vocab[head]) + pl->offset[head];
+		}
+	}
+}
+
+int ple_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w *l, const int32_t *ids,
+		float *X, uint64_t T, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	const struct ple_w *pl = &l->ple;
+	struct ple_state *st = &s->ple[l->ple_slot];
+	uint64_t H = c->hidden_size, hc = c->hc_count, hh = hc * H, ctx = c->ngram_size - 1;
+	uint64_t heads = ctx * c->heads_per_ngram, hd = pl->hd, dim = c->ple_embed_dim;
+	uint64_t K = c->ple_conv_kernel, dil = c->ngram_size, win = (K - 1) * dil;
+	size_t esz = capy_dtype_size(pl->table_dtype);
+	float *emb = e->s.ple_emb, *key = e->s.big1, *val = e->s.big2, *q = e->s.big3, *gv = e->s.tmp;
+	float *gvn = e->s.mix;
+	int32_t hist[16 + 512];
+	uint64_t rows[64];
+	const float sq = (float)sqrt((double)H);
+	float eps = (float)c->rms_norm_eps;
+
+	if (T > 512)
+		CAPY_BUG("PLE chunk of %" PRIu64 " tokens", T);
+	memcpy(hist, st->ctx, ctx * sizeof(int32_t));
+	memcpy(hist + ctx, ids, T * sizeof(int32_t));
+	for (uint64_t t = 0; t < T; t++) {
+		ngram_ids(e, pl, hist, ctx + t, rows);
+		for (uint64_t h = 0; h < heads; h++) {
+			if (rows[h] >= pl->rows)
+				return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64,
+						    rows[h], pl->rows);
+			to_f32(pl->table + rows[h] * hd * esz, pl->table_dtype, hd, emb + t * dim + h * hd);
+		}
+	}
+	memcpy(st->ctx, hist + T, ctx * sizeof(int32_t));
+
+	par_linear(e, &pl->key, emb, T, key);
+	par_linear(e, &pl->value, emb, T, val);
+	for (uint64_t t = 0; t < T; t++) {
+		float *k = key + t * hh, *qq = q + t * hh;
+		rmsnorm_1p(k, pl->norm_key, k, hh, H, eps);
+		rmsnorm_1p(X + t * hh, pl->norm_query, qq, hh, H, eps);
+		for (uint64_t st_i = 0; st_i < hc; st_i++) {
+			float g = 0, sg;
+			for (uint64_t i = 0; i < H; i++)
+				g += k[st_i * H + i] * qq[st_i * H + i];
+			g = g / sq;
+			g = sqrtf(fmaxf(fabsf(g), 1e-6f)) * (g > 0 ? 1.0f : g < 0 ? -1.0f : 0.0f);
+			sg = sigmoidf_(g);
+			for (uint64_t i = 0; i < H; i++)
+				gv[t * hh + st_i * H + i] = sg * val[t * H + i];
+		}
+		rmsnorm_1p(gv + t * hh, pl->norm_conv, gvn + t * hh, hh, H, eps);
+	}
+	/* Dilated causal depthwise conv over [window | new normed values], silu, added with gv. */
+	for (uint64_t t = 0; t < T; t++) {
+		for (uint64_t ch = 0; ch < hh; ch++) {
+			float acc = 0;
+			for (uint64_t j = 0; j < K; j++) {
+				int64_t src = (int64_t)t - (int64_t)((K - 1 - j) * dil);
+				float x = src >= 0 ? gvn[(uint64_t)src * hh + ch] : st->conv[(uint64_t)(src + (int64_t)win) * hh + ch];
+				acc += pl->conv[ch * K + j] * x;
+			}
+			X[t * hh + ch] += gv[t * hh + ch] + silu(acc);
+		}
+	}
+	for (uint64_t i = 0; i < win; i++) {
+		int64_t src = (int64_t)T - (int64_t)win + (int64_t)i;
+		if (src >= 0)
+			memcpy(st->conv + i * hh, gvn + (uint64_t)src * hh, hh * sizeof(float));
+		else
+			memmove(st->conv + i * hh, st->conv + (uint64_t)(src + (int64_t)win) * hh, hh * sizeof(float));
+	}
+	return 0;
+}

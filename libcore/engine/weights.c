@@ -1,0 +1,350 @@
+/* weights.c - binding an artifact's tensors to the engine's per-layer structures,
+ * checking every name, dtype and shape the configuration implies. Matrices stay in the
+ * mapped file; norms, conv kernels and gate parameters are copied to fp32 (small). */
+#include "engine-impl.h"
+#include "../quant/floats.h"
+
+#include <math.h>
+
+struct binder {
+	struct capy_engine *e;
+	struct capy_err *err;
+	int rc;
+};
+
+static const struct capy_tensor_info *find(struct binder *b, const char *fmt, ...) CAPY_PRINTF(2, 3);
+
+static const struct capy_tensor_info *find(struct binder *b, const char *fmt, ...)
+{
+	char name[512];
+	const struct capy_tensor_info *t;
+	va_list ap;
+
+	if (b->rc < 0)
+		return NULL;
+	va_start(ap, fmt);
+	vsnprintf(name, sizeof(name), fmt, ap);
+	va_end(ap);
+	t = capy_artifact_find(b->e->a, name);
+	if (!t)
+		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' is missing", b->e->a->path, name);
+	return t;
+}
+
+static bool shape_is(struct binder *b, const struct capy_tensor_info *t, int ndim, const uint64_t *shape)
+{
+	bool ok = t->ndim == ndim;
+
+	for (int i = 0; ok && i < ndim; i++)
+		ok = t->shape[i] == shape[i];
+	if (!ok && b->rc == 0)
+		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' has an unexpected shape for this config",
+				     b->e->a->path, t->name);
+	return ok;
+}
+
+#define SHAPE(...) ((const uint64_t[]){ __VA_ARGS__ })
+#define NDIM(...) ((int)(sizeof((uint64_t[]){ __VA_ARGS__ }) / sizeof(uint64_t)))
+
+static float *own(struct binder *b, uint64_t n)
+{
+	struct weights *w = &b->e->w;
+	float *p;
+
+	if (b->rc < 0)
+		return NULL;
+	if (w->nowned == ARRAY_SIZE(w->owned)) {
+		b->rc = capy_err_set(b->err, CAPY_EUNSUPPORTED, "too many small tensors");
+		return NULL;
+	}
+	p = calloc(n ? n : 1, sizeof(float));
+	if (!p) {
+		b->rc = capy_err_set(b->err, CAPY_ENOMEM, "out of memory");
+		return NULL;
+	}
+	w->owned[w->nowned++] = p;
+	return p;
+}
+
+static bool float_dtype(enum capy_dtype dt)
+{
+	return dt == CAPY_DT_F32 || dt == CAPY_DT_F16 || dt == CAPY_DT_BF16;
+}
+
+/* A small float tensor of n values copied to fp32; with one_plus, stored as 1 + w. */
+static float *vec(struct binder *b, uint64_t n, bool one_plus, const char *name)
+{
+	const struct capy_tensor_info *t = find(b, "%s", name);
+	uint64_t count = 1;
+	float *p;
+
+	if (!t)
+		return NULL;
+	for (int i = 0; i < t->ndim; i++)
+		count *= t->shape[i];
+	if (!float_dtype(t->dtype) || count != n) {
+		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' should hold %" PRIu64 " floats",
+				     b->e->a->path, name, n);
+		return NULL;
+	}
+	p = own(b, n);
+	if (!p)
+		return NULL;
+	to_f32(capy_artifact_data(b->e->a, t->offset), t->dtype, n, p);
+	if (one_plus)
+		for (uint64_t i = 0; i < n; i++)
+			p[i] = 1.0f + p[i];
+	return p;
+}
+
+static void linear_at(struct binder *b, struct capy_linear *l, const struct capy_tensor_info *t,
+		      uint64_t slice, uint64_t n, uint64_t k)
+{
+	if (b->rc < 0)
+		return;
+	if (!float_dtype(t->dtype) && t->dtype != CAPY_DT_NVFP4) {
+		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' is %s, not a weight type",
+				     b->e->a->path, t->name, capy_dtype_name(t->dtype));
+		return;
+	}
+	b->rc = capy_linear_init(l, t->dtype, n, k, t->dtype == CAPY_DT_NVFP4 ? t->nparts : 0, t->parts,
+				 capy_artifact_data(b->e->a, capy_tensor_slice_offset(t, slice)), b->err);
+	if (b->rc < 0) {
+		capy_err_prefix(b->err, "'%s': tensor '%s'", b->e->a->path, t->name);
+		return;
+	}
+	/* The activation workspace must fit the largest input any matrix gets. */
+	size_t need = capy_linear_input_bytes(l, b->e->s.tmax);
+	if (need > b->e->s.lin_ws_bytes)
+		b->e->s.lin_ws_bytes = need;
+}
+
+static void linear(struct binder *b, struct capy_linear *l, uint64_t n, uint64_t k, const char *name)
+{
+	const struct capy_tensor_info *t = find(b, "%s", name);
+
+	if (t && shape_is(b, t, 2, SHAPE(n, k)))
+		linear_at(b, l, t, 0, n, k);
+}
+
+static void bind_attention(struct binder *b, struct attn_w *a, const char *p, bool qsa)
+{
+	const struct capy_model_config *c = &b->e->c;
+	uint64_t h = c->hidden_size, hd = c->head_dim;
+	char n[512];
+
+#define NAME(sfx) (snprintf(n, sizeof(n), "%s%s", p, sfx), n)
+	linear(b, &a->q, c->n_heads * hd * 2, h, NAME("self_attn.q_proj.weight"));
+	linear(b, &a->k, c->n_kv_heads * hd, h, NAME("self_attn.k_proj.weight"));
+	linear(b, &a->v, c->n_kv_heads * hd, h, NAME("self_attn.v_proj.weight"));
+	linear(b, &a->o, h, c->n_heads * hd, NAME("self_attn.o_proj.weight"));
+	a->q_norm = vec(b, hd, true, NAME("self_attn.q_norm.weight"));
+	a->k_norm = vec(b, hd, true, NAME("self_attn.k_norm.weight"));
+	a->qsa = qsa;
+	if (qsa) {
+		uint64_t ih = c->indexer_head_dim;
+		linear(b, &a->idx_qk, (c->indexer_n_heads + c->indexer_kv_heads) * ih, h,
+		       NAME("self_attn.indexer.index_qk_proj.weight"));
+		a->idx_q_norm = vec(b, ih, true, NAME("self_attn.indexer.q_layernorm.weight"));
+		a->idx_k_norm = vec(b, ih, true, NAME("self_attn.indexer.k_layernorm.weight"));
+	}
+}
+
+static void bind_gdn(struct binder *b, struct gdn_w *g, const char *p)
+{
+	const struct capy_model_config *c = &b->e->c;
+	uint64_t h = c->hidden_size, nv = c->linear_value_heads, dv = c->linear_value_head_dim;
+	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + nv * dv;
+	char n[512];
+
+	linear(b, &g->qkv, conv, h, NAME("linear_attn.in_proj_qkv.weight"));
+	linear(b, &g->z, nv * dv, h, NAME("linear_attn.in_proj_z.weight"));
+	linear(b, &g->b, nv, h, NAME("linear_attn.in_proj_b.weight"));
+	linear(b, &g->a, nv, h, NAME("linear_attn.in_proj_a.weight"));
+	linear(b, &g->out, h, nv * dv, NAME("linear_attn.out_proj.weight"));
+	g->conv = vec(b, conv * c->linear_conv_kernel, false, NAME("linear_attn.conv1d.weight"));
+	g->neg_a = vec(b, nv, false, NAME("linear_attn.A_log"));
+	g->dt_bias = vec(b, nv, false, NAME("linear_attn.dt_bias"));
+	g->norm = vec(b, dv, false, NAME("linear_attn.norm.weight"));
+	if (g->neg_a)
+		for (uint64_t i = 0; i < nv; i++)
+			g->neg_a[i] = -expf(g->neg_a[i]);
+}
+
+static void bind_mlp(struct binder *b, struct mlp_w *m, const char *p, const char *mod, uint64_t inter)
+{
+	uint64_t h = b->e->c.hidden_size;
+	char n[512];
+
+	snprintf(n, sizeof(n), "%s%s.gate_up_proj.weight", p, mod);
+	linear(b, &m->gate_up, 2 * inter, h, n);
+	snprintf(n, sizeof(n), "%s%s.down_proj.weight", p, mod);
+	linear(b, &m->down, h, inter, n);
+}
+
+static void bind_moe(struct binder *b, struct moe_w *m, const char *p)
+{
+	const struct capy_model_config *c = &b->e->c;
+	uint64_t h = c->hidden_size, e = c->n_experts, i = c->moe_intermediate_size;
+	const struct capy_tensor_info *gu, *dn;
+	char n[512];
+
+	linear(b, &m->router, e, h, NAME("mlp.gate.weight"));
+	gu = find(b, "%smlp.experts.gate_up_proj", p);
+	dn = find(b, "%smlp.experts.down_proj", p);
+	if (!gu || !dn || !shape_is(b, gu, 3, SHAPE(e, 2 * i, h)) || !shape_is(b, dn, 3, SHAPE(e, h, i)))
+		return;
+	m->gate_up = calloc(e, sizeof(*m->gate_up));
+	m->down = calloc(e, sizeof(*m->down));
+	if (!m->gate_up || !m->down) {
+		b->rc = capy_err_set(b->err, CAPY_ENOMEM, "out of memory");
+		return;
+	}
+	b->e->w.owned_linears[b->e->w.nowned_linears++] = m->gate_up;
+	b->e->w.owned_linears[b->e->w.nowned_linears++] = m->down;
+	for (uint64_t x = 0; x < e; x++) {
+		linear_at(b, &m->gate_up[x], gu, x, 2 * i, h);
+		linear_at(b, &m->down[x], dn, x, h, i);
+	}
+	bind_mlp(b, &m->shared, p, "mlp.shared_expert", c->shared_expert_intermediate_size);
+	linear(b, &m->shared_gate, 1, h, NAME("mlp.shared_expert_gate.weight"));
+}
+
+static void bind_hc(struct binder *b, struct hc_w *hc, const char *p, const char *mod, bool inject)
+{
+	const struct capy_model_config *c = &b->e->c;
+	uint64_t hh = c->hc_count * c->hidden_size;
+	char n[512];
+
+	snprintf(n, sizeof(n), "%s%s.hc_norm.weight", p, mod);
+	hc->norm = vec(b, hh, true, n);
+	snprintf(n, sizeof(n), "%s%s.input_mix_weight_down.weight", p, mod);
+	linear(b, &hc->down, c->hc_lowrank, hh, n);
+	snprintf(n, sizeof(n), "%s%s.input_mix_weight_up.weight", p, mod);
+	linear(b, &hc->up, hh, c->hc_lowrank, n);
+	hc->has_inject = inject;
+	if (inject) {
+		snprintf(n, sizeof(n), "%s%s.block_inject_weight.weight", p, mod);
+		linear(b, &hc->inject, c->hc_count, hh, n);
+	}
+}
+
+static void bind_ple(struct binder *b, struct ple_w *pl, const char *p, uint64_t index)
+{
+	const struct capy_model_config *c = &b->e->c;
+	uint64_t hh = c->hc_count * c->hidden_size, heads = (c->ngram_size - 1) * c->heads_per_ngram;
+	const struct capy_tensor_info *t;
+	uint64_t *voc, off = 0;
+	char n[512];
+
+	pl->index = index;
+	pl->hd = capy_ple_head_dim(c);
+	pl->rows = capy_ple_table_rows(c, index);
+	t = find(b, "%sple.ple_embedding.ngram_embedding.weight", p);
+	if (!t || !shape_is(b, t, 2, SHAPE(pl->rows, pl->hd)))
+		return;
+	if (!float_dtype(t->dtype)) {
+		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' is not a float table", b->e->a->path, t->name);
+		return;
+	}
+	pl->table = capy_artifact_data(b->e->a, t->offset);
+	pl->table_offset = t->offset;
+	pl->table_dtype = t->dtype;
+	voc = malloc((index + 1) * heads * sizeof(*voc));
+	if (!voc) {
+		b->rc = capy_err_set(b->err, CAPY_ENOMEM, "out of memory");
+		return;
+	}
+	capy_ple_head_vocabs(c, (index + 1) * heads, voc);
+	for (uint64_t j = 0; j < heads; j++) {
+		pl->vocab[j] = voc[index * heads + j];
+		pl->offset[j] = off;
+		off += pl->vocab[j];
+	}
+	free(voc);
+	capy_ple_multipliers(c, index, pl->mult);
+	linear(b, &pl->key, hh, c->ple_embed_dim, NAME("ple.key_proj.weight"));
+	linear(b, &pl->value, c->hidden_size, c->ple_embed_dim, NAME("ple.value_proj.weight"));
+	pl->norm_key = vec(b, hh, true, NAME("ple.norm_key.weight"));
+	pl->norm_query = vec(b, hh, true, NAME("ple.norm_query.weight"));
+	pl->norm_conv = vec(b, hh, true, NAME("ple.norm_conv.weight"));
+	pl->conv = vec(b, hh * c->ple_conv_kernel, false, NAME("ple.conv1d.weight"));
+}
+#undef NAME
+
+int weights_bind(struct capy_engine *e, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	struct weights *w = &e->w;
+	struct binder b = { e, err, 0 };
+	const struct capy_tensor_info *t;
+	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
+	uint64_t ple_index = 0;
+
+	w->layers = calloc(c->n_layers, sizeof(*w->layers));
+	if (!w->layers)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	t = find(&b, "embed_tokens.weight");
+	if (t && shape_is(&b, t, 2, SHAPE(c->vocab_size, c->hidden_size))) {
+		if (!float_dtype(t->dtype))
+			b.rc = capy_err_set(err, CAPY_EUNSUPPORTED, "'%s': embed_tokens.weight is %s", e->a->path,
+					    capy_dtype_name(t->dtype));
+		w->embed = capy_artifact_data(e->a, t->offset);
+		w->embed_dtype = t->dtype;
+	}
+	for (uint64_t i = 0; i < c->n_layers && b.rc == 0; i++) {
+		struct layer_w *l = &w->layers[i];
+		char p[64];
+		snprintf(p, sizeof(p), "layers.%" PRIu64 ".", i);
+		l->type = (enum capy_layer_type)c->layer_types[i];
+		l->moe = c->moe_layer[i];
+		l->kv_slot = l->gdn_slot = l->ple_slot = -1;
+		if (!q4) {
+			char n[512];
+			snprintf(n, sizeof(n), "%sinput_layernorm.weight", p);
+			l->in_norm = vec(&b, c->hidden_size, true, n);
+			snprintf(n, sizeof(n), "%spost_attention_layernorm.weight", p);
+			l->post_norm = vec(&b, c->hidden_size, true, n);
+		} else {
+			bind_hc(&b, &l->hc_attn, p, "attn_hyper_connection", true);
+			bind_hc(&b, &l->hc_mlp, p, "mlp_hyper_connection", true);
+			if (c->ple_layer[i]) {
+				l->has_ple = true;
+				l->ple_slot = e->n_ple++;
+				bind_ple(&b, &l->ple, p, ple_index++);
+			}
+		}
+		if (l->type == CAPY_LAYER_LINEAR) {
+			l->gdn_slot = e->n_gdn++;
+			bind_gdn(&b, &l->gdn, p);
+		} else {
+			l->kv_slot = e->n_kv++;
+			bind_attention(&b, &l->attn, p, l->type == CAPY_LAYER_QSA);
+		}
+		if (l->moe)
+			bind_moe(&b, &l->moe_w, p);
+		else
+			bind_mlp(&b, &l->mlp, p, "mlp", c->intermediate_size);
+	}
+	if (q4)
+		bind_hc(&b, &w->hc_final, "", "hyper_connection_mixer", false);
+	else
+		w->final_norm = vec(&b, c->hidden_size, true, "norm.weight");
+	if (c->tie_word_embeddings && !capy_artifact_find(e->a, "lm_head.weight"))
+		linear(&b, &w->lm_head, c->vocab_size, c->hidden_size, "embed_tokens.weight");
+	else
+		linear(&b, &w->lm_head, c->vocab_size, c->hidden_size, "lm_head.weight");
+	return b.rc;
+}
+
+void weights_release(struct capy_engine *e)
+{
+	struct weights *w = &e->w;
+
+	for (size_t i = 0; i < w->nowned; i++)
+		free(w->owned[i]);
+	for (size_t i = 0; i < w->nowned_linears; i++)
+		free(w->owned_linears[i]);
+	free(w->layers);
+	memset(w, 0, sizeof(*w));
+}

@@ -1,0 +1,161 @@
+/* sample.c - token sampling (see sample.h). */
+#include "sample.h"
+#include "../util/rng.h"
+
+#include <math.h>
+
+struct cand {
+	float logit;
+	int32_t id;
+};
+
+struct capy_sampler {
+	struct capy_sampler_params p;
+	uint64_t vocab;
+	struct capy_rng rng;
+	uint32_t *out_count; /* occurrences in the output */
+	uint8_t *seen;       /* in the prompt or the output */
+	struct cand *c;
+};
+
+int capy_sampler_new(struct capy_sampler **out, uint64_t vocab, const struct capy_sampler_params *p,
+		     struct capy_err *err)
+{
+	struct capy_sampler *s = calloc(1, sizeof(*s));
+
+	if (!s)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	s->p = *p;
+	s->vocab = vocab;
+	s->out_count = calloc(vocab, sizeof(*s->out_count));
+	s->seen = calloc(vocab, 1);
+	s->c = calloc(vocab, sizeof(*s->c));
+	if (!s->out_count || !s->seen || !s->c) {
+		capy_sampler_free(s);
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory for a sampler of %" PRIu64 " tokens", vocab);
+	}
+	if (!(p->temperature >= 0) || !(p->top_p >= 0 && p->top_p <= 1) || !(p->min_p >= 0 && p->min_p <= 1) ||
+	    p->top_k < 0 || !(p->repetition_penalty >= 0) || !isfinite(p->presence_penalty) ||
+	    !isfinite(p->frequency_penalty)) {
+		capy_sampler_free(s);
+		return capy_err_set(err, CAPY_EINVAL, "sampling parameters out of range");
+	}
+	capy_rng_seed(&s->rng, p->seed);
+	*out = s;
+	return 0;
+}
+
+void capy_sampler_free(struct capy_sampler *s)
+{
+	if (!s)
+		return;
+	free(s->out_count);
+	free(s->seen);
+	free(s->c);
+	free(s);
+}
+
+void capy_sampler_prompt(struct capy_sampler *s, const int32_t *ids, uint64_t n)
+{
+	for (uint64_t i = 0; i < n; i++)
+		if (ids[i] >= 0 && (uint64_t)ids[i] < s->vocab)
+			s->seen[ids[i]] = 1;
+}
+
+static int cmp_cand(const void *a, const void *b)
+{
+	const struct cand *x = a, *y = b;
+
+	if (x->logit != y->logit)
+		return x->logit > y->logit ? -1 : 1;
+	return x->id < y->id ? -1 : x->id > y->id;
+}
+
+static void penalize(struct capy_sampler *s, float *l)
+{
+	const struct capy_sampler_params *p = &s->p;
+	bool rep = p->repetition_penalty > 0 && p->repetition_penalty != 1;
+
+	if (!rep && !p->presence_penalty && !p->frequency_penalty)
+		return;
+	for (uint64_t i = 0; i < s->vocab; i++) {
+		if (rep && s->seen[i])
+			l[i] = l[i] > 0 ? l[i] / p->repetition_penalty : l[i] * p->repetition_penalty;
+		if (s->out_count[i])
+			l[i] -= p->presence_penalty + p->frequency_penalty * (float)s->out_count[i];
+	}
+}
+
+static int32_t record(struct capy_sampler *s, int32_t id)
+{
+	s->out_count[id]++;
+	s->seen[id] = 1;
+	return id;
+}
+
+int32_t capy_sampler_next(struct capy_sampler *s, float *l)
+{
+	const struct capy_sampler_params *p = &s->p;
+	uint64_t n = s->vocab;
+	double sum = 0, u, acc = 0;
+	float mx;
+
+	penalize(s, l);
+	if (p->temperature == 0 || p->top_k == 1) {
+		uint64_t best = 0;
+		for (uint64_t i = 1; i < n; i++)
+			if (l[i] > l[best])
+				best = i;
+		return record(s, (int32_t)best);
+	}
+	/* Candidates: tokens within e^-40 of the best after temperature. What is left out has a
+	 * total probability below vocab * 4e-18, which no draw can resolve; sorting only the
+	 * rest keeps a step cheap on a 248k vocabulary. Ties sort by id, so draws are
+	 * reproducible. */
+	mx = -INFINITY;
+	for (uint64_t i = 0; i < n; i++)
+		mx = fmaxf(mx, l[i] / p->temperature);
+	{
+		uint64_t m = 0;
+		for (uint64_t i = 0; i < s->vocab; i++) {
+			float v = l[i] / p->temperature;
+			if (v >= mx - 40.0f)
+				s->c[m++] = (struct cand){ v, (int32_t)i };
+		}
+		n = m;
+	}
+	qsort(s->c, n, sizeof(*s->c), cmp_cand);
+	if (p->top_k > 0 && (uint64_t)p->top_k < n)
+		n = (uint64_t)p->top_k;
+	mx = s->c[0].logit;
+	for (uint64_t i = 0; i < n; i++)
+		sum += exp((double)(s->c[i].logit - mx));
+	if (p->top_p > 0 && p->top_p < 1) {
+		double keep = 0;
+		uint64_t m = 0;
+		while (m < n) {
+			keep += exp((double)(s->c[m].logit - mx)) / sum;
+			m++;
+			if (keep >= p->top_p)
+				break;
+		}
+		n = m;
+	}
+	if (p->min_p > 0) {
+		/* Keep tokens whose probability is at least min_p times the top one's. */
+		uint64_t m = 1;
+		while (m < n && exp((double)(s->c[m].logit - mx)) >= p->min_p)
+			m++;
+		n = m;
+	}
+	sum = 0;
+	for (uint64_t i = 0; i < n; i++)
+		sum += exp((double)(s->c[i].logit - mx));
+	u = capy_rng_uniform(&s->rng) * sum;
+	for (uint64_t i = 0; i < n; i++) {
+		acc += exp((double)(s->c[i].logit - mx));
+		if (u < acc)
+			return record(s, s->c[i].id);
+	}
+	return record(s, s->c[n - 1].id);
+}

@@ -1,0 +1,43 @@
+/* sample.h - choosing the next token from logits: greedy, temperature, top-k, top-p,
+ * min-p, repetition / presence / frequency penalties, seeded and reproducible.
+ *
+ *	struct capy_sampler *s;
+ *	capy_sampler_new(&s, vocab, &(struct capy_sampler_params){ .temperature = 0.7f, .top_p = 0.9f,
+ *			 .seed = 42 }, &err);
+ *	capy_sampler_prompt(s, prompt, n);      // tokens the repetition penalty also counts
+ *	int32_t tok = capy_sampler_next(s, logits);  // logits are modified in place
+ *
+ * Order of the steps (vLLM's): penalties, temperature, top-k, top-p, min-p, then a draw
+ * from the renormalized distribution with the sampler's own xoshiro stream. Temperature 0
+ * is greedy (the lowest id wins a tie). The same seed and logits give the same tokens on
+ * every machine. Penalties: repetition (HF: positive logits divided, negative multiplied,
+ * for every token of the prompt and output), presence and frequency (OpenAI: subtracted
+ * once, and per occurrence, for tokens of the output).
+ */
+#ifndef CAPY_SAMPLE_H
+#define CAPY_SAMPLE_H
+
+#include "../util/err.h"
+
+struct capy_sampler_params {
+	float temperature;        /* 0: greedy */
+	int top_k;                /* 0: off */
+	float top_p;              /* 0 or 1: off */
+	float min_p;              /* 0: off */
+	float repetition_penalty; /* 0 or 1: off */
+	float presence_penalty;   /* 0: off */
+	float frequency_penalty;  /* 0: off */
+	uint64_t seed;
+};
+
+struct capy_sampler;
+
+int capy_sampler_new(struct capy_sampler **out, uint64_t vocab, const struct capy_sampler_params *p,
+		     struct capy_err *err);
+void capy_sampler_free(struct capy_sampler *s);
+/* Tokens of the prompt (counted by the repetition penalty only). */
+void capy_sampler_prompt(struct capy_sampler *s, const int32_t *ids, uint64_t n);
+/* Pick the next token from logits[vocab] (modified) and record it as output. */
+int32_t capy_sampler_next(struct capy_sampler *s, float *logits);
+
+#endif

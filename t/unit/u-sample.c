@@ -1,0 +1,147 @@
+/* u-sample.c - the sampler: greedy, reproducibility by seed, the filters, the penalties,
+ * and that draws follow the softmax distribution. */
+#include "test.h"
+#include "sample/sample.h"
+
+static int32_t one(const struct capy_sampler_params *p, const float *l, uint64_t v)
+{
+	struct capy_sampler *s;
+	float buf[64];
+	int32_t id;
+
+	memcpy(buf, l, v * sizeof(float));
+	if (capy_sampler_new(&s, v, p, NULL) < 0)
+		return -1;
+	id = capy_sampler_next(s, buf);
+	capy_sampler_free(s);
+	return id;
+}
+
+static void test_greedy(void)
+{
+	float l[5] = { 1, 3, 3, -1, 2 };
+	struct capy_sampler_params p = { 0 };
+
+	CHECK_EQ_INT(one(&p, l, 5), 1); /* the lowest id of the tied best */
+	p.temperature = 1;
+	p.top_k = 1;
+	CHECK_EQ_INT(one(&p, l, 5), 1);
+}
+
+static void test_seed(void)
+{
+	float l[8] = { 0.1f, 0.5f, 0.2f, 0.9f, 0.3f, 0.4f, 0.8f, 0.6f };
+	struct capy_sampler_params p = { .temperature = 1, .seed = 7 };
+	struct capy_sampler *a, *b;
+	int same = 0, differs = 0;
+
+	capy_sampler_new(&a, 8, &p, NULL);
+	capy_sampler_new(&b, 8, &p, NULL);
+	for (int i = 0; i < 200; i++) {
+		float x[8], y[8];
+		memcpy(x, l, sizeof(l));
+		memcpy(y, l, sizeof(l));
+		same += capy_sampler_next(a, x) == capy_sampler_next(b, y);
+	}
+	CHECK_EQ_INT(same, 200);
+	capy_sampler_free(b);
+	p.seed = 8;
+	capy_sampler_new(&b, 8, &p, NULL);
+	for (int i = 0; i < 200; i++) {
+		float x[8], y[8];
+		memcpy(x, l, sizeof(l));
+		memcpy(y, l, sizeof(l));
+		differs += capy_sampler_next(a, x) != capy_sampler_next(b, y);
+	}
+	CHECK(differs > 50);
+	capy_sampler_free(a);
+	capy_sampler_free(b);
+}
+
+static void test_distribution(void)
+{
+	float l[3] = { 0, 1, 2 };
+	double z = 1 + exp(1) + exp(2), want[3] = { 1 / z, exp(1) / z, exp(2) / z };
+	struct capy_sampler_params p = { .temperature = 1, .seed = 3 };
+	struct capy_sampler *s;
+	int n[3] = { 0 }, total = 30000;
+
+	capy_sampler_new(&s, 3, &p, NULL);
+	for (int i = 0; i < total; i++) {
+		float x[3] = { 0, 1, 2 };
+		n[capy_sampler_next(s, x)]++;
+	}
+	for (int i = 0; i < 3; i++)
+		CHECK_MSG(fabs((double)n[i] / total - want[i]) < 0.01, "token %d: %.4f vs %.4f", i,
+			  (double)n[i] / total, want[i]);
+	capy_sampler_free(s);
+	(void)l;
+}
+
+static void test_filters(void)
+{
+	float l[4] = { 2.0f, 1.9f, -3, -4 };
+	struct capy_sampler_params p = { .temperature = 1, .seed = 1 };
+	int seen[4];
+
+	/* top-k 2, top-p 0.5 and min-p 0.5 keep only the two best here, or the best. */
+	p.top_k = 2;
+	memset(seen, 0, sizeof(seen));
+	for (uint64_t i = 0; i < 400; i++) {
+		p.seed = i;
+		seen[one(&p, l, 4)]++;
+	}
+	CHECK(seen[0] > 0 && seen[1] > 0 && !seen[2] && !seen[3]);
+	p.top_k = 0;
+	p.top_p = 0.5f;
+	memset(seen, 0, sizeof(seen));
+	for (uint64_t i = 0; i < 400; i++) {
+		p.seed = i;
+		seen[one(&p, l, 4)]++;
+	}
+	CHECK(seen[0] == 400);
+	p.top_p = 1;
+	p.min_p = 0.5f;
+	memset(seen, 0, sizeof(seen));
+	for (uint64_t i = 0; i < 400; i++) {
+		p.seed = i;
+		seen[one(&p, l, 4)]++;
+	}
+	CHECK(seen[0] > 0 && seen[1] > 0 && !seen[2] && !seen[3]);
+}
+
+static void test_penalties(void)
+{
+	struct capy_sampler_params p = { .repetition_penalty = 2 };
+	struct capy_sampler *s;
+	float l[3] = { 3, 2, -1 };
+	int32_t prompt[1] = { 0 };
+
+	/* Repetition: token 0 (in the prompt) 3/2 = 1.5 < 2. */
+	capy_sampler_new(&s, 3, &p, NULL);
+	capy_sampler_prompt(s, prompt, 1);
+	CHECK_EQ_INT(capy_sampler_next(s, l), 1);
+	CHECK(l[0] == 1.5f);
+	capy_sampler_free(s);
+	/* Presence / frequency apply to output tokens only. */
+	p = (struct capy_sampler_params){ .frequency_penalty = 0.6f };
+	capy_sampler_new(&s, 3, &p, NULL);
+	{
+		float a[3] = { 3, 2, -1 }, b[3] = { 3, 2, -1 }, c[3] = { 3, 2, -1 };
+		CHECK_EQ_INT(capy_sampler_next(s, a), 0);   /* 3 */
+		CHECK_EQ_INT(capy_sampler_next(s, b), 0);   /* 3 - 0.6 = 2.4 */
+		CHECK_EQ_INT(capy_sampler_next(s, c), 1);   /* 3 - 1.2 = 1.8 < 2 */
+	}
+	capy_sampler_free(s);
+	CHECK(capy_sampler_new(&s, 3, &(struct capy_sampler_params){ .top_p = 2 }, NULL) < 0);
+}
+
+int main(void)
+{
+	RUN(test_greedy);
+	RUN(test_seed);
+	RUN(test_distribution);
+	RUN(test_filters);
+	RUN(test_penalties);
+	return test_summary();
+}
