@@ -6,7 +6,7 @@ bats_require_minimum_version 1.5.0
 SRC=$(cd "$BATS_TEST_DIRNAME/.." && pwd)
 BUILD=${CAPY_BUILD:-$SRC/build}
 FIX=$SRC/t/fixtures
-export PATH="$BUILD/bin:$PATH"
+export PATH="$BUILD/bin:$BUILD/t/helper:$PATH"
 export CAPY_PROGRESS=0
 FAMILIES="qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp"
 

@@ -16,6 +16,13 @@
  * check-golden reads {"text": ..., "ids": [...]} objects (a JSON array or one per line), encodes
  * each text recognising added tokens, reports the ones whose ids differ and exits 1 if any do.
  *
+ *	capy-test-tool logits MODEL.capy IDS_FILE [--threads N] [--isa NAME] [--kv f32|bf16|int8]
+ *		[--step] [--out FILE]
+ *
+ * logits runs the ids (whitespace-separated) through the model, all at once (chunked prefill)
+ * or with --step one token at a time (decode), and prints "xxh3 <hex>" of all the logits (float32,
+ * [n][vocab]); --out writes them raw. --isa forces a CPU path (scalar, avx2, avx512).
+ *
  * render renders a chat case: {"messages": [...], "tools": [...], "kwargs": {...},
  * "add_generation_prompt": true, "keep_string_arguments": false}; render-template renders a
  * template with the variables of a JSON object; json reads JSON and writes it back as Python's
@@ -24,6 +31,11 @@
  */
 #include "text/tokenizer.h"
 #include "tool/tool.h"
+#include "artifact/artifact.h"
+#include "cpu/linear.h"
+#include "engine/engine.h"
+#include "util/hash.h"
+#include "util/parse.h"
 #include "util/file.h"
 #include "util/json.h"
 #include "text/chat.h"
@@ -458,6 +470,96 @@ static int cmd_check_golden(int argc, char **argv)
 	return bad || !n ? CAPY_EXIT_FAIL : 0;
 }
 
+static int cmd_logits(int argc, char **argv)
+{
+	const char *out_path = NULL;
+	struct capy_engine_opts o = { .threads = 1, .kv = CAPY_KV_F32 };
+	struct capy_artifact *a;
+	struct capy_engine *e;
+	struct capy_seq *s;
+	struct capy_err err = { 0 };
+	struct capy_tokens ids = { 0 };
+	bool step = false;
+	uint64_t V;
+	float *lg;
+	char *text, *p;
+	size_t len;
+
+	if (argc < 3)
+		capy_die("usage: logits MODEL IDS_FILE [--threads N] [--isa NAME] [--kv T] [--step] [--out FILE]");
+	for (int i = 3; i < argc; i++) {
+		int64_t v;
+		if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+			if (capy_parse_i64(argv[++i], 1, 256, &v, &err) < 0)
+				capy_die("--threads: %s", err.msg);
+			o.threads = (int)v;
+		} else if (!strcmp(argv[i], "--isa") && i + 1 < argc) {
+			const char *n = argv[++i];
+			enum capy_isa isa = !strcmp(n, "scalar") ? CAPY_ISA_SCALAR : !strcmp(n, "avx2") ? CAPY_ISA_AVX2 : CAPY_ISA_AVX512;
+			if (capy_isa_set(isa) < 0) {
+				printf("skip: this CPU has no %s\n", n);
+				return 0;
+			}
+		} else if (!strcmp(argv[i], "--kv") && i + 1 < argc) {
+			const char *n = argv[++i];
+			o.kv = !strcmp(n, "bf16") ? CAPY_KV_BF16 : !strcmp(n, "int8") ? CAPY_KV_INT8 : CAPY_KV_F32;
+		} else if (!strcmp(argv[i], "--step")) {
+			step = true;
+		} else if (!strcmp(argv[i], "--out") && i + 1 < argc) {
+			out_path = argv[++i];
+		} else {
+			capy_die("logits: unknown argument '%s'", argv[i]);
+		}
+	}
+	text = slurp(argv[2], &len);
+	for (p = text; *p;) {
+		char *end;
+		long v = strtol(p, &end, 10);
+		if (end == p) {
+			if (*p == ' ' || *p == '\n' || *p == '\t') {
+				p++;
+				continue;
+			}
+			capy_die("'%s': not a list of ids", argv[2]);
+		}
+		if (ids.n == ids.cap && !(ids.ids = realloc(ids.ids, (ids.cap = 2 * ids.cap + 64) * sizeof(int32_t))))
+			capy_die("out of memory");
+		ids.ids[ids.n++] = (int32_t)v;
+		p = end;
+	}
+	free(text);
+	if (capy_artifact_open(&a, argv[1], &err) < 0 || capy_engine_new(&e, a, &o, &err) < 0 ||
+	    capy_seq_new(e, &s, &err) < 0)
+		capy_die("%s", err.msg);
+	V = capy_engine_config(e)->vocab_size;
+	lg = malloc(ids.n * V * sizeof(float));
+	if (!lg)
+		capy_die("out of memory");
+	if (step) {
+		for (size_t i = 0; i < ids.n; i++)
+			if (capy_engine_forward(e, s, ids.ids + i, 1, lg + i * V, false, &err) < 0)
+				capy_die("%s", err.msg);
+	} else if (capy_engine_forward(e, s, ids.ids, ids.n, lg, true, &err) < 0) {
+		capy_die("%s", err.msg);
+	}
+	{
+		char hex[17];
+		capy_hash_hex(capy_xxh3(lg, ids.n * V * sizeof(float)), hex);
+		printf("xxh3 %s\n", hex);
+	}
+	if (out_path) {
+		FILE *f = fopen(out_path, "wb");
+		if (!f || fwrite(lg, sizeof(float), ids.n * V, f) != ids.n * V || fclose(f))
+			capy_die("cannot write '%s'", out_path);
+	}
+	free(lg);
+	capy_tokens_release(&ids);
+	capy_seq_free(s);
+	capy_engine_free(e);
+	capy_artifact_close(a);
+	return 0;
+}
+
 int cmd_main(int argc, char **argv)
 {
 	static const struct {
@@ -467,6 +569,7 @@ int cmd_main(int argc, char **argv)
 		{ "check-golden", cmd_check_golden },
 		{ "detokenize", cmd_detokenize },
 		{ "json", cmd_json },
+		{ "logits", cmd_logits },
 		{ "render", cmd_render },
 		{ "render-template", cmd_render_template },
 		{ "tokenize", cmd_tokenize },
