@@ -18,7 +18,7 @@ CFLAGS ?= $(OPT) -g
 WARNINGS = -Wall -Wextra -Wshadow -Wvla -Wno-unused-parameter -Werror=implicit-function-declaration
 BASE_CFLAGS = -std=c17 -pthread -march=x86-64-v2 -fno-strict-aliasing $(WARNINGS) -MMD -MP
 CPPFLAGS += -Ilibcore
-LDLIBS = -Wl,--as-needed -lcjson -lzstd -lpcre2-8 -lutf8proc -lmicrohttpd -lm -lpthread
+LDLIBS = -Wl,--as-needed -lcjson -lzstd -lpcre2-8 -lutf8proc -lmicrohttpd -lnettle -lm -lpthread
 
 ifeq ($(SAN),1)
   BASE_CFLAGS += -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
@@ -124,6 +124,7 @@ LIBCORE_OBJS += libcore/util/thread.o
 PROGRAMS += capy-convert
 PROGRAMS += capy-gen
 PROGRAMS += capy-ppl
+PROGRAMS += capy-shortlist
 
 UNIT_TESTS += u-artifact
 UNIT_TESTS += u-engine
@@ -157,7 +158,7 @@ BENCH_BINS = $(addprefix $(O)/bench/,$(BENCHES))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
 
-.PHONY: all test check unit bats check-docs check-headers fuzz bench deps install clean help
+.PHONY: all test check unit bats check-docs check-headers fuzz bench deps install clean help demo
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -228,7 +229,7 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 
 # python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py).
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
-	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev zstd \
+	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev nettle-dev zstd \
 	python3 python3-jinja2
 
 deps:
@@ -242,6 +243,13 @@ install: all
 	install -m 644 $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 $(wildcard man/man7/*.7) $(DESTDIR)$(PREFIX)/share/man/man7/
 
+# `make demo`: convert a bundled tiny model and chat with it (random weights: the text is noise).
+demo: all
+	$(O)/bin/capy-convert -m t/fixtures/qwen3_5_moe -o $(O)/demo.capy
+	$(O)/bin/capy-convert --inspect $(O)/demo.capy | sed -n '1,5p'
+	@echo "--- capy-gen (the fixture's weights are random, so its answer is noise) ---"
+	$(O)/bin/capy-gen $(O)/demo.capy --chat -p "Tell me about capybaras." -n 48 --seed 1
+
 clean:
 	rm -rf build $(O)
 
@@ -251,6 +259,7 @@ help:
 	@echo "make check      the tests again under ASan + UBSan (build/san/)"
 	@echo "make fuzz       build the libFuzzer targets (build/fuzz/)"
 	@echo "make bench      build the benchmark programs (build/bench/)"
+	@echo "make demo       convert a bundled tiny model and run one chat generation"
 	@echo "make deps       install the Debian packages (as root), else print the apt-get line"
 	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
 	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
