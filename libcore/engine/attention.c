@@ -84,50 +84,67 @@ struct attn_job {
 	float *out;            /* [T][nq * hd] */
 };
 
-static void attn_heads(void *p, uint64_t b, uint64_t end, int ith)
+/* One (token, KV head) per item: each cached key and value row is widened once and used by
+ * all the query heads that share it (GQA). Per query head the order is fixed: scores in key
+ * order, softmax, values accumulated in key order. */
+CAPY_HOT static void attn_heads(void *p, uint64_t b, uint64_t end, int ith)
 {
 	struct attn_job *j = p;
 	const struct capy_model_config *c = &j->e->c;
-	uint64_t hd = c->head_dim, nq = c->n_heads, group = nq / c->n_kv_heads;
-	float *scores = j->e->s.attn_scores + (uint64_t)ith * (j->e->s.attn_cap + 2 * hd);
-	float *kbuf = scores + j->e->s.attn_cap, *acc = kbuf + hd;
+	uint64_t hd = c->head_dim, nq = c->n_heads, nkv = c->n_kv_heads, group = nq / nkv;
+	float *scores = j->e->s.attn_scores + (uint64_t)ith * j->e->s.attn_stride;
+	float *kbuf = scores + group * j->e->s.attn_cap, *acc = kbuf + hd;
 	const float scale = 1.0f / sqrtf((float)hd);
 
 	for (uint64_t item = b; item < end; item++) {
-		uint64_t t = item / nq, h = item % nq, kvh = h / group, pos = j->p0 + t;
-		const float *q = j->q + (t * nq + h) * hd;
+		uint64_t t = item / nkv, kvh = item % nkv, pos = j->p0 + t;
 		const uint8_t *sel = j->sel ? j->sel + t * j->sel_stride : NULL;
-		float mx = -INFINITY, sum = 0;
-		float *o = j->out + (t * nq + h) * hd;
-		const float *g = j->gate + t * nq * 2 * hd + h * 2 * hd + hd;
+		float mx[64], sum[64];
 
+		for (uint64_t g = 0; g < group; g++) {
+			mx[g] = -INFINITY;
+			sum[g] = 0;
+		}
 		for (uint64_t k = 0; k <= pos; k++) {
-			float d = 0;
 			if (sel && !sel[k]) {
-				scores[k] = -INFINITY;
+				for (uint64_t g = 0; g < group; g++)
+					scores[g * j->e->s.attn_cap + k] = -INFINITY;
 				continue;
 			}
 			kv_load(j->e, j->kv, true, k, kvh, kbuf);
-			for (uint64_t i = 0; i < hd; i++)
-				d += q[i] * kbuf[i];
-			scores[k] = d * scale;
-			mx = fmaxf(mx, scores[k]);
+			for (uint64_t g = 0; g < group; g++) {
+				const float *q = j->q + (t * nq + kvh * group + g) * hd;
+				float sc = dot16(q, kbuf, hd) * scale;
+				scores[g * j->e->s.attn_cap + k] = sc;
+				mx[g] = fmaxf(mx[g], sc);
+			}
 		}
-		for (uint64_t k = 0; k <= pos; k++) {
-			scores[k] = scores[k] == -INFINITY ? 0 : expf(scores[k] - mx);
-			sum += scores[k];
+		for (uint64_t g = 0; g < group; g++) {
+			float *sg = scores + g * j->e->s.attn_cap;
+			for (uint64_t k = 0; k <= pos; k++) {
+				sg[k] = sg[k] == -INFINITY ? 0 : expf(sg[k] - mx[g]);
+				sum[g] += sg[k];
+			}
 		}
-		memset(acc, 0, hd * sizeof(float));
+		memset(acc, 0, group * hd * sizeof(float));
 		for (uint64_t k = 0; k <= pos; k++) {
-			float w = scores[k] / sum;
-			if (!scores[k])
+			if (sel && !sel[k])
 				continue;
 			kv_load(j->e, j->kv, false, k, kvh, kbuf);
-			for (uint64_t i = 0; i < hd; i++)
-				acc[i] += w * kbuf[i];
+			for (uint64_t g = 0; g < group; g++) {
+				float w = scores[g * j->e->s.attn_cap + k] / sum[g];
+				float *ag = acc + g * hd;
+				for (uint64_t i = 0; i < hd; i++)
+					ag[i] += w * kbuf[i];
+			}
 		}
-		for (uint64_t i = 0; i < hd; i++)
-			o[i] = acc[i] * sigmoidf_(g[i]);
+		for (uint64_t g = 0; g < group; g++) {
+			uint64_t h = kvh * group + g;
+			float *o = j->out + (t * nq + h) * hd;
+			const float *gate = j->gate + t * nq * 2 * hd + h * 2 * hd + hd;
+			for (uint64_t i = 0; i < hd; i++)
+				o[i] = acc[g * hd + i] * sigmoidf_(gate[i]);
+		}
 	}
 }
 
@@ -165,7 +182,7 @@ static void qsa_select(void *p, uint64_t b, uint64_t end, int ith)
 	const struct capy_model_config *c = &j->e->c;
 	uint64_t ih = c->indexer_head_dim, ni = c->indexer_n_heads, ratio = c->indexer_compress_ratio;
 	uint64_t topk = c->indexer_budget / ratio;
-	float *scores = j->e->s.attn_scores + (uint64_t)ith * (j->e->s.attn_cap + 2 * c->head_dim);
+	float *scores = j->e->s.attn_scores + (uint64_t)ith * j->e->s.attn_stride;
 	const float inv = 1.0f / sqrtf((float)ih);
 
 	for (uint64_t t = b; t < end; t++) {
@@ -244,7 +261,7 @@ int attention_forward(struct capy_engine *e, struct capy_seq *s, const struct la
 		job.sel = e->s.sel;
 		job.sel_stride = s->cap;
 	}
-	par_for(e, T * nq, attn_heads, &job);
+	par_for(e, T * nkv, attn_heads, &job);
 	par_linear(e, &a->o, att, T, out);
 	return 0;
 }

@@ -92,17 +92,23 @@ struct scratch {
 	float *mix, *tmp;                 /* [tmax][wide] */
 	float *big1, *big2, *big3;        /* [tmax][max projection width] */
 	float *logits_tmp;
-	float *attn_scores;               /* [threads][ctx + 2 hd] grows with the context */
+	float *attn_scores;               /* [threads][attn_stride]: per query head of a KV group
+					   * scores over the context, then rows of scratch */
+	uint64_t attn_stride;
 	uint8_t *sel;                     /* QSA: [tmax][ctx] keys each query may see */
 	uint64_t attn_cap;
 	void *lin_ws;                     /* linear-input workspace */
 	size_t lin_ws_bytes;
 	float *moe_out;                   /* [tmax][topk][H] */
-	float *moe_act;                   /* [tmax * topk][2I] */
-	float *moe_x;                     /* [tmax * topk][H] gathered rows */
+	float **moe_act_th;               /* per thread [tmax][2I] */
+	float **moe_x_th;                 /* per thread [tmax][max(H, I)]: gathered rows, outputs */
+	void **lin_ws_th;                 /* per thread linear-input workspace */
 	int32_t *moe_ids;                 /* [tmax][topk] */
 	float *moe_w;                     /* [tmax][topk] */
-	int32_t *moe_rows;                /* per expert: token slots */
+	int32_t *moe_rows;                /* [tmax * topk] token slots grouped by expert */
+	uint64_t *moe_count;              /* [E] */
+	int32_t *moe_active;              /* [E] experts with tokens */
+	uint64_t *moe_first;              /* [E + 1] */
 	float *ple_emb;                   /* [tmax][ple_dim] */
 	uint8_t *ple_rowbuf;              /* one table row */
 	float *gdn_buf;                   /* chunked GDN workspace per thread */
@@ -160,7 +166,35 @@ struct capy_seq {
 	struct recurrent_snapshot snap;
 };
 
-/* --- shared helpers (ops.c, parallel.c) ---------------------------------------------- */
+/* --- shared helpers (ops.c) ------------------------------------------------------------ */
+
+/* Hot loops are built for AVX-512, AVX2 and baseline x86-64, picked at load time. The math is
+ * the same in every version: the loops are element-wise or use dot16's explicit lanes, and
+ * -std=c17 keeps the compiler from contracting into FMAs, so results are bit-identical
+ * whichever version runs. */
+#if defined(__x86_64__) && !defined(__clang__) && !defined(__SANITIZE_ADDRESS__)
+#define CAPY_HOT __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define CAPY_HOT
+#endif
+
+/* Dot product with 16 fixed lanes summed pairwise at the end: the same order on every ISA,
+ * and one the compiler can vectorize. */
+static inline float dot16(const float *a, const float *b, uint64_t n)
+{
+	float lane[16] = { 0 };
+	uint64_t i = 0;
+
+	for (; i + 16 <= n; i += 16)
+		for (int l = 0; l < 16; l++)
+			lane[l] += a[i + (uint64_t)l] * b[i + (uint64_t)l];
+	for (; i < n; i++)
+		lane[i % 16] += a[i] * b[i];
+	for (int w = 8; w >= 1; w /= 2)
+		for (int l = 0; l < w; l++)
+			lane[l] += lane[l + w];
+	return lane[0];
+}
 
 /* Run fn over [0, n) split in contiguous slices over the engine's threads; ith is the
  * thread's index (for per-thread scratch). */

@@ -49,28 +49,52 @@ static int alloc_scratch(struct capy_engine *e, struct capy_err *err)
 	s->logits_tmp = calloc(CAPY_MAX(c->vocab_size, c->n_experts), sizeof(float));
 	s->lin_ws = aligned_alloc(64, CAPY_ALIGN_UP(s->lin_ws_bytes + 64, 64));
 	s->moe_out = calloc(T * k * H + 1, sizeof(float));
-	s->moe_act = calloc(T * k * 2 * I + 1, sizeof(float));
-	s->moe_x = calloc(T * k * CAPY_MAX(H, I) + 1, sizeof(float));
+	s->moe_act_th = calloc((size_t)e->nth, sizeof(float *));
+	s->moe_x_th = calloc((size_t)e->nth, sizeof(float *));
+	s->lin_ws_th = calloc((size_t)e->nth, sizeof(void *));
+	ok = s->moe_act_th && s->moe_x_th && s->lin_ws_th;
+	for (int i = 0; ok && i < e->nth; i++) {
+		s->moe_act_th[i] = calloc(T * 2 * I + 1, sizeof(float));
+		s->moe_x_th[i] = calloc(T * CAPY_MAX(H, I) + 1, sizeof(float));
+		s->lin_ws_th[i] = aligned_alloc(64, CAPY_ALIGN_UP(s->lin_ws_bytes + 64, 64));
+		ok = s->moe_act_th[i] && s->moe_x_th[i] && s->lin_ws_th[i];
+	}
+	if (!ok)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory for the engine's scratch buffers");
 	s->moe_ids = calloc(T * k, sizeof(int32_t));
 	s->moe_w = calloc(T * k, sizeof(float));
 	s->moe_rows = calloc(T * k, sizeof(int32_t));
+	s->moe_count = calloc(c->n_experts + 1, sizeof(uint64_t));
+	s->moe_active = calloc(c->n_experts + 1, sizeof(int32_t));
+	s->moe_first = calloc(c->n_experts + 2, sizeof(uint64_t));
 	s->ple_emb = calloc(T * (c->ple_embed_dim + 1), sizeof(float));
 	s->gdn_buf_floats = gdn_chunk_floats(c);
 	s->gdn_buf = calloc((size_t)e->nth * s->gdn_buf_floats, sizeof(float));
 	ok = s->x && s->xn && s->blk && s->out && s->inj && s->mix && s->tmp && s->big1 && s->big2 && s->big3 &&
-	     s->logits_tmp && s->lin_ws && s->moe_out && s->moe_act && s->moe_x && s->moe_ids && s->moe_w &&
-	     s->moe_rows && s->ple_emb && s->gdn_buf;
+	     s->logits_tmp && s->lin_ws && s->moe_out && s->moe_ids && s->moe_w && s->moe_rows && s->moe_count &&
+	     s->moe_active && s->moe_first && s->ple_emb && s->gdn_buf;
 	return ok ? 0 : capy_err_set(err, CAPY_ENOMEM, "out of memory for the engine's scratch buffers");
 }
 
-static void free_scratch(struct scratch *s)
+static void free_scratch(struct scratch *s, int nth)
 {
 	void *p[] = { s->x, s->xn, s->blk, s->out, s->inj, s->mix, s->tmp, s->big1, s->big2, s->big3,
-		      s->logits_tmp, s->lin_ws, s->moe_out, s->moe_act, s->moe_x, s->moe_ids, s->moe_w,
-		      s->moe_rows, s->ple_emb, s->gdn_buf, s->attn_scores, s->sel };
+		      s->logits_tmp, s->lin_ws, s->moe_out, s->moe_ids, s->moe_w, s->moe_rows, s->moe_count,
+		      s->moe_active, s->moe_first, s->ple_emb, s->gdn_buf, s->attn_scores, s->sel };
 
 	for (size_t i = 0; i < ARRAY_SIZE(p); i++)
 		free(p[i]);
+	for (int i = 0; i < nth; i++) {
+		if (s->moe_act_th)
+			free(s->moe_act_th[i]);
+		if (s->moe_x_th)
+			free(s->moe_x_th[i]);
+		if (s->lin_ws_th)
+			free(s->lin_ws_th[i]);
+	}
+	free(s->moe_act_th);
+	free(s->moe_x_th);
+	free(s->lin_ws_th);
 }
 
 int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
@@ -117,7 +141,7 @@ void capy_engine_free(struct capy_engine *e)
 	if (!e)
 		return;
 	weights_release(e);
-	free_scratch(&e->s);
+	free_scratch(&e->s, e->nth);
 	free(e->rope_inv_freq);
 	capy_pool_free(e->pool);
 	free(e);

@@ -38,12 +38,12 @@ static void l2norm_scaled(const float *x, float *y, uint64_t n, float scale)
 		y[i] = (x[i] * r) * scale;
 }
 
-static void head_recurrent(const struct gdn_job *j, uint64_t head, float *qk /* [2][dk] */)
+CAPY_HOT static void head_recurrent(const struct gdn_job *j, uint64_t head, float *qk /* [2][dk], then [dv] */)
 {
 	const struct capy_model_config *c = &j->e->c;
 	uint64_t dk = c->linear_key_head_dim, dv = c->linear_value_head_dim, nv = c->linear_value_heads;
 	uint64_t nk = c->linear_key_heads, kh = head / (nv / nk), C = 2 * nk * dk + nv * dv;
-	float *S = j->st->S + head * dk * dv, *q = qk, *k = qk + dk;
+	float *S = j->st->S + head * dk * dv, *q = qk, *k = qk + dk, *mem = qk + 2 * dk;
 	const float qscale = 1.0f / sqrtf((float)dk);
 
 	for (uint64_t t = 0; t < j->T; t++) {
@@ -56,19 +56,27 @@ static void head_recurrent(const struct gdn_job *j, uint64_t head, float *qk /* 
 		l2norm_scaled(row + nk * dk + kh * dk, k, dk, 1.0f);
 		for (uint64_t i = 0; i < dk * dv; i++)
 			S[i] *= decay;
-		for (uint64_t x = 0; x < dv; x++) {
-			float mem = 0, d;
-			for (uint64_t y = 0; y < dk; y++)
-				mem += S[y * dv + x] * k[y];
-			d = (v[x] - mem) * beta;
-			for (uint64_t y = 0; y < dk; y++)
-				S[y * dv + x] += k[y] * d;
+		/* mem = S^T k, d = beta (v - mem), S += k d^T, o = S^T q: row-wise (axpy) so the
+		 * inner loops run along contiguous rows of S. */
+		for (uint64_t x = 0; x < dv; x++)
+			mem[x] = 0;
+		for (uint64_t y = 0; y < dk; y++) {
+			const float *Sy = S + y * dv;
+			float ky = k[y];
+			for (uint64_t x = 0; x < dv; x++)
+				mem[x] += Sy[x] * ky;
 		}
-		for (uint64_t x = 0; x < dv; x++) {
-			float acc = 0;
-			for (uint64_t y = 0; y < dk; y++)
-				acc += S[y * dv + x] * q[y];
-			o[x] = acc;
+		for (uint64_t x = 0; x < dv; x++)
+			mem[x] = (v[x] - mem[x]) * beta;
+		for (uint64_t x = 0; x < dv; x++)
+			o[x] = 0;
+		for (uint64_t y = 0; y < dk; y++) {
+			float *Sy = S + y * dv;
+			float ky = k[y], qy = q[y];
+			for (uint64_t x = 0; x < dv; x++) {
+				Sy[x] += ky * mem[x];
+				o[x] += Sy[x] * qy;
+			}
 		}
 	}
 }
@@ -78,10 +86,10 @@ uint64_t gdn_chunk_floats(const struct capy_model_config *c)
 {
 	uint64_t dk = c->linear_key_head_dim, dv = c->linear_value_head_dim;
 
-	return 4 * CHUNK * dk + 3 * CHUNK * dv + 3 * CHUNK * CHUNK + 2 * CHUNK + dv;
+	return 4 * CHUNK * dk + 3 * CHUNK * dv + 3 * CHUNK * CHUNK + 4 * CHUNK + dv + 2 * dk;
 }
 
-static void head_chunked(const struct gdn_job *j, uint64_t head, float *ws)
+CAPY_HOT static void head_chunked(const struct gdn_job *j, uint64_t head, float *ws)
 {
 	const struct capy_model_config *c = &j->e->c;
 	uint64_t dk = c->linear_key_head_dim, dv = c->linear_value_head_dim, nv = c->linear_value_heads;
@@ -89,8 +97,9 @@ static void head_chunked(const struct gdn_job *j, uint64_t head, float *ws)
 	float *S = j->st->S + head * dk * dv;
 	float *Q = ws, *K = Q + CHUNK * dk, *KB = K + CHUNK * dk, *KC = KB + CHUNK * dk; /* [CHUNK][dk] */
 	float *VB = KC + CHUNK * dk, *U = VB + CHUNK * dv, *VN = U + CHUNK * dv;      /* [CHUNK][dv] */
-	float *L = VN + CHUNK * dv, *UT = L + CHUNK * CHUNK, *IA = UT + CHUNK * CHUNK;  /* [CHUNK][CHUNK] */
-	float *cum = IA + CHUNK * CHUNK, *beta = cum + CHUNK;
+	float *UT = VN + CHUNK * dv, *IA = UT + CHUNK * CHUNK;                           /* [CHUNK][CHUNK] */
+	float *cum = IA + CHUNK * CHUNK, *beta = cum + CHUNK, *ec = beta + CHUNK, *el = ec + CHUNK;
+	float *row_out = el + CHUNK; /* [dv] */
 	const float qscale = 1.0f / sqrtf((float)dk);
 
 	for (uint64_t t0 = 0; t0 < j->T; t0 += CHUNK) {
@@ -118,61 +127,79 @@ static void head_chunked(const struct gdn_job *j, uint64_t head, float *ws)
 		last = cum[CHUNK - 1];
 		/* Decays between positions, the UT system and the intra-chunk attention. */
 		for (uint64_t i = 0; i < CHUNK; i++) {
+			ec[i] = expf(cum[i]);
+			el[i] = expf(last - cum[i]);
 			for (uint64_t m = 0; m < CHUNK; m++) {
-				float kk = 0, qk = 0;
-				L[i * CHUNK + m] = m <= i ? expf(cum[i] - cum[m]) : 0;
-				for (uint64_t y = 0; y < dk; y++) {
-					kk += KB[i * dk + y] * K[m * dk + y];
-					qk += Q[i * dk + y] * K[m * dk + y];
+				float dec;
+				const float *km = K + m * dk;
+				if (m > i) {
+					UT[i * CHUNK + m] = IA[i * CHUNK + m] = 0;
+					continue;
 				}
-				UT[i * CHUNK + m] = kk * L[i * CHUNK + m];
-				IA[i * CHUNK + m] = qk * L[i * CHUNK + m];
+				dec = expf(cum[i] - cum[m]);
+				UT[i * CHUNK + m] = dot16(KB + i * dk, km, dk) * dec;
+				IA[i * CHUNK + m] = dot16(Q + i * dk, km, dk) * dec;
 			}
 		}
 		/* Forward substitution with the unit lower-triangular (I + strict lower UT):
 		 * U = solve(v * beta), KC = solve(k * beta * exp(cum)). */
 		for (uint64_t i = 0; i < CHUNK; i++) {
-			float ec = expf(cum[i]);
-			for (uint64_t x = 0; x < dv; x++) {
-				float acc = VB[i * dv + x];
-				for (uint64_t m = 0; m < i; m++)
-					acc -= UT[i * CHUNK + m] * U[m * dv + x];
-				U[i * dv + x] = acc;
-			}
-			for (uint64_t y = 0; y < dk; y++) {
-				float acc = KB[i * dk + y] * ec;
-				for (uint64_t m = 0; m < i; m++)
-					acc -= UT[i * CHUNK + m] * KC[m * dk + y];
-				KC[i * dk + y] = acc;
+			float *u = U + i * dv, *kc = KC + i * dk;
+			for (uint64_t x = 0; x < dv; x++)
+				u[x] = VB[i * dv + x];
+			for (uint64_t y = 0; y < dk; y++)
+				kc[y] = KB[i * dk + y] * ec[i];
+			for (uint64_t m = 0; m < i; m++) {
+				float l = UT[i * CHUNK + m];
+				const float *um = U + m * dv, *km = KC + m * dk;
+				for (uint64_t x = 0; x < dv; x++)
+					u[x] -= l * um[x];
+				for (uint64_t y = 0; y < dk; y++)
+					kc[y] -= l * km[y];
 			}
 		}
-		/* v_new = U - KC S; out = (q exp(cum)) S + IA v_new. */
+		/* v_new = U - KC S; out = (q exp(cum)) S + IA v_new (row by row, along S's rows). */
 		for (uint64_t i = 0; i < CHUNK; i++) {
-			float ec = expf(cum[i]);
-			for (uint64_t x = 0; x < dv; x++) {
-				float acc = 0;
-				for (uint64_t y = 0; y < dk; y++)
-					acc += KC[i * dk + y] * S[y * dv + x];
-				VN[i * dv + x] = U[i * dv + x] - acc;
+			float *vn = VN + i * dv, *o = row_out;
+			for (uint64_t x = 0; x < dv; x++)
+				vn[x] = U[i * dv + x];
+			for (uint64_t y = 0; y < dk; y++) {
+				const float *Sy = S + y * dv;
+				float coef = KC[i * dk + y];
+				for (uint64_t x = 0; x < dv; x++)
+					vn[x] -= coef * Sy[x];
 			}
 			if (i >= n)
 				continue;
-			for (uint64_t x = 0; x < dv; x++) {
-				float inter = 0, intra = 0;
-				for (uint64_t y = 0; y < dk; y++)
-					inter += (Q[i * dk + y] * ec) * S[y * dv + x];
-				for (uint64_t m = 0; m <= i; m++)
-					intra += IA[i * CHUNK + m] * VN[m * dv + x];
-				j->o[(t0 + i) * nv * dv + head * dv + x] = inter + intra;
+			for (uint64_t x = 0; x < dv; x++)
+				o[x] = 0;
+			for (uint64_t y = 0; y < dk; y++) {
+				const float *Sy = S + y * dv;
+				float coef = Q[i * dk + y] * ec[i];
+				for (uint64_t x = 0; x < dv; x++)
+					o[x] += coef * Sy[x];
 			}
+			for (uint64_t m = 0; m <= i; m++) {
+				const float *vm = VN + m * dv;
+				float coef = IA[i * CHUNK + m];
+				for (uint64_t x = 0; x < dv; x++)
+					o[x] += coef * vm[x];
+			}
+			memcpy(j->o + (t0 + i) * nv * dv + head * dv, o, dv * sizeof(float));
 		}
 		/* S = S exp(last) + (k exp(last - cum))^T v_new. */
-		for (uint64_t y = 0; y < dk; y++) {
-			for (uint64_t x = 0; x < dv; x++) {
-				float acc = 0;
-				for (uint64_t m = 0; m < CHUNK; m++)
-					acc += (K[m * dk + y] * expf(last - cum[m])) * VN[m * dv + x];
-				S[y * dv + x] = S[y * dv + x] * expf(last) + acc;
+		{
+			float dl = expf(last);
+			for (uint64_t x = 0; x < dk * dv; x++)
+				S[x] *= dl;
+			for (uint64_t m = 0; m < CHUNK; m++) {
+				const float *vm = VN + m * dv;
+				for (uint64_t y = 0; y < dk; y++) {
+					float coef = K[m * dk + y] * el[m];
+					float *Sy = S + y * dv;
+					for (uint64_t x = 0; x < dv; x++)
+						Sy[x] += coef * vm[x];
+				}
 			}
 		}
 	}

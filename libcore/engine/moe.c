@@ -4,6 +4,7 @@
 #include "engine-impl.h"
 
 #include <math.h>
+#include <stdatomic.h>
 
 void mlp_forward(struct capy_engine *e, const struct mlp_w *m, const float *xn, uint64_t T, float *out,
 		 float *act)
@@ -69,48 +70,93 @@ static void route(const struct capy_engine *e, const float *logits, uint64_t T, 
 	}
 }
 
+struct expert_job {
+	struct capy_engine *e;
+	const struct moe_w *m;
+	const float *xn;
+	uint64_t n_active;
+	const int32_t *active;   /* expert ids with work, ascending */
+	const uint64_t *first;   /* [n_active + 1] offsets into slots */
+	const int32_t *slots;    /* token slots (t * k + n) grouped by expert */
+	_Atomic uint64_t next;
+};
+
+/* Each routed expert is computed whole by one thread (gate_up, SwiGLU, down over all its
+ * tokens): splitting one small expert matrix over threads costs more in hand-offs than it
+ * saves, while whole experts keep every thread streaming weights. Which thread takes an
+ * expert does not change its result (capy_linear_rows is split-invariant). */
+static void expert_worker(void *p, int ith, int nth)
+{
+	struct expert_job *j = p;
+	struct capy_engine *e = j->e;
+	const struct capy_model_config *c = &e->c;
+	uint64_t H = c->hidden_size, I = c->moe_intermediate_size, k = c->n_experts_per_tok, a;
+	struct scratch *s = &e->s;
+	float *x = s->moe_x_th[ith], *act = s->moe_act_th[ith];
+	void *ws = s->lin_ws_th[ith];
+
+	(void)nth;
+	while ((a = atomic_fetch_add(&j->next, 1)) < j->n_active) {
+		int32_t ex = j->active[a];
+		uint64_t cnt = j->first[a + 1] - j->first[a];
+		const int32_t *sl = j->slots + j->first[a];
+		struct capy_linear_input *in;
+		for (uint64_t r = 0; r < cnt; r++)
+			memcpy(x + r * H, j->xn + (uint64_t)(sl[r] / (int32_t)k) * H, H * sizeof(float));
+		capy_linear_prepare(&j->m->gate_up[ex], x, cnt, ws, &in);
+		capy_linear_rows(&j->m->gate_up[ex], in, act, 0, 2 * I);
+		for (uint64_t r = 0; r < cnt; r++) {
+			float *row = act + r * 2 * I;
+			for (uint64_t i = 0; i < I; i++)
+				row[i] = silu(row[i]) * row[I + i];
+			if (r)
+				memmove(act + r * I, row, I * sizeof(float));
+		}
+		capy_linear_prepare(&j->m->down[ex], act, cnt, ws, &in);
+		capy_linear_rows(&j->m->down[ex], in, x, 0, H);
+		for (uint64_t r = 0; r < cnt; r++)
+			memcpy(s->moe_out + (uint64_t)sl[r] * H, x + r * H, H * sizeof(float));
+	}
+}
+
 void moe_forward(struct capy_engine *e, const struct moe_w *m, const float *xn, uint64_t T, float *out)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t E = c->n_experts, k = c->n_experts_per_tok, H = c->hidden_size;
-	uint64_t I = c->moe_intermediate_size;
 	struct scratch *s = &e->s;
 	float *logits = s->big1, *shared = s->tmp, *gate = s->big2;
+	struct expert_job job = { e, m, xn, 0, s->moe_active, s->moe_first, s->moe_rows, 0 };
+	uint64_t n = 0;
 
 	par_linear(e, &m->router, xn, T, logits);
 	route(e, logits, T, s->moe_ids, s->moe_w);
-
-	/* Each expert once, over all the token slots routed to it. */
-	for (uint64_t x = 0; x < E; x++) {
-		uint64_t cnt = 0;
-		for (uint64_t i = 0; i < T * k; i++)
-			if ((uint64_t)s->moe_ids[i] == x)
-				s->moe_rows[cnt++] = (int32_t)i;
-		if (!cnt)
+	/* Token slots grouped by expert, experts in ascending order. */
+	memset(s->moe_count, 0, E * sizeof(*s->moe_count));
+	for (uint64_t i = 0; i < T * k; i++)
+		s->moe_count[s->moe_ids[i]]++;
+	for (uint64_t x = 0, off = 0; x < E; x++) {
+		if (!s->moe_count[x])
 			continue;
-		for (uint64_t r = 0; r < cnt; r++)
-			memcpy(s->moe_x + r * H, xn + (s->moe_rows[r] / k) * H, H * sizeof(float));
-		par_linear(e, &m->gate_up[x], s->moe_x, cnt, s->moe_act);
-		for (uint64_t r = 0; r < cnt; r++) {
-			float *row = s->moe_act + r * 2 * I;
-			for (uint64_t i = 0; i < I; i++)
-				row[i] = silu(row[i]) * row[I + i];
-			if (r)
-				memmove(s->moe_act + r * I, row, I * sizeof(float));
-		}
-		par_linear(e, &m->down[x], s->moe_act, cnt, s->moe_x);
-		for (uint64_t r = 0; r < cnt; r++)
-			memcpy(s->moe_out + (uint64_t)s->moe_rows[r] * H, s->moe_x + r * H, H * sizeof(float));
+		s->moe_active[n] = (int32_t)x;
+		s->moe_first[n++] = off;
+		off += s->moe_count[x];
 	}
+	s->moe_first[n] = T * k;
+	for (uint64_t a = 0; a < n; a++)
+		s->moe_count[s->moe_active[a]] = s->moe_first[a]; /* now: the next free slot */
+	for (uint64_t i = 0; i < T * k; i++)
+		s->moe_rows[s->moe_count[s->moe_ids[i]]++] = (int32_t)i;
+	job.n_active = n;
+	capy_pool_run(e->pool, expert_worker, &job);
 
 	mlp_forward(e, &m->shared, xn, T, shared, s->big3);
 	par_linear(e, &m->shared_gate, xn, T, gate);
 	for (uint64_t t = 0; t < T; t++) {
 		float g = sigmoidf_(gate[t]), *o = out + t * H;
 		memset(o, 0, H * sizeof(float));
-		for (uint64_t n = 0; n < k; n++) {
-			const float *d = s->moe_out + (t * k + n) * H;
-			float wt = s->moe_w[t * k + n];
+		for (uint64_t j = 0; j < k; j++) {
+			const float *d = s->moe_out + (t * k + j) * H;
+			float wt = s->moe_w[t * k + j];
 			for (uint64_t i = 0; i < H; i++)
 				o[i] += d[i] * wt;
 		}

@@ -65,8 +65,11 @@ int seq_reserve(struct capy_seq *s, uint64_t need, struct capy_err *err)
 		s->cap = cap;
 	}
 	if (cap > e->s.attn_cap) {
-		/* Per thread: scores over the context, then two head-sized rows. */
-		e->s.attn_scores = grow(e->s.attn_scores, (size_t)e->nth * (cap + 2 * c->head_dim) * sizeof(float), &rc);
+		/* Per thread: scores over the context for each query head of a KV group, then a key row
+		 * and the group's accumulators (QSA scores reuse the same space). */
+		uint64_t group = c->n_heads / c->n_kv_heads;
+		e->s.attn_stride = group * cap + (group + 1) * c->head_dim + cap / (c->indexer_compress_ratio ? c->indexer_compress_ratio : 1) + 1;
+		e->s.attn_scores = grow(e->s.attn_scores, (size_t)e->nth * e->s.attn_stride * sizeof(float), &rc);
 		if (c->family == CAPY_FAMILY_QWEN4_EXP)
 			e->s.sel = grow(e->s.sel, e->s.tmax * cap, &rc);
 		if (rc < 0)

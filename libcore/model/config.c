@@ -239,6 +239,9 @@ static int check(const struct capy_model_config *c, const char *what, struct cap
 		return BAD("%s: a model dimension is 0", what);
 	if (c->n_layers > CAPY_MAX_LAYERS)
 		return BAD("%s: %" PRIu64 " layers, at most %d supported", what, c->n_layers, CAPY_MAX_LAYERS);
+	if (c->n_heads / c->n_kv_heads > 64)
+		return BAD("%s: %" PRIu64 " query heads per key-value head, at most 64 supported", what,
+			   c->n_heads / c->n_kv_heads);
 	if (c->n_heads % c->n_kv_heads)
 		return BAD("%s: num_attention_heads %" PRIu64 " is not a multiple of num_key_value_heads %" PRIu64,
 			   what, c->n_heads, c->n_kv_heads);
