@@ -97,6 +97,7 @@ LIBCORE_OBJS += libcore/text/tok-added.o
 LIBCORE_OBJS += libcore/text/tok-bpe.o
 LIBCORE_OBJS += libcore/text/tok-decode.o
 LIBCORE_OBJS += libcore/text/tok-encode.o
+LIBCORE_OBJS += libcore/text/tok-ids.o
 LIBCORE_OBJS += libcore/text/tok-load.o
 LIBCORE_OBJS += libcore/text/tok-model.o
 LIBCORE_OBJS += libcore/text/tok-norm.o

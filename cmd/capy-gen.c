@@ -97,30 +97,10 @@ static char *read_stdin(size_t *len)
 /* Whitespace-separated ids; what names the source in errors. */
 static void parse_ids(const char *text, const char *what, struct capy_tokens *out)
 {
-	const char *p = text;
+	struct capy_err err = { 0 };
 
-	while (*p) {
-		char num[32];
-		size_t n = 0;
-		int64_t v;
-		struct capy_err err = { 0 };
-		while (isspace((unsigned char)*p))
-			p++;
-		if (!*p)
-			break;
-		while (*p && !isspace((unsigned char)*p) && n < sizeof(num) - 1)
-			num[n++] = *p++;
-		num[n] = 0;
-		if (capy_parse_i64(num, 0, INT32_MAX, &v, &err) < 0)
-			capy_die("%s: token id %zu: %s", what, out->n, err.msg);
-		if (out->n == out->cap) {
-			out->cap = out->cap ? 2 * out->cap : 256;
-			out->ids = realloc(out->ids, out->cap * sizeof(int32_t));
-			if (!out->ids)
-				capy_die("out of memory");
-		}
-		out->ids[out->n++] = (int32_t)v;
-	}
+	if (capy_tokens_parse(text, strlen(text), what, out, &err) < 0)
+		capy_die("%s", err.msg);
 }
 
 static bool is_artifact(const char *path)

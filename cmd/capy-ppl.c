@@ -33,33 +33,6 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_END(),
 };
 
-static void read_ids(const char *path, const char *text, struct capy_tokens *out)
-{
-	const char *p = text;
-
-	while (*p) {
-		char num[32];
-		size_t n = 0;
-		int64_t v;
-		struct capy_err err = { 0 };
-		while (isspace((unsigned char)*p))
-			p++;
-		if (!*p)
-			break;
-		while (*p && !isspace((unsigned char)*p) && n < sizeof(num) - 1)
-			num[n++] = *p++;
-		num[n] = 0;
-		if (capy_parse_i64(num, 0, INT32_MAX, &v, &err) < 0)
-			capy_die("'%s': token %zu: %s", path, out->n, err.msg);
-		if (out->n == out->cap) {
-			out->cap = out->cap ? 2 * out->cap : 1024;
-			if (!(out->ids = realloc(out->ids, out->cap * sizeof(int32_t))))
-				capy_die("out of memory");
-		}
-		out->ids[out->n++] = (int32_t)v;
-	}
-}
-
 struct argcount {
 	int32_t id;
 	uint64_t n;
@@ -142,7 +115,10 @@ int cmd_main(int argc, char **argv)
 	if (capy_read_file(argv[1], 1u << 30, &text, &len, &err) < 0)
 		capy_die("%s", err.msg);
 	if (opt_ids) {
-		read_ids(argv[1], text, &toks);
+		char what[4200];
+		snprintf(what, sizeof(what), "'%s'", argv[1]);
+		if (capy_tokens_parse(text, len, what, &toks, &err) < 0)
+			capy_die("%s", err.msg);
 	} else {
 		if (!as.tok)
 			capy_die("'%s' has no tokenizer.json (use --ids)", argv[0]);

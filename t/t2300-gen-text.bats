@@ -34,7 +34,7 @@ setup_file() {
 @test "--detokenize refuses a bad id list and --tokenize invalid UTF-8, naming the place" {
 	run --separate-stderr capy-gen --detokenize "$ART" <<<"1 2 x3"
 	[ "$status" -eq 1 ]
-	[[ "$stderr" == "capy-gen: error: standard input: token id 2: 'x3' is not an integer" ]]
+	[[ "$stderr" == "capy-gen: error: standard input: token 2: 'x3' is not an integer" ]]
 	run --separate-stderr bash -c "printf 'ab\\xffcd' | capy-gen --tokenize '$ART'"
 	[ "$status" -eq 1 ]
 	[[ "$stderr" == *"standard input: "*"byte 2"* ]] || [[ "$stderr" == *"standard input: "*"offset 2"* ]]

@@ -6,20 +6,24 @@
 #include <math.h>
 #include <stdatomic.h>
 
+/* SwiGLU in place over rows of [gate | up] (2 * inter values each): silu(gate) * up, the
+ * results packed as rows of inter values. */
+static void swiglu_rows(float *act, uint64_t rows, uint64_t inter)
+{
+	for (uint64_t r = 0; r < rows; r++) {
+		float *row = act + r * 2 * inter;
+		for (uint64_t i = 0; i < inter; i++)
+			row[i] = silu(row[i]) * row[inter + i];
+		if (r)
+			memmove(act + r * inter, row, inter * sizeof(float));
+	}
+}
+
 void mlp_forward(struct capy_engine *e, const struct mlp_w *m, const float *xn, uint64_t T, float *out,
 		 float *act)
 {
-	uint64_t inter = m->gate_up.n / 2;
-
 	par_linear(e, &m->gate_up, xn, T, act);
-	for (uint64_t t = 0; t < T; t++) {
-		float *row = act + t * 2 * inter;
-		/* in place: row[i] = silu(gate_i) * up_i, compacted to the first inter values */
-		for (uint64_t i = 0; i < inter; i++)
-			row[i] = silu(row[i]) * row[inter + i];
-		if (t)
-			memmove(act + t * inter, row, inter * sizeof(float));
-	}
+	swiglu_rows(act, T, m->gate_up.n / 2);
 	par_linear(e, &m->down, act, T, out);
 }
 
@@ -105,13 +109,7 @@ static void expert_worker(void *p, int ith, int nth)
 			memcpy(x + r * H, j->xn + (uint64_t)(sl[r] / (int32_t)k) * H, H * sizeof(float));
 		capy_linear_prepare(&j->m->gate_up[ex], x, cnt, ws, &in);
 		capy_linear_rows(&j->m->gate_up[ex], in, act, 0, 2 * I);
-		for (uint64_t r = 0; r < cnt; r++) {
-			float *row = act + r * 2 * I;
-			for (uint64_t i = 0; i < I; i++)
-				row[i] = silu(row[i]) * row[I + i];
-			if (r)
-				memmove(act + r * I, row, I * sizeof(float));
-		}
+		swiglu_rows(act, cnt, I);
 		capy_linear_prepare(&j->m->down[ex], act, cnt, ws, &in);
 		capy_linear_rows(&j->m->down[ex], in, x, 0, H);
 		for (uint64_t r = 0; r < cnt; r++)

@@ -73,6 +73,12 @@ struct capy_tokens {
 
 void capy_tokens_release(struct capy_tokens *t);
 
+/* Parse whitespace-separated ids (0 .. INT32_MAX) from len bytes of text and append them to out.
+ * `what` names the text in errors ("'ids.txt': token 3: 'x3' is not an integer"); on failure
+ * out->n is unchanged. */
+int capy_tokens_parse(const char *text, size_t len, const char *what, struct capy_tokens *out,
+		      struct capy_err *err);
+
 /* Build a tokenizer from tokenizer.json bytes (need not be NUL-terminated; copied, not kept).
  * On failure *out is NULL and err names the field, e.g.
  * "tokenizer.json: model.merges[17]: 'Ġ x' is not in the vocabulary". */

@@ -482,7 +482,7 @@ static int cmd_logits(int argc, char **argv)
 	bool step = false;
 	uint64_t V;
 	float *lg;
-	char *text, *p;
+	char *text;
 	size_t len;
 
 	if (argc < 3)
@@ -512,21 +512,8 @@ static int cmd_logits(int argc, char **argv)
 		}
 	}
 	text = slurp(argv[2], &len);
-	for (p = text; *p;) {
-		char *end;
-		long v = strtol(p, &end, 10);
-		if (end == p) {
-			if (*p == ' ' || *p == '\n' || *p == '\t') {
-				p++;
-				continue;
-			}
-			capy_die("'%s': not a list of ids", argv[2]);
-		}
-		if (ids.n == ids.cap && !(ids.ids = realloc(ids.ids, (ids.cap = 2 * ids.cap + 64) * sizeof(int32_t))))
-			capy_die("out of memory");
-		ids.ids[ids.n++] = (int32_t)v;
-		p = end;
-	}
+	if (capy_tokens_parse(text, len, argv[2], &ids, &err) < 0)
+		capy_die("%s", err.msg);
 	free(text);
 	if (capy_artifact_open(&a, argv[1], &err) < 0 || capy_engine_new(&e, a, &o, &err) < 0 ||
 	    capy_seq_new(e, &s, &err) < 0)
