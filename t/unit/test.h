@@ -8,6 +8,8 @@
 #define CAPY_TEST_H
 
 #include "core.h"
+#include "util/file.h"
+#include "util/json.h"
 
 #include <math.h>
 
@@ -58,6 +60,38 @@ static inline int test_summary(void)
 {
 	printf("%d passed, %d failed\n", test_passed, test_failed);
 	return test_failed ? 1 : 0;
+}
+
+/* The path of a committed fixture: $CAPY_SRCDIR/t/fixtures/<name> (the tests run from the
+ * source tree when CAPY_SRCDIR is unset). */
+static inline const char *test_fixture_path(const char *name, char *buf, size_t size)
+{
+	const char *dir = getenv("CAPY_SRCDIR");
+
+	snprintf(buf, size, "%s/t/fixtures/%s", dir ? dir : ".", name);
+	return buf;
+}
+
+/* A committed JSON fixture, parsed; NULL after printing the reason. */
+static inline cJSON *test_fixture_json(const char *name)
+{
+	struct capy_err err = { 0 };
+	char path[4096], *text;
+	size_t len;
+	cJSON *json = NULL;
+
+	test_fixture_path(name, path, sizeof(path));
+	if (capy_read_file(path, 64u << 20, &text, &len, &err) < 0)
+		goto fail;
+	if (capy_json_parse(text, len, path, &json, &err) < 0) {
+		free(text);
+		goto fail;
+	}
+	free(text);
+	return json;
+fail:
+	fprintf(stderr, "%s\n", err.msg);
+	return NULL;
 }
 
 #endif

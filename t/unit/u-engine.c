@@ -14,13 +14,12 @@ static uint64_t V;
 
 static void setup(void)
 {
-	const char *dir = getenv("CAPY_SRCDIR");
 	char model[4096], out[256];
 	struct capy_convert_opts o = { 0 };
 	struct capy_convert_stats st;
 	struct capy_err err = { 0 };
 
-	snprintf(model, sizeof(model), "%s/t/fixtures/qwen4_exp", dir ? dir : ".");
+	test_fixture_path("qwen4_exp", model, sizeof(model));
 	snprintf(out, sizeof(out), "/tmp/u-engine-%d.capy", (int)getpid());
 	o.model_dir = model;
 	o.out_path = out;

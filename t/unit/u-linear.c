@@ -698,18 +698,8 @@ static void test_isa(void)
 
 int main(void)
 {
-	const char *dir = getenv("CAPY_SRCDIR");
-	struct capy_err err = { 0 };
-	char path[4096], *text;
-	size_t len;
-
-	snprintf(path, sizeof(path), "%s/t/fixtures/nvfp4_vectors.json", dir ? dir : ".");
-	if (capy_read_file(path, 64u << 20, &text, &len, &err) < 0 ||
-	    capy_json_parse(text, len, path, &vectors, &err) < 0) {
-		fprintf(stderr, "%s\n", err.msg);
+	if (!(vectors = test_fixture_json("nvfp4_vectors.json")))
 		return 1;
-	}
-	free(text);
 	capy_rng_seed(&rng, 20240611);
 	nisa = (int)capy_isa_best() + 1;
 	printf("ISAs tested: ");
