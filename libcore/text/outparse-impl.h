@@ -60,20 +60,30 @@ void op_u8_flush(struct op_u8 *u, struct op_buf *out, bool json, int *bad);
 /* A whole string through a fresh op_u8. */
 void op_put_text(struct op_buf *out, const char *s, size_t n, bool json, int *bad);
 
-/* An incremental, strict (RFC 8259) JSON scanner. It reports the members of a top-level
- * object with their value spans (offsets of the bytes fed), which is how a hermes call's
- * arguments are copied verbatim. */
+/* An incremental, strict (RFC 8259) JSON scanner. It reports where each member value of a
+ * top-level object begins and ends (offsets of the bytes fed), and says where the bytes fed so
+ * far could be cut and closed, which is how a hermes call's arguments stream verbatim. */
 #define OP_JSON_MAX_DEPTH 128
 
 struct op_jscan {
 	size_t pos; /* bytes fed */
 	int state, sub;
 	bool in_key;
+	bool high_surrogate; /* the last thing in the string is a \uD800-\uDBFF escape, which a
+			      * low surrogate escape must follow (lone ones are refused) */
+	/* the last place the bytes fed could be cut and closed (see op_jscan_closers) */
+	size_t safe_pos;     /* bytes fed up to it; 0: none yet */
+	int safe_depth;
+	bool safe_in_string;
+	unsigned uval;       /* value of the \u escape being read */
 	int depth;
 	uint8_t stack[OP_JSON_MAX_DEPTH];
 	char key[32];    /* raw bytes of the current top-level key (truncated) */
 	size_t key_len;  /* full length, may exceed sizeof(key) */
 	size_t val_start;
+	/* a top-level member's value begins with byte first at offset start */
+	void (*begin)(void *ud, const char *key, size_t key_len, size_t start, uint8_t first);
+	/* a top-level member's value is complete: bytes [start, end) */
 	void (*member)(void *ud, const char *key, size_t key_len, size_t start, size_t end);
 	void *ud;
 };
@@ -84,6 +94,13 @@ void op_jscan_init(struct op_jscan *j);
 int op_jscan_byte(struct op_jscan *j, uint8_t c);
 /* End of input: 0 when exactly one complete value was fed, -1 otherwise. */
 int op_jscan_end(struct op_jscan *j);
+/* The bytes fed up to j->safe_pos, the last place where they could be cut, become valid JSON
+ * by appending closers for the containers nested deeper than min_depth. Such places are inside
+ * a string value (after whole characters and escapes, not between surrogate escapes) and
+ * just after `{`, `[` or a complete value; never inside a key, a number or a literal, or after
+ * `,` or `:`. Writes the closers (a `"`, then `]`/`}` innermost first) to buf, which needs
+ * OP_JSON_MAX_DEPTH + 2 bytes, and returns their length; -1 when there is no such place. */
+int op_jscan_closers(const struct op_jscan *j, int min_depth, char *buf);
 /* Is s exactly one JSON value, with optional whitespace around it? */
 bool op_json_valid(const char *s, size_t n);
 bool op_is_ws(int c);
@@ -157,10 +174,19 @@ struct op_call {
 	struct op_buf vbuf;
 	struct op_u8 u8;
 	struct op_buf look;  /* whitespace after a </parameter> that may be literal */
-	/* hermes */
+	/* hermes: the arguments value's bytes are kept in vbuf */
 	struct op_jscan js;
 	size_t h_start;      /* offset of the JSON object in p->raw */
-	size_t name_start, name_end, args_start, args_end; /* spans in the object, 0/0: absent */
+	size_t name_start, name_end; /* span of the first "name" value in the object, 0/0: none */
+	bool h_named;        /* that name was taken: the call has started */
+	int h_args;          /* enum h_args in toolcall.c: what the arguments value is */
+	bool h_in_args;      /* the bytes being scanned belong to the arguments value */
+	size_t h_args_start; /* offset of the arguments value in the object */
+	bool h_complete;     /* the arguments value is complete */
+	bool h_sent_all;     /* the whole arguments object has been sent */
+	size_t h_sent;       /* bytes of vbuf sent as CALL_ARGS */
+	char h_close[OP_JSON_MAX_DEPTH + 2]; /* what makes the sent bytes a whole object */
+	int h_close_len;
 };
 
 struct capy_outparse {

@@ -215,8 +215,11 @@ static int push(struct op_jscan *j, uint8_t c)
 
 static int start_value(struct op_jscan *j, uint8_t c)
 {
-	if (in_top_object(j))
+	if (in_top_object(j)) {
 		j->val_start = j->pos;
+		if (j->begin)
+			j->begin(j->ud, j->key, j->key_len, j->pos, c);
+	}
 	switch (c) {
 	case '{':
 	case '[':
@@ -257,6 +260,27 @@ static int num_step(int sub, uint8_t c)
 	case N_EXP_DIGITS: return digit ? N_EXP_DIGITS : -1;
 	}
 	return -1;
+}
+
+/* Remember the place after the first end bytes when the state allows a cut there. */
+static void mark_safe(struct op_jscan *j, size_t end)
+{
+	switch (j->state) {
+	case JS_STRING:
+		if (j->in_key || j->high_surrogate)
+			return;
+		break;
+	case JS_OBJ_FIRST:
+	case JS_ARR_FIRST:
+	case JS_OBJ_NEXT:
+	case JS_ARR_NEXT:
+		break;
+	default:
+		return;
+	}
+	j->safe_pos = end;
+	j->safe_depth = j->depth;
+	j->safe_in_string = j->state == JS_STRING;
 }
 
 static int step(struct op_jscan *j, uint8_t c)
@@ -310,6 +334,10 @@ static int step(struct op_jscan *j, uint8_t c)
 		}
 		return start_value(j, c);
 	case JS_STRING:
+		/* a high surrogate escape must be followed by a low one: strict parsers (cJSON,
+		 * serde_json) refuse lone surrogates, so they are not JSON here either */
+		if (j->high_surrogate && c != '\\')
+			return -1;
 		if (c == '"') {
 			if (j->in_key) {
 				j->state = JS_COLON;
@@ -333,9 +361,12 @@ static int step(struct op_jscan *j, uint8_t c)
 				j->key[j->key_len] = (char)c;
 			j->key_len++;
 		}
+		if (j->high_surrogate && c != 'u')
+			return -1;
 		if (c == 'u') {
 			j->state = JS_UHEX;
 			j->sub = 0;
+			j->uval = 0;
 			return 0;
 		}
 		if (!strchr("\"\\/bfnrt", c) || !c)
@@ -350,8 +381,15 @@ static int step(struct op_jscan *j, uint8_t c)
 				j->key[j->key_len] = (char)c;
 			j->key_len++;
 		}
-		if (++j->sub == 4)
+		j->uval = j->uval << 4 | (unsigned)(c <= '9' ? c - '0' : (c | 0x20) - 'a' + 10);
+		if (++j->sub == 4) {
+			bool low = j->uval >= 0xDC00 && j->uval <= 0xDFFF;
+
+			if (low != j->high_surrogate)
+				return -1;
 			j->state = JS_STRING;
+			j->high_surrogate = j->uval >= 0xD800 && j->uval <= 0xDBFF;
+		}
 		return 0;
 	case JS_NUMBER:
 		next = num_step(j->sub, c);
@@ -364,6 +402,7 @@ static int step(struct op_jscan *j, uint8_t c)
 		/* c is not part of the number: finish it, then c in the new state */
 		if (value_done(j, j->pos) == 1)
 			return op_is_ws(c) ? 1 : -1;
+		mark_safe(j, j->pos);
 		return step(j, c);
 	case JS_LITERAL: {
 		const char *lit = literals[j->sub >> 8];
@@ -392,6 +431,8 @@ int op_jscan_byte(struct op_jscan *j, uint8_t c)
 	j->pos++;
 	if (r < 0)
 		j->state = JS_ERR;
+	else
+		mark_safe(j, j->pos);
 	return r;
 }
 
@@ -400,6 +441,20 @@ int op_jscan_end(struct op_jscan *j)
 	if (j->state == JS_NUMBER && !j->depth && num_can_end(j->sub))
 		j->state = JS_DONE;
 	return j->state == JS_DONE ? 0 : -1;
+}
+
+int op_jscan_closers(const struct op_jscan *j, int min_depth, char *buf)
+{
+	int n = 0;
+
+	/* the stack below safe_depth is as it was then: every pop since made a safe place */
+	if (!j->safe_pos)
+		return -1;
+	if (j->safe_in_string)
+		buf[n++] = '"';
+	for (int d = j->safe_depth - 1; d >= min_depth; d--)
+		buf[n++] = j->stack[d] == '{' ? '}' : ']';
+	return n;
 }
 
 bool op_json_valid(const char *s, size_t n)

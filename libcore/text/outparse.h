@@ -53,8 +53,13 @@
  *   comes). If the call breaks after that, it is closed with valid arguments and CALL_END
  *   status MALFORMED or TRUNCATED, and what broke it is parsed again as content. With
  *   CAPY_OUTPARSE_HOLD_CALLS a call's events are held until `</tool_call>`, and any call that
- *   is not well formed comes back whole as text; use it for non-streamed responses. Hermes
- *   calls are always reported when complete.
+ *   is not well formed comes back whole as text; use it for non-streamed responses.
+ * - Hermes calls commit when their first "name" member is complete and a valid name; the
+ *   arguments object then streams verbatim, sent only up to places where closing quotes and
+ *   brackets make it whole (inside string values, after complete values), which is how a
+ *   call cut short is closed. Arguments given as a JSON string (holding the object) or null
+ *   go out when complete; the first of "arguments" and "parameters" counts. Arguments that
+ *   are not an object, a string holding one, or null make the call MALFORMED at its end.
  *
  * Thread-safety: a parser belongs to one thread at a time; parsers are independent.
  */

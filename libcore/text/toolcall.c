@@ -10,9 +10,13 @@
  * trailing newline of VALUE are the template's and are dropped.
  *
  * Hermes: <tool_call> WS {"name": NAME, "arguments": {...}} WS </tool_call>, any member order,
- * "parameters" accepted for "arguments", arguments also as a string holding a JSON object or
- * null (= {}). The object is checked by the strict scanner and the arguments copied verbatim.
- * NEEDSWORK: hermes arguments could stream like XML ones; they come whole at </tool_call>.
+ * "parameters" accepted for "arguments" (the first of the two counts), arguments also as a
+ * string holding a JSON object or null (= {}). The object is checked by the strict scanner
+ * and the arguments copied verbatim. Streaming commits when the first "name" member is
+ * complete and valid; from then on an arguments object streams as it is scanned, cut only
+ * where the scanner says closers can end it (inside string values, after whole values), so
+ * that a call breaking later is closed with exactly those closers. Arguments that came before
+ * the name go out at the commit; string and null forms when they are complete.
  */
 #include "outparse-impl.h"
 
@@ -179,10 +183,16 @@ static void param_end(struct capy_outparse *p)
 	c->n_params++;
 }
 
+static void hermes_args_close(struct capy_outparse *p);
+
 static void args_close(struct capy_outparse *p)
 {
 	struct op_call *c = &p->call;
 
+	if (c->state >= C_HERMES) {
+		hermes_args_close(p);
+		return;
+	}
 	if (c->in_param)
 		param_end(p);
 	if (c->args_open)
@@ -286,17 +296,41 @@ static void look_fail(struct capy_outparse *p, const char *extra, size_t n)
 
 /* --- hermes ----------------------------------------------------------------------------- */
 
+enum h_args { HA_NONE, HA_OBJECT, HA_STRING, HA_NULL, HA_BAD };
+
+static bool is_args_key(const char *key, size_t len)
+{
+	return (len == 9 && !memcmp(key, "arguments", 9)) ||
+	       (len == 10 && !memcmp(key, "parameters", 10));
+}
+
+/* Scanner callbacks: they only take notes; the state machine acts after the byte. */
+static void hermes_begin(void *ud, const char *key, size_t key_len, size_t start, uint8_t first)
+{
+	struct op_call *c = &((struct capy_outparse *)ud)->call;
+
+	if (!is_args_key(key, key_len) || c->h_args != HA_NONE)
+		return;
+	c->h_args_start = start;
+	c->h_args = first == '{' ? HA_OBJECT : first == '"' ? HA_STRING : first == 'n' ? HA_NULL
+										    : HA_BAD;
+	c->h_in_args = true;
+	c->vbuf.n = 0;
+	op_buf_addc(&c->vbuf, (char)first);
+}
+
 static void hermes_member(void *ud, const char *key, size_t key_len, size_t start, size_t end)
 {
-	struct op_call *c = ud;
+	struct op_call *c = &((struct capy_outparse *)ud)->call;
 
-	if (key_len == 4 && !memcmp(key, "name", 4)) {
+	if (key_len == 4 && !memcmp(key, "name", 4) && !c->name_end) {
 		c->name_start = start;
 		c->name_end = end;
-	} else if ((key_len == 9 && !memcmp(key, "arguments", 9)) ||
-		   (key_len == 10 && !memcmp(key, "parameters", 10) && !c->args_end)) {
-		c->args_start = start;
-		c->args_end = end;
+	}
+	if (c->h_in_args) {
+		c->h_in_args = false;
+		c->h_complete = true;
+		c->vbuf.n = end - start; /* a number ends at the byte after it */
 	}
 }
 
@@ -324,53 +358,140 @@ static bool valid_name(const char *s)
 	return true;
 }
 
-static void hermes_done(struct capy_outparse *p)
+/* The first "name" member is complete (the call is still tentative, so its bytes are in
+ * p->raw): start the call, or give it up. */
+static bool hermes_start(struct capy_outparse *p)
 {
 	struct op_call *c = &p->call;
-	const char *obj = p->raw.p + c->h_start;
-	char *name = NULL, *sargs = NULL;
-	const char *a = "{}";
-	size_t alen = 2;
+	char *name = decode_string(p->raw.p + c->h_start + c->name_start,
+				   c->name_end - c->name_start);
 
-	if (c->name_end)
-		name = decode_string(obj + c->name_start, c->name_end - c->name_start);
-	if (!name || !valid_name(name))
-		goto fail;
-	if (c->args_end) {
-		a = obj + c->args_start;
-		alen = c->args_end - c->args_start;
-		if (a[0] == '"') {
-			/* arguments as a string that holds the JSON object */
-			sargs = decode_string(a, alen);
-			if (!sargs)
-				goto fail;
-			a = sargs;
-			alen = strlen(sargs);
-			while (alen && op_is_ws((uint8_t)a[alen - 1]))
-				alen--;
-			while (alen && op_is_ws((uint8_t)a[0]))
-				a++, alen--;
-			if (!alen || a[0] != '{' || !op_json_valid(a, alen))
-				goto fail;
-		} else if (a[0] == 'n') {
-			a = "{}";
-			alen = 2;
-		} else if (a[0] != '{') {
-			goto fail;
-		}
+	if (!name || !valid_name(name)) {
+		free(name);
+		call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, NULL, 0);
+		return false;
 	}
 	c->name.n = 0;
 	op_put_text(&c->name, name, strlen(name), false, &p->stats.n_invalid_utf8);
+	free(name);
+	if (!(p->flags & CAPY_OUTPARSE_HOLD_CALLS))
+		op_resolve(p);
 	call_start(p);
-	op_put_text(args(p), a, alen, false, &p->stats.n_invalid_utf8);
-	free(name);
-	free(sargs);
+	c->h_named = true;
+	return true;
+}
+
+/* Arguments held as a JSON string: the object it holds, trimmed and checked, goes out. */
+static bool send_string_args(struct capy_outparse *p)
+{
+	struct op_call *c = &p->call;
+	char *text = decode_string(c->vbuf.p, c->vbuf.n);
+	const char *a = text;
+	size_t n = text ? strlen(text) : 0;
+	bool ok;
+
+	while (n && op_is_ws((uint8_t)a[n - 1]))
+		n--;
+	while (n && op_is_ws((uint8_t)a[0]))
+		a++, n--;
+	ok = n && a[0] == '{' && op_json_valid(a, n);
+	if (ok)
+		op_put_text(args(p), a, n, false, &p->stats.n_invalid_utf8);
+	free(text);
+	return ok;
+}
+
+/* Send what of the arguments is certain. Arguments of the wrong kind are not JSON errors:
+ * the object goes on, and the call ends malformed at its close. */
+static void hermes_send(struct capy_outparse *p)
+{
+	struct op_call *c = &p->call;
+	struct op_buf *a;
+	size_t upto = c->vbuf.n;
+
+	if (!c->h_named || c->h_sent_all)
+		return;
+	switch (c->h_args) {
+	case HA_OBJECT:
+		if (!c->h_complete) {
+			if (c->js.safe_pos <= c->h_args_start + c->h_sent)
+				return;
+			upto = c->js.safe_pos - c->h_args_start;
+			c->h_close_len = op_jscan_closers(&c->js, 1, c->h_close);
+		}
+		a = args(p);
+		for (size_t i = c->h_sent; i < upto; i++)
+			op_u8_push(&c->u8, (uint8_t)c->vbuf.p[i], a, false, &p->stats.n_invalid_utf8);
+		c->h_sent = upto;
+		if (!c->h_complete)
+			return;
+		op_u8_flush(&c->u8, a, false, &p->stats.n_invalid_utf8);
+		break;
+	case HA_STRING:
+		if (!c->h_complete)
+			return;
+		if (!send_string_args(p)) {
+			c->h_args = HA_BAD;
+			return;
+		}
+		break;
+	case HA_NULL:
+		if (!c->h_complete)
+			return;
+		op_buf_adds(args(p), "{}");
+		break;
+	default:
+		return;
+	}
+	c->h_sent_all = true;
+}
+
+/* The call ends, well formed or not: what was sent becomes one JSON object. */
+static void hermes_args_close(struct capy_outparse *p)
+{
+	struct op_call *c = &p->call;
+	struct op_buf *a;
+
+	if (!c->h_named || c->h_sent_all)
+		return;
+	a = args(p);
+	if (c->h_args == HA_OBJECT && c->h_sent) {
+		op_u8_flush(&c->u8, a, false, &p->stats.n_invalid_utf8);
+		op_buf_add(a, c->h_close, (size_t)c->h_close_len);
+	} else {
+		op_buf_adds(a, "{}");
+	}
+	c->h_sent_all = true;
+}
+
+/* A byte of the JSON object. */
+static void hermes_byte(struct capy_outparse *p, uint8_t b)
+{
+	struct op_call *c = &p->call;
+	int m;
+
+	if (c->h_in_args)
+		op_buf_addc(&c->vbuf, (char)b);
+	m = op_jscan_byte(&c->js, b);
+	if (m < 0) {
+		call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, (const char *)&b, 1);
+		return;
+	}
+	if (c->name_end && !c->h_named && !hermes_start(p))
+		return;
+	hermes_send(p);
+	if (m == 1)
+		c->state = C_H_AFTER;
+}
+
+/* </tool_call> after the object. */
+static void hermes_done(struct capy_outparse *p)
+{
+	if (!p->call.h_named || p->call.h_args == HA_BAD) {
+		call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, NULL, 0);
+		return;
+	}
 	end_call(p, CAPY_OUTPARSE_CALL_OK);
-	return;
-fail:
-	free(name);
-	free(sargs);
-	call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, NULL, 0);
 }
 
 /* --- the state machine ------------------------------------------------------------------ */
@@ -429,11 +550,12 @@ void op_call_byte(struct capy_outparse *p, uint8_t b)
 			start_tag(p, b, C_OPEN_TAG);
 		} else if (b == '{') {
 			op_jscan_init(&c->js);
+			c->js.begin = hermes_begin;
 			c->js.member = hermes_member;
-			c->js.ud = c;
+			c->js.ud = p;
 			c->h_start = p->raw.n - 1;
-			op_jscan_byte(&c->js, b);
 			c->state = C_HERMES;
+			hermes_byte(p, b);
 		} else {
 			call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, NULL, 0);
 		}
@@ -524,8 +646,11 @@ void op_call_byte(struct capy_outparse *p, uint8_t b)
 			look_fail(p, (const char *)&b, 1);
 		return;
 	case C_AF_TAG:
+	case C_H_TAG:
 		m = tag_step(p, b, end_tags, 1);
-		if (m >= 0) {
+		if (m >= 0 && c->state == C_H_TAG) {
+			hermes_done(p);
+		} else if (m >= 0) {
 			end_call(p, CAPY_OUTPARSE_CALL_OK);
 		} else if (m == -2) {
 			n = p->ntag;
@@ -535,11 +660,7 @@ void op_call_byte(struct capy_outparse *p, uint8_t b)
 		}
 		return;
 	case C_HERMES:
-		m = op_jscan_byte(&c->js, b);
-		if (m < 0)
-			call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, NULL, 0);
-		else if (m == 1)
-			c->state = C_H_AFTER;
+		hermes_byte(p, b);
 		return;
 	case C_H_AFTER:
 		if (op_is_ws(b))
@@ -547,16 +668,7 @@ void op_call_byte(struct capy_outparse *p, uint8_t b)
 		if (b == '<')
 			start_tag(p, b, C_H_TAG);
 		else
-			call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, NULL, 0);
-		return;
-	case C_H_TAG:
-		m = tag_step(p, b, end_tags, 1);
-		if (m >= 0) {
-			hermes_done(p);
-		} else if (m == -2) {
-			p->ntag = 0;
-			call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, NULL, 0);
-		}
+			call_fail(p, CAPY_OUTPARSE_CALL_MALFORMED, (const char *)&b, 1);
 		return;
 	}
 	CAPY_BUG("tool call state %d", c->state);

@@ -299,20 +299,25 @@ static void check_hermes(const char *body, const char *name, const char *want_ar
 	sb_fmt(&b, "<tool_call>\n");
 	sb_add(&b, body, strlen(body));
 	sb_fmt(&b, "\n</tool_call>");
-	x = parse(b.p, &o);
-	if (name) {
-		CHECK_MSG(x.r.n_calls == 1 && !strcmp(x.r.calls[0].name, name) &&
-				  !strcmp(x.r.calls[0].arguments, want_args),
-			  "[%s]: got %s", body, x.r.n_calls ? x.r.calls[0].arguments : "(no call)");
-		CHECK(!x.r.content);
-	} else {
-		/* not a call: all of it is content, and counted */
-		CHECK_MSG(!x.r.n_calls && x.r.content && !strcmp(x.r.content, b.p), "[%s]: got %s",
-			  body, str_or(x.r.content));
-		CHECK_EQ_INT(x.r.stats.n_malformed_tool_calls, 1);
+	for (int hold = 0; hold < 2; hold++) {
+		o.flags = hold ? CAPY_OUTPARSE_HOLD_CALLS : 0;
+		x = parse(b.p, &o);
+		if (name) {
+			CHECK_MSG(x.r.n_calls == 1 && !strcmp(x.r.calls[0].name, name) &&
+					  !strcmp(x.r.calls[0].arguments, want_args) &&
+					  x.r.calls[0].status == CAPY_OUTPARSE_CALL_OK,
+				  "[%s]: got %s", body,
+				  x.r.n_calls ? x.r.calls[0].arguments : "(no call)");
+			CHECK(!x.r.content);
+		} else {
+			/* never a call (no valid name): all of it is content, and counted */
+			CHECK_MSG(!x.r.n_calls && x.r.content && !strcmp(x.r.content, b.p),
+				  "[%s]: got %s", body, str_or(x.r.content));
+			CHECK_EQ_INT(x.r.stats.n_malformed_tool_calls, 1);
+		}
+		capy_outparse_result_release(&x.r);
 	}
 	free(b.p);
-	capy_outparse_result_release(&x.r);
 }
 
 static void test_hermes(void)
@@ -327,14 +332,27 @@ static void test_hermes(void)
 	check_hermes("{\"name\": \"f\"}", "f", "{}");
 	check_hermes("{\"name\": \"f\", \"arguments\": {\"s\": \"</tool_call>\"}}", "f",
 		     "{\"s\": \"</tool_call>\"}");
-	check_hermes("{\"name\": \"f\", \"arguments\": {\"a\": 01}}", NULL, NULL);
-	check_hermes("{\"name\": \"f\", \"arguments\": [1]}", NULL, NULL);
-	check_hermes("{\"name\": \"f\", \"arguments\": \"not json\"}", NULL, NULL);
+	/* the first of "arguments" and "parameters" counts */
+	check_hermes("{\"name\": \"f\", \"parameters\": {\"a\": 1}, \"arguments\": {\"b\": 2}}", "f",
+		     "{\"a\": 1}");
+	check_hermes("{\"name\": \"f\", \"arguments\": {\"e\": \"\\ud83d\\ude00 \\\"q\\\" \\u00e9\"}}", "f",
+		     "{\"e\": \"\\ud83d\\ude00 \\\"q\\\" \\u00e9\"}");
 	check_hermes("{\"arguments\": {}}", NULL, NULL);
 	check_hermes("{\"name\": 5, \"arguments\": {}}", NULL, NULL);
 	check_hermes("{\"name\": \"a b\", \"arguments\": {}}", NULL, NULL);
-	check_hermes("{\"name\": \"f\", \"arguments\": {}} trailing", NULL, NULL);
-	check_hermes("{\"name\": \"f\", \"arguments\": {}", NULL, NULL);
+	check_hermes("{\"arguments\": {\"a\": 1}, \"na", NULL, NULL);
+
+	/* a UTF-8 sequence cut by the end of output: U+FFFD, then the closers */
+	struct capy_outparse_opts o = { .tools_json = TOOLS_TYPES };
+	struct res x = parse("<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"\xe2\x82", &o);
+
+	CHECK_EQ_INT(x.r.n_calls, 1);
+	if (x.r.n_calls == 1) {
+		CHECK_STR(x.r.calls[0].arguments, "{\"s\": \"\xEF\xBF\xBD\"}");
+		CHECK_EQ_INT(x.r.calls[0].status, CAPY_OUTPARSE_CALL_TRUNCATED);
+	}
+	CHECK_EQ_INT(x.r.stats.n_invalid_utf8, 1);
+	capy_outparse_result_release(&x.r);
 }
 
 /* --- malformed and truncated calls ------------------------------------------------------ */
@@ -387,6 +405,43 @@ static void test_malformed(void)
 		{ "<tool_call>\n<function=f>\n<parameter=s", NULL, 1, "{}", CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
 		{ "<tool_call>\n<function=f>\n</function>\n</tool_c", NULL, 1, "{}",
 		  CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		/* hermes: committed at a valid "name", then broken: closed with what was certain */
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 01}}\n</tool_call>",
+		  "1}}\n</tool_call>", 1, "{}", CAPY_OUTPARSE_CALL_MALFORMED, 1, 0 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"x\", \"a\": [1, tru}}\n</tool_call>",
+		  "}}\n</tool_call>", 1, "{\"s\": \"x\", \"a\": [1]}", CAPY_OUTPARSE_CALL_MALFORMED, 1, 0 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": [1]}\n</tool_call>", NULL, 1, "{}",
+		  CAPY_OUTPARSE_CALL_MALFORMED, 1, 0 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": \"not json\"}\n</tool_call>", NULL, 1, "{}",
+		  CAPY_OUTPARSE_CALL_MALFORMED, 1, 0 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}} trailing\n</tool_call>",
+		  "trailing\n</tool_call>", 1, "{}", CAPY_OUTPARSE_CALL_MALFORMED, 1, 0 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}\n</tool_call>", "</tool_call>", 1, "{}",
+		  CAPY_OUTPARSE_CALL_MALFORMED, 1, 0 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_cal>x", "</tool_cal>x", 1, "{}",
+		  CAPY_OUTPARSE_CALL_MALFORMED, 1, 0 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"\\ud83d x\"}}\n</tool_call>",
+		  "x\"}}\n</tool_call>", 1, "{\"s\": \"\"}", CAPY_OUTPARSE_CALL_MALFORMED, 1, 0 },
+		/* hermes, truncated after the commit: string values and whole values so far */
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"path\": \"a.c\", \"content\": \"hello wor",
+		  NULL, 1, "{\"path\": \"a.c\", \"content\": \"hello wor\"}", CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"a\\u00", NULL, 1, "{\"s\": \"a\"}",
+		  CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"a\\ud83d", NULL, 1, "{\"s\": \"a\"}",
+		  CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"s\": \"a\\ud83d\\ude00", NULL, 1,
+		  "{\"s\": \"a\\ud83d\\ude00\"}", CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": [1, {\"b\": true},", NULL, 1,
+		  "{\"a\": [1, {\"b\": true}]}", CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"a\": 1, \"ke", NULL, 1, "{\"a\": 1}",
+		  CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"n\": 12", NULL, 1, "{}",
+		  CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}", NULL, 1, "{}",
+		  CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{\\\"a\\\": 1}\"}", NULL, 1, "{\"a\": 1}",
+		  CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
+		{ "<tool_call>\n{\"name\": \"f\"", NULL, 1, "{}", CAPY_OUTPARSE_CALL_TRUNCATED, 0, 1 },
 		/* a new call before the old one closed */
 		{ "<tool_call>\n<function=f>\n<tool_call>\n<function=get_weather>\n</function>\n</tool_call>",
 		  NULL, 2, "{}", CAPY_OUTPARSE_CALL_OK, 1, 0 },
@@ -578,12 +633,15 @@ static void test_json_valid(void)
 	static const char *const good[] = {
 		"{}", " {} ", "[]", "[[[]]]", "0", "-0", "-0.5e+10", "1E3", "\"\"", "\"\\u00e9\\n\"",
 		"true", "false", "null", "{\"a\":{\"b\":[1,2,{\"c\":null}]},\"d\":\"\\\\\"}",
-		"[1, \"x\", true, null, {}]", "\"é\"",
+		"[1, \"x\", true, null, {}]", "\"é\"", "\"\\ud83d\\ude00\"", "\"\\uD83D\\uDE00x\"",
 	};
 	static const char *const bad[] = {
 		"", " ", "01", "1.", "-", "1e", "1e+", ".5", "+1", "\"\\x\"", "\"a\x01\"", "[1,]",
 		"{\"a\":1,}", "{\"a\"}", "{a:1}", "tru", "true false", "[1 2]", "{\"a\":1}}", "\"abc",
 		"\"\\u12g4\"", "nul", "[", "NaN", "{,}", "[,1]",
+		/* lone surrogates, as cJSON and serde_json refuse them */
+		"\"\\ud83d\"", "\"\\ud83dx\"", "\"\\ud83d\\n\"", "\"\\ud83d\\u0041\"", "\"\\ude00\"",
+		"\"\\ud83d\\ud83d\"",
 	};
 	char deep[400];
 
@@ -664,6 +722,11 @@ static const char SAMPLE_B[] =
 	"\"celsius\", \"days\": 3}}\n</tool_call>\n"
 	"<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Z\xc3\xbcrich \\\"Altstadt\\\"\", "
 	"\"opts\": {\"hourly\": true, \"fields\": [\"t\", \"rain\"]}}}\n</tool_call>";
+
+static const char SAMPLE_C[] =
+	"<tool_call>\n{\"name\": \"write_file\", \"arguments\": {\"path\": \"src/main.c\", "
+	"\"content\": \"#include <stdio.h>\\n\\nint main(void)\\n{\\n\\treturn 0;\\n}\\n\"}}\n"
+	"</tool_call>";
 
 static void test_sample_a_result(void)
 {
@@ -759,23 +822,28 @@ static void test_chunking(void)
 {
 	struct capy_outparse_opts oa = { .flags = CAPY_OUTPARSE_THINK_OPEN, .tools_json = TOOLS_A };
 	struct capy_outparse_opts ob = { .tools_json = TOOLS_B };
+	struct capy_outparse_opts oc = { .tools_json = TOOLS_A };
 	struct capy_rng rng;
 
 	capy_rng_seed(&rng, 3);
 	CHECK_EQ_INT(chunking_mismatches(SAMPLE_A, strlen(SAMPLE_A), &oa, &rng, 50), 0);
 	CHECK_EQ_INT(chunking_mismatches(SAMPLE_B, strlen(SAMPLE_B), &ob, &rng, 50), 0);
+	CHECK_EQ_INT(chunking_mismatches(SAMPLE_C, strlen(SAMPLE_C), &oc, &rng, 50), 0);
 	oa.flags |= CAPY_OUTPARSE_HOLD_CALLS;
 	ob.flags |= CAPY_OUTPARSE_HOLD_CALLS;
+	oc.flags |= CAPY_OUTPARSE_HOLD_CALLS;
 	CHECK_EQ_INT(chunking_mismatches(SAMPLE_A, strlen(SAMPLE_A), &oa, &rng, 50), 0);
 	CHECK_EQ_INT(chunking_mismatches(SAMPLE_B, strlen(SAMPLE_B), &ob, &rng, 50), 0);
+	CHECK_EQ_INT(chunking_mismatches(SAMPLE_C, strlen(SAMPLE_C), &oc, &rng, 50), 0);
 }
 
 /* The stream of events as deltas arrive: every prefix of a call's arguments must be a prefix
- * of the final JSON, and deltas must come early: the write_file content streams before its
- * </parameter> is seen. */
+ * of the final JSON, and deltas must come early: file content streams before the value's end
+ * is seen (</parameter> in XML, the closing quote in hermes). */
 struct early {
 	size_t fed;         /* bytes fed so far */
-	size_t first_args;  /* bytes fed when "#include" was first in the arguments */
+	size_t first_args;  /* bytes fed when the marker was first in the arguments */
+	const char *marker;
 	struct sb args;
 };
 
@@ -785,30 +853,54 @@ static int early_cb(void *ud, const struct capy_outparse_event *ev)
 
 	if (ev->type == CAPY_OUTPARSE_CALL_ARGS && ev->index == 0) {
 		sb_add(&e->args, ev->text, ev->len);
-		if (!e->first_args && strstr(e->args.p, "#include"))
+		if (!e->first_args && strstr(e->args.p, e->marker))
 			e->first_args = e->fed;
 	}
 	return 0;
 }
 
-static void test_streams_early(void)
+/* Bytes fed when the marker (as the arguments spell it) first reached the call's arguments,
+ * feeding byte by byte; 0 when it never did. */
+static size_t marker_arrival(const char *text, const struct capy_outparse_opts *o, const char *marker)
 {
-	struct capy_outparse_opts o = { .flags = CAPY_OUTPARSE_THINK_OPEN, .tools_json = TOOLS_A };
 	struct capy_err err = { 0 };
 	struct capy_outparse *p;
-	struct early e = { 0 };
-	const char *at = strstr(SAMPLE_A, "#include");
-	size_t len = strlen(SAMPLE_A);
+	struct early e = { .marker = marker };
+	size_t len = strlen(text);
 
-	CHECK_EQ_INT(capy_outparse_new(&p, &o, &err), 0);
+	if (capy_outparse_new(&p, o, &err) < 0)
+		return 0;
 	for (size_t i = 0; i < len; i++) {
 		e.fed = i + 1;
-		capy_outparse_feed(p, SAMPLE_A + i, 1, early_cb, &e, &err);
+		capy_outparse_feed(p, text + i, 1, early_cb, &e, &err);
 	}
 	capy_outparse_finish(p, early_cb, &e, &err);
 	capy_outparse_free(p);
-	CHECK(e.first_args && e.first_args <= (size_t)(at - SAMPLE_A) + strlen("#include") + 1);
 	free(e.args.p);
+	return e.first_args;
+}
+
+static void test_streams_early(void)
+{
+	struct capy_outparse_opts o = { .flags = CAPY_OUTPARSE_THINK_OPEN, .tools_json = TOOLS_A };
+	size_t at, got;
+
+	at = (size_t)(strstr(SAMPLE_A, "#include") - SAMPLE_A) + strlen("#include");
+	got = marker_arrival(SAMPLE_A, &o, "#include");
+	CHECK_MSG(got && got <= at + 1, "XML: %zu, #include ends at %zu", got, at);
+
+	/* hermes: the content string streams too, escapes as soon as they are whole */
+	o.flags = 0;
+	at = (size_t)(strstr(SAMPLE_C, "int main") - SAMPLE_C) + strlen("int main");
+	got = marker_arrival(SAMPLE_C, &o, "\\n\\nint main");
+	CHECK_MSG(got == at, "hermes: %zu, int main ends at %zu", got, at);
+	at = (size_t)(strstr(SAMPLE_C, "\"path\"") - SAMPLE_C);
+	got = marker_arrival(SAMPLE_C, &o, "{");
+	CHECK_MSG(got == at, "hermes: { at %zu, \"path\" at %zu", got, at);
+	/* held calls send nothing before </tool_call> */
+	o.flags = CAPY_OUTPARSE_HOLD_CALLS;
+	got = marker_arrival(SAMPLE_C, &o, "{");
+	CHECK_EQ_INT(got, strlen(SAMPLE_C));
 }
 
 /* Every prefix of the samples, as if the output was cut there: no crash, the same events
@@ -818,6 +910,7 @@ static void test_truncation(void)
 	static const struct { const char *text, *tools; unsigned flags; int n_calls; } samples[] = {
 		{ SAMPLE_A, TOOLS_A, CAPY_OUTPARSE_THINK_OPEN, 3 },
 		{ SAMPLE_B, TOOLS_B, 0, 2 },
+		{ SAMPLE_C, TOOLS_A, 0, 1 },
 	};
 	struct capy_rng rng;
 	int bad = 0, counts = 0, truncated_seen = 0;
