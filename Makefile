@@ -113,6 +113,7 @@ LIBCORE_OBJS += libcore/tool/main.o
 LIBCORE_OBJS += libcore/tool/opt.o
 LIBCORE_OBJS += libcore/tool/progress.o
 LIBCORE_OBJS += libcore/tool/report.o
+LIBCORE_OBJS += libcore/util/buf.o
 LIBCORE_OBJS += libcore/util/err.o
 LIBCORE_OBJS += libcore/util/file.o
 LIBCORE_OBJS += libcore/util/hash.o

@@ -1,5 +1,6 @@
-/* u-util.c - unit tests for libcore/util: errors, parsing, hashing, JSON, pool. */
+/* u-util.c - unit tests for libcore/util: errors, parsing, hashing, JSON, pool, buffers. */
 #include "test.h"
+#include "util/buf.h"
 #include "util/err.h"
 #include "util/hash.h"
 #include "util/json.h"
@@ -141,6 +142,33 @@ static void test_rng(void)
 	CHECK(fabs(v - 1) < 0.03);
 }
 
+static void test_buf(void)
+{
+	struct capy_buf b = { 0 };
+	char *p;
+	size_t n;
+
+	capy_buf_puts(&b, "data: ");
+	capy_buf_printf(&b, "{\"n\":%d}", 42);
+	CHECK_STR(b.data, "data: {\"n\":42}");
+	capy_buf_reset(&b);
+	CHECK_EQ_U64(b.len, 0);
+	capy_buf_json_str(&b, "a\"b\\c\n\x01\xc3\xa9", 9);
+	CHECK_STR(b.data, "\"a\\\"b\\\\c\\n\\u0001\xc3\xa9\"");
+	capy_buf_reset(&b);
+	for (int i = 0; i < 10000; i++)
+		capy_buf_putc(&b, (char)('a' + i % 26));
+	CHECK_EQ_U64(b.len, 10000);
+	CHECK(!b.oom && b.data[10000] == 0 && b.data[9999] == 'a' + 9999 % 26);
+	p = capy_buf_detach(&b, &n);
+	CHECK(p && n == 10000 && !b.data && !b.len);
+	free(p);
+	CHECK(capy_buf_reserve(&b, SIZE_MAX) < 0 && b.oom);
+	capy_buf_puts(&b, "x"); /* ignored after a failure */
+	CHECK_EQ_U64(b.len, 0);
+	capy_buf_release(&b);
+}
+
 int main(void)
 {
 	RUN(test_err);
@@ -149,5 +177,6 @@ int main(void)
 	RUN(test_json);
 	RUN(test_pool);
 	RUN(test_rng);
+	RUN(test_buf);
 	return test_summary();
 }
