@@ -53,6 +53,16 @@ endif
 LIBCORE_OBJS += libcore/artifact/dtype.o
 LIBCORE_OBJS += libcore/artifact/read.o
 LIBCORE_OBJS += libcore/artifact/write.o
+LIBCORE_OBJS += libcore/backend/cpu/attention.o
+LIBCORE_OBJS += libcore/backend/cpu/backend.o
+LIBCORE_OBJS += libcore/backend/cpu/forward.o
+LIBCORE_OBJS += libcore/backend/cpu/gdn.o
+LIBCORE_OBJS += libcore/backend/cpu/hc.o
+LIBCORE_OBJS += libcore/backend/cpu/moe.o
+LIBCORE_OBJS += libcore/backend/cpu/ops.o
+LIBCORE_OBJS += libcore/backend/cpu/ple.o
+LIBCORE_OBJS += libcore/backend/cpu/state.o
+LIBCORE_OBJS += libcore/backend/cpu/weights.o
 LIBCORE_OBJS += libcore/ckpt/checkpoint.o
 LIBCORE_OBJS += libcore/ckpt/safetensors.o
 LIBCORE_OBJS += libcore/convert/convert.o
@@ -67,15 +77,8 @@ LIBCORE_OBJS += libcore/cpu/nvfp4-scalar.o
 LIBCORE_OBJS += libcore/cpu/plain-avx2.o
 LIBCORE_OBJS += libcore/cpu/plain-avx512.o
 LIBCORE_OBJS += libcore/cpu/plain-scalar.o
-LIBCORE_OBJS += libcore/engine/attention.o
-LIBCORE_OBJS += libcore/engine/forward.o
-LIBCORE_OBJS += libcore/engine/gdn.o
-LIBCORE_OBJS += libcore/engine/hc.o
-LIBCORE_OBJS += libcore/engine/moe.o
-LIBCORE_OBJS += libcore/engine/ops.o
-LIBCORE_OBJS += libcore/engine/ple.o
-LIBCORE_OBJS += libcore/engine/state.o
-LIBCORE_OBJS += libcore/engine/weights.o
+LIBCORE_OBJS += libcore/engine/engine.o
+LIBCORE_OBJS += libcore/engine/seq.o
 LIBCORE_OBJS += libcore/model/assets.o
 LIBCORE_OBJS += libcore/model/config.o
 LIBCORE_OBJS += libcore/quant/floats.o
@@ -158,7 +161,7 @@ UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
 HELPER_BINS = $(addprefix $(O)/t/helper/,$(TEST_HELPERS))
 BENCH_BINS = $(addprefix $(O)/bench/,$(BENCHES))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
-PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h)) libcore/core.h
+PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h libcore/*/*/*.h)) libcore/core.h
 
 .PHONY: all test check unit bats check-docs check-headers fuzz bench deps install clean help demo
 .DEFAULT_GOAL := all
@@ -187,8 +190,8 @@ $(UNIT_BINS) $(HELPER_BINS) $(BENCH_BINS): $(O)/%: $(O)/%.o $(LIB)
 
 $(O)/t/unit/%.o: CPPFLAGS += -It/unit
 
-# The engine's loops vectorize at -O3 (GCC 12's -O2 only vectorizes loops without a remainder).
-$(O)/libcore/engine/%.o: OPT = -O3
+# The backend's loops vectorize at -O3 (GCC 12's -O2 only vectorizes loops without a remainder).
+$(O)/libcore/backend/cpu/%.o: OPT = -O3
 
 $(O)/t/helper/%: $(O)/t/helper/%.o $(LIB)
 	@mkdir -p $(dir $@)

@@ -1,25 +1,40 @@
-/* engine.h - the CPU inference engine: a model bound to an artifact, and sequences.
+/* engine.h - the inference engine: a model bound to an artifact on a backend, sequences,
+ * and the batched step that runs tokens of several sequences at once.
  *
  *	struct capy_engine *e;
- *	struct capy_seq *s;
+ *	struct capy_seq *a, *b;
  *	if (capy_engine_new(&e, artifact, &(struct capy_engine_opts){ .threads = 4 }, &err) < 0 ||
- *	    capy_seq_new(e, &s, &err) < 0)
+ *	    capy_seq_new(e, &a, &err) < 0 || capy_seq_new(e, &b, &err) < 0)
  *		die("%s", err.msg);
- *	capy_engine_forward(e, s, prompt_ids, n, logits, 0, &err);   // prefill, logits of the last token
- *	capy_engine_forward(e, s, &next_id, 1, logits, 0, &err);       // one decode step
+ *	capy_engine_forward(e, a, prompt_ids, n, logits, false, &err);	// one sequence, chunked
+ *	struct capy_step_item items[] = {
+ *		{ a, &next_a, 1, logits_a, false },			// a decode token
+ *		{ b, chunk, 256, logits_b, false },			// a prefill chunk
+ *	};
+ *	capy_engine_step(e, items, 2, &err);				// both in one pass
  *
- * The engine computes a whole step — embedding to logits — for the tokens it is given,
- * in fp32 activations from the artifact's BF16/F16/F32/NVFP4 weights. Prefill runs the
- * chunked Gated DeltaNet form, decode the recurrent one. Every reduction has a fixed
- * order and work is split over threads by output rows, so results are bit-identical
- * for any thread count. Weights stay in the mapped artifact; PLE n-gram tables are read
- * by rows with pread, never loaded whole.
+ * The engine is split in two (DESIGN §3): this layer owns what does not depend on the model's
+ * arithmetic — sequences, their token history, the paged attention cache's bookkeeping (page
+ * ids, reference counts, block tables, copy-on-write), snapshots — and a backend (engine/
+ * backend.h; the CPU one is libcore/backend/cpu) computes a whole step, embedding to logits,
+ * for a batch of sequences.
  *
- * A sequence holds its position, the KV cache of the attention layers (BF16 by default,
- * F32 or INT8 with per-group scales), the Gated DeltaNet recurrent states and conv
- * windows, the PLE token context and conv states and the QSA pooled-key blocks.
+ * Numerics: a sequence's results do not depend on which other sequences share its step:
+ * the backend's linears are batch-invariant (each output element has one summation order,
+ * whatever the number of rows), and everything else runs per token or per sequence. A step
+ * with one sequence gives the same bits as capy_engine_forward of the same tokens. How a
+ * sequence's tokens are cut into steps does matter, in the last bits, for the recurrent
+ * (Gated DeltaNet) layers: one token after a non-empty history runs the recurrent form,
+ * more tokens the chunked form.
  *
- * Thread-safety: one forward at a time per engine (it owns the thread pool and scratch).
+ * Attention cache: the KV rows of the attention layers (BF16 by default, F32, or INT8 with
+ * per-group scales; QSA indexer keys and pooled block keys too) live in pages of
+ * capy_engine_page_tokens() tokens. Sequences share pages: capy_seq_share() gives a new
+ * sequence the first n tokens of another without copying them; a page is copied only when a
+ * sequence writes into a page another one still holds.
+ *
+ * Thread-safety: an engine and its sequences and snapshots belong to one thread at a time
+ * (the engine owns its thread pool and scratch memory).
  */
 #ifndef CAPY_ENGINE_H
 #define CAPY_ENGINE_H
@@ -36,24 +51,60 @@ enum capy_kv_dtype {
 struct capy_engine_opts {
 	int threads;             /* <= 0: one per CPU */
 	enum capy_kv_dtype kv;
-	uint64_t max_tokens;     /* context capacity of a sequence; 0: 4096 (grows on demand) */
+	uint64_t max_tokens;     /* unused: sequences grow page by page */
+	uint64_t step_tokens;    /* tokens one step may carry over all its sequences (0: 512) */
+	const char *device;      /* backend name; NULL or "cpu": the CPU backend */
+	const char *backend_arg; /* backend-specific setting (NULL: none) */
 };
 
 struct capy_engine;
 struct capy_seq;
+struct capy_snapshot;
 
 int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
 		    const struct capy_engine_opts *opts, struct capy_err *err);
 void capy_engine_free(struct capy_engine *e);
 const struct capy_model_config *capy_engine_config(const struct capy_engine *e);
 int capy_engine_threads(const struct capy_engine *e);
+const char *capy_engine_device(const struct capy_engine *e);
+/* The most tokens one capy_engine_step may carry. */
+uint64_t capy_engine_step_tokens(const struct capy_engine *e);
+/* Tokens per attention-cache page, and the bytes of one page. */
+uint64_t capy_engine_page_tokens(const struct capy_engine *e);
+uint64_t capy_engine_page_bytes(const struct capy_engine *e);
+/* Pages in use (held by any sequence) and the bytes of one sequence's recurrent state. */
+uint64_t capy_engine_pages_used(const struct capy_engine *e);
+uint64_t capy_engine_state_bytes(const struct capy_engine *e);
+/* Bytes of weights the engine reads per decoded token with all experts (for reports). */
+uint64_t capy_engine_weight_bytes(const struct capy_engine *e);
+
+/* --- sequences ------------------------------------------------------------------------- */
 
 int capy_seq_new(struct capy_engine *e, struct capy_seq **out, struct capy_err *err);
 void capy_seq_free(struct capy_seq *s);
-/* Tokens consumed so far. */
+/* Tokens consumed so far, and those tokens. */
 uint64_t capy_seq_len(const struct capy_seq *s);
-/* A copy of s, sharing nothing with it. */
+const int32_t *capy_seq_tokens(const struct capy_seq *s);
+/* Pages the sequence holds (some may be shared with others). */
+uint64_t capy_seq_pages(const struct capy_seq *s);
+/* A copy of s, sharing its attention-cache pages (copy-on-write) and nothing else. */
 int capy_seq_fork(const struct capy_seq *s, struct capy_seq **out, struct capy_err *err);
+/* A new sequence holding the first n tokens of s (n <= len): their attention-cache pages
+ * shared, their ids copied. With n == len it is a fork; with n < len its recurrent state is
+ * unknown until capy_seq_restore() gives it the snapshot taken at n; stepping it before that
+ * fails with CAPY_EINVAL. */
+int capy_seq_share(const struct capy_seq *s, uint64_t n, struct capy_seq **out, struct capy_err *err);
+
+/* The recurrent state (Gated DeltaNet states and conv windows, PLE context) of s at its
+ * current length, kept apart from s. */
+int capy_snapshot_take(const struct capy_seq *s, struct capy_snapshot **out, struct capy_err *err);
+void capy_snapshot_free(struct capy_snapshot *sn);
+uint64_t capy_snapshot_len(const struct capy_snapshot *sn);
+uint64_t capy_snapshot_bytes(const struct capy_snapshot *sn);
+/* Give s the recurrent state of sn; capy_seq_len(s) must equal capy_snapshot_len(sn) (the
+ * caller vouches that s holds the same tokens as the sequence sn was taken from). */
+int capy_seq_restore(struct capy_seq *s, const struct capy_snapshot *sn, struct capy_err *err);
+
 /* Remember the recurrent state at the current length, so the sequence can later be cut
  * back to it; one checkpoint is kept (a new one replaces it). */
 int capy_seq_checkpoint(struct capy_seq *s, struct capy_err *err);
@@ -61,13 +112,27 @@ int capy_seq_checkpoint(struct capy_seq *s, struct capy_err *err);
  * checkpoint (attention caches are cut, recurrent state restored from the checkpoint). */
 int capy_seq_truncate(struct capy_seq *s, uint64_t n, struct capy_err *err);
 
-/* Run tokens[0..n) through the model. logits receives vocab_size floats for the last
- * token, or n * vocab_size when all_logits (for perplexity). chunk: prefill at most
- * this many tokens at once (0: 512). */
+/* --- running tokens ---------------------------------------------------------------------- */
+
+/* One sequence's part of a step: its next n tokens, and where its logits go: NULL for
+ * none, else vocab_size floats for its last token, or n * vocab_size when all_logits. */
+struct capy_step_item {
+	struct capy_seq *seq;
+	const int32_t *tokens;
+	uint64_t n;
+	float *logits;
+	bool all_logits;
+};
+
+/* Run one step: every item's tokens through the model in one pass (the weights are read
+ * once for all of them). Items name distinct sequences; the tokens of all items together
+ * are at most capy_engine_step_tokens(). On failure no sequence has advanced. */
+int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, size_t n_items,
+		     struct capy_err *err);
+
+/* Run tokens[0..n) of one sequence, in steps of capy_engine_step_tokens() tokens. logits
+ * receives vocab_size floats for the last token, or n * vocab_size when all_logits. */
 int capy_engine_forward(struct capy_engine *e, struct capy_seq *s, const int32_t *tokens, uint64_t n,
 			float *logits, bool all_logits, struct capy_err *err);
-
-/* Bytes of weights the engine reads per decoded token with all experts (for reports). */
-uint64_t capy_engine_weight_bytes(const struct capy_engine *e);
 
 #endif

@@ -1,13 +1,13 @@
 /* weights.c - binding an artifact's tensors to the engine's per-layer structures,
  * checking every name, dtype and shape the configuration implies. Matrices stay in the
  * mapped file; norms, conv kernels and gate parameters are copied to fp32 (small). */
-#include "engine-impl.h"
-#include "../quant/floats.h"
+#include "cpu-impl.h"
+#include "../../quant/floats.h"
 
 #include <math.h>
 
 struct binder {
-	struct capy_engine *e;
+	struct cpu_engine *e;
 	struct capy_err *err;
 	int rc;
 };
@@ -272,7 +272,7 @@ static void bind_ple(struct binder *b, struct ple_w *pl, const char *p, uint64_t
 }
 #undef NAME
 
-int weights_bind(struct capy_engine *e, struct capy_err *err)
+int weights_bind(struct cpu_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	struct weights *w = &e->w;
@@ -337,7 +337,7 @@ int weights_bind(struct capy_engine *e, struct capy_err *err)
 	return b.rc;
 }
 
-void weights_release(struct capy_engine *e)
+void weights_release(struct cpu_engine *e)
 {
 	struct weights *w = &e->w;
 

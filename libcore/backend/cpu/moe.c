@@ -1,7 +1,7 @@
 /* moe.c - the SwiGLU MLP and the sparse MoE block: softmax router over all experts,
  * top-k (renormalized when the config says so), routed experts summed in ascending
  * expert order (the reference's order), plus the sigmoid-gated shared expert. */
-#include "engine-impl.h"
+#include "cpu-impl.h"
 
 #include <math.h>
 #include <stdatomic.h>
@@ -19,7 +19,7 @@ static void swiglu_rows(float *act, uint64_t rows, uint64_t inter)
 	}
 }
 
-void mlp_forward(struct capy_engine *e, const struct mlp_w *m, const float *xn, uint64_t T, float *out,
+void mlp_forward(struct cpu_engine *e, const struct mlp_w *m, const float *xn, uint64_t T, float *out,
 		 float *act)
 {
 	par_linear(e, &m->gate_up, xn, T, act);
@@ -28,7 +28,7 @@ void mlp_forward(struct capy_engine *e, const struct mlp_w *m, const float *xn, 
 }
 
 /* Router: per token the chosen experts (ascending id) and their weights. */
-static void route(const struct capy_engine *e, const float *logits, uint64_t T, int32_t *ids, float *w)
+static void route(const struct cpu_engine *e, const float *logits, uint64_t T, int32_t *ids, float *w)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t E = c->n_experts, k = c->n_experts_per_tok;
@@ -75,7 +75,7 @@ static void route(const struct capy_engine *e, const float *logits, uint64_t T, 
 }
 
 struct expert_job {
-	struct capy_engine *e;
+	struct cpu_engine *e;
 	const struct moe_w *m;
 	const float *xn;
 	uint64_t n_active;
@@ -92,7 +92,7 @@ struct expert_job {
 static void expert_worker(void *p, int ith, int nth)
 {
 	struct expert_job *j = p;
-	struct capy_engine *e = j->e;
+	struct cpu_engine *e = j->e;
 	const struct capy_model_config *c = &e->c;
 	uint64_t H = c->hidden_size, I = c->moe_intermediate_size, k = c->n_experts_per_tok, a;
 	struct scratch *s = &e->s;
@@ -117,7 +117,7 @@ static void expert_worker(void *p, int ith, int nth)
 	}
 }
 
-void moe_forward(struct capy_engine *e, const struct moe_w *m, const float *xn, uint64_t T, float *out)
+void moe_forward(struct cpu_engine *e, const struct moe_w *m, const float *xn, uint64_t T, float *out)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t E = c->n_experts, k = c->n_experts_per_tok, H = c->hidden_size;

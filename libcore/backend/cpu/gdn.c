@@ -8,14 +8,14 @@
  * The chunked form solves the same recurrence for a chunk at once through a unit
  * lower-triangular system (forward substitution), as transformers' reference does.
  */
-#include "engine-impl.h"
+#include "cpu-impl.h"
 
 #include <math.h>
 
 #define CHUNK 64
 
 struct gdn_job {
-	struct capy_engine *e;
+	struct cpu_engine *e;
 	const struct gdn_w *w;
 	struct gdn_state *st;
 	const float *conv;  /* [T][C] conv output after silu: q | k | v */
@@ -25,6 +25,7 @@ struct gdn_job {
 	uint64_t T;
 	bool recurrent;
 	float *o;           /* [T][nv * dv] */
+	int slot;           /* the layer's index among the GDN states */
 };
 
 static void l2norm_scaled(const float *x, float *y, uint64_t n, float scale)
@@ -205,22 +206,39 @@ CAPY_HOT static void head_chunked(const struct gdn_job *j, uint64_t head, float 
 	}
 }
 
+/* One (sequence, value head) per work unit: the job's arrays cover all rows of the step,
+ * each unit sees its sequence's rows and state. One token after a history runs the
+ * recurrent form, anything else the chunked one. */
 static void gdn_heads(void *p, uint64_t b, uint64_t end, int ith)
 {
 	const struct gdn_job *j = p;
+	const struct capy_model_config *c = &j->e->c;
+	uint64_t nv = c->linear_value_heads, dv = c->linear_value_head_dim;
+	uint64_t C = 2 * c->linear_key_heads * c->linear_key_head_dim + nv * dv;
 	float *ws = j->e->s.gdn_buf + (uint64_t)ith * j->e->s.gdn_buf_floats;
 
-	for (uint64_t h = b; h < end; h++) {
-		if (j->recurrent)
-			head_recurrent(j, h, ws);
+	for (uint64_t u = b; u < end; u++) {
+		const struct capy_batch_item *it = &j->e->batch->items[u / nv];
+		uint64_t h = u % nv, t0 = it->t0;
+		struct gdn_job sub = *j;
+		sub.st = &seq_state(it->seq)->gdn[j->slot];
+		sub.conv = j->conv + t0 * C;
+		sub.beta = j->beta + t0 * nv;
+		sub.g = j->g + t0 * nv;
+		sub.z = j->z + t0 * nv * dv;
+		sub.o = j->o + t0 * nv * dv;
+		sub.T = it->n;
+		sub.recurrent = it->n == 1 && it->seq->len > 0;
+		if (sub.recurrent)
+			head_recurrent(&sub, h, ws);
 		else
-			head_chunked(j, h, ws);
+			head_chunked(&sub, h, ws);
 	}
 }
 
 /* Gated RMSNorm per head: w * norm(o) * act(z), act = silu (or sigmoid for qwen4_exp configs
  * that ask for it). */
-static void gated_norm(const struct capy_engine *e, const struct gdn_w *w, float *o, const float *z, uint64_t T)
+static void gated_norm(const struct cpu_engine *e, const struct gdn_w *w, float *o, const float *z, uint64_t T)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t dv = c->linear_value_head_dim, heads = T * c->linear_value_heads;
@@ -239,23 +257,11 @@ static void gated_norm(const struct capy_engine *e, const struct gdn_w *w, float
 	}
 }
 
-void gdn_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w *l, const float *xn,
-		 uint64_t T, float *out)
+/* Causal depthwise conv of one sequence's rows over [window | new inputs], then silu; the
+ * window keeps the last K - 1 inputs. */
+static void conv_rows(const struct gdn_w *w, struct gdn_state *st, const float *qkv, uint64_t T, uint64_t C,
+		      uint64_t K, float *conv)
 {
-	const struct capy_model_config *c = &e->c;
-	const struct gdn_w *w = &l->gdn;
-	struct gdn_state *st = &s->gdn[l->gdn_slot];
-	uint64_t nv = c->linear_value_heads, dv = c->linear_value_head_dim, K = c->linear_conv_kernel;
-	uint64_t C = 2 * c->linear_key_heads * c->linear_key_head_dim + nv * dv;
-	float *qkv = e->s.big1, *conv = e->s.big2, *z = e->s.big3, *ba = e->s.tmp, *o = e->s.mix;
-	float *bb = ba, *aa = ba + T * nv, *beta = aa + T * nv, *g = beta + T * nv;
-	struct gdn_job job = { e, w, st, conv, beta, g, z, T, T == 1 && s->len > 0, o };
-
-	par_linear(e, &w->qkv, xn, T, qkv);
-	par_linear(e, &w->z, xn, T, z);
-	par_linear(e, &w->b, xn, T, bb);
-	par_linear(e, &w->a, xn, T, aa);
-	/* Causal depthwise conv over [window | new inputs], then silu. */
 	for (uint64_t t = 0; t < T; t++) {
 		for (uint64_t ch = 0; ch < C; ch++) {
 			float acc = 0;
@@ -267,7 +273,6 @@ void gdn_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w
 			conv[t * C + ch] = silu(acc);
 		}
 	}
-	/* Keep the last K - 1 inputs as the window. */
 	for (uint64_t i = 0; i < K - 1; i++) {
 		int64_t src = (int64_t)T - (int64_t)(K - 1) + (int64_t)i;
 		if (src >= 0)
@@ -275,11 +280,32 @@ void gdn_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w
 		else
 			memmove(st->conv + i * C, st->conv + (uint64_t)(src + (int64_t)K - 1) * C, C * sizeof(float));
 	}
+}
+
+void gdn_forward(struct cpu_engine *e, const struct layer_w *l, const float *xn, uint64_t T, float *out)
+{
+	const struct capy_model_config *c = &e->c;
+	const struct capy_batch *bt = e->batch;
+	const struct gdn_w *w = &l->gdn;
+	uint64_t nv = c->linear_value_heads, dv = c->linear_value_head_dim, K = c->linear_conv_kernel;
+	uint64_t C = 2 * c->linear_key_heads * c->linear_key_head_dim + nv * dv;
+	float *qkv = e->s.big1, *conv = e->s.big2, *z = e->s.big3, *ba = e->s.tmp, *o = e->s.mix;
+	float *bb = ba, *aa = ba + T * nv, *beta = aa + T * nv, *g = beta + T * nv;
+	struct gdn_job job = { e, w, NULL, conv, beta, g, z, T, false, o, l->gdn_slot };
+
+	par_linear(e, &w->qkv, xn, T, qkv);
+	par_linear(e, &w->z, xn, T, z);
+	par_linear(e, &w->b, xn, T, bb);
+	par_linear(e, &w->a, xn, T, aa);
+	for (size_t i = 0; i < bt->n_items; i++) {
+		const struct capy_batch_item *it = &bt->items[i];
+		conv_rows(w, &seq_state(it->seq)->gdn[l->gdn_slot], qkv + it->t0 * C, it->n, C, K, conv + it->t0 * C);
+	}
 	for (uint64_t t = 0; t < T * nv; t++) {
 		beta[t] = sigmoidf_(bb[t]);
 		g[t] = w->neg_a[t % nv] * softplusf_(aa[t] + w->dt_bias[t % nv]);
 	}
-	par_for(e, nv, gdn_heads, &job);
+	par_for(e, bt->n_items * nv, gdn_heads, &job);
 	gated_norm(e, w, o, z, T);
 	par_linear(e, &w->out, o, T, out);
 }

@@ -8,9 +8,9 @@
  *	inj   = 2 sigmoid(inject(xn) / hc)                       [hc]
  *	X    += block(input) (x) inj      (stream h gets block(input) * inj[h])
  */
-#include "engine-impl.h"
+#include "cpu-impl.h"
 
-void hc_mix(struct capy_engine *e, const struct hc_w *h, const float *X, uint64_t T, float *mixed,
+void hc_mix(struct cpu_engine *e, const struct hc_w *h, const float *X, uint64_t T, float *mixed,
 	    float *inj, float *xn_tmp)
 {
 	const struct capy_model_config *c = &e->c;

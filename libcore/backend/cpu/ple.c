@@ -11,7 +11,7 @@
  *	X_s   += v_s + silu(dilated causal depthwise conv(RMSNorm(v)))_s
  * The token context (previous ngram_size - 1 ids) and the conv window are per-sequence state.
  */
-#include "engine-impl.h"
+#include "cpu-impl.h"
 
 #include <math.h>
 
@@ -22,7 +22,7 @@ static int64_t pymod(int64_t a, int64_t m)
 }
 
 /* Table ids of all heads for the token at history index p. */
-static void ngram_ids(const struct capy_engine *e, const struct ple_w *pl, const int32_t *hist, uint64_t p,
+static void ngram_ids(const struct cpu_engine *e, const struct ple_w *pl, const int32_t *hist, uint64_t p,
 		      uint64_t *out)
 {
 	const struct capy_model_config *c = &e->c;
@@ -48,25 +48,16 @@ static void ngram_ids(const struct capy_engine *e, const struct ple_w *pl, const
 	}
 }
 
-int ple_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w *l, const int32_t *ids,
-		float *X, uint64_t T, struct capy_err *err)
+/* The n-gram embeddings of one sequence's rows, from its token context; the context moves on. */
+static int ngram_rows(struct cpu_engine *e, const struct ple_w *pl, struct ple_state *st, const int32_t *ids,
+		      uint64_t T, float *emb, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
-	const struct ple_w *pl = &l->ple;
-	struct ple_state *st = &s->ple[l->ple_slot];
-	uint64_t H = c->hidden_size, hc = c->hc_count, hh = hc * H, ctx = c->ngram_size - 1;
-	uint64_t heads = ctx * c->heads_per_ngram, hd = pl->hd, dim = c->ple_embed_dim;
-	uint64_t K = c->ple_conv_kernel, dil = c->ngram_size, win = (K - 1) * dil;
+	uint64_t ctx = c->ngram_size - 1, heads = ctx * c->heads_per_ngram, hd = pl->hd, dim = c->ple_embed_dim;
 	size_t esz = capy_dtype_size(pl->table_dtype);
-	float *emb = e->s.ple_emb, *key = e->s.big1, *val = e->s.big2, *q = e->s.big3, *gv = e->s.tmp;
-	float *gvn = e->s.mix;
-	int32_t hist[16 + 512];
+	int32_t *hist = e->s.ple_hist;
 	uint64_t rows[64];
-	const float sq = (float)sqrt((double)H);
-	float eps = (float)c->rms_norm_eps;
 
-	if (T > 512)
-		CAPY_BUG("PLE chunk of %" PRIu64 " tokens", T);
 	memcpy(hist, st->ctx, ctx * sizeof(int32_t));
 	memcpy(hist + ctx, ids, T * sizeof(int32_t));
 	for (uint64_t t = 0; t < T; t++) {
@@ -79,7 +70,55 @@ int ple_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w 
 		}
 	}
 	memcpy(st->ctx, hist + T, ctx * sizeof(int32_t));
+	return 0;
+}
 
+/* Dilated causal depthwise conv of one sequence's rows over [window | new normed values],
+ * silu, added with gv into X; the window keeps the last (K - 1) * dil inputs. */
+static void conv_rows(const struct cpu_engine *e, const struct ple_w *pl, struct ple_state *st, const float *gv,
+		      const float *gvn, uint64_t T, float *X)
+{
+	const struct capy_model_config *c = &e->c;
+	uint64_t hh = c->hc_count * c->hidden_size, K = c->ple_conv_kernel, dil = c->ngram_size, win = (K - 1) * dil;
+
+	for (uint64_t t = 0; t < T; t++) {
+		for (uint64_t ch = 0; ch < hh; ch++) {
+			float acc = 0;
+			for (uint64_t j = 0; j < K; j++) {
+				int64_t src = (int64_t)t - (int64_t)((K - 1 - j) * dil);
+				float x = src >= 0 ? gvn[(uint64_t)src * hh + ch] : st->conv[(uint64_t)(src + (int64_t)win) * hh + ch];
+				acc += pl->conv[ch * K + j] * x;
+			}
+			X[t * hh + ch] += gv[t * hh + ch] + silu(acc);
+		}
+	}
+	for (uint64_t i = 0; i < win; i++) {
+		int64_t src = (int64_t)T - (int64_t)win + (int64_t)i;
+		if (src >= 0)
+			memcpy(st->conv + i * hh, gvn + (uint64_t)src * hh, hh * sizeof(float));
+		else
+			memmove(st->conv + i * hh, st->conv + (uint64_t)(src + (int64_t)win) * hh, hh * sizeof(float));
+	}
+}
+
+int ple_forward(struct cpu_engine *e, const struct layer_w *l, float *X, uint64_t T, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	const struct capy_batch *bt = e->batch;
+	const struct ple_w *pl = &l->ple;
+	uint64_t H = c->hidden_size, hc = c->hc_count, hh = hc * H, dim = c->ple_embed_dim;
+	float *emb = e->s.ple_emb, *key = e->s.big1, *val = e->s.big2, *q = e->s.big3, *gv = e->s.tmp;
+	float *gvn = e->s.mix;
+	const float sq = (float)sqrt((double)H);
+	float eps = (float)c->rms_norm_eps;
+	int rc;
+
+	for (size_t i = 0; i < bt->n_items; i++) {
+		const struct capy_batch_item *it = &bt->items[i];
+		if ((rc = ngram_rows(e, pl, &seq_state(it->seq)->ple[l->ple_slot], it->tokens, it->n, emb + it->t0 * dim,
+				     err)) < 0)
+			return rc;
+	}
 	par_linear(e, &pl->key, emb, T, key);
 	par_linear(e, &pl->value, emb, T, val);
 	for (uint64_t t = 0; t < T; t++) {
@@ -98,24 +137,10 @@ int ple_forward(struct capy_engine *e, struct capy_seq *s, const struct layer_w 
 		}
 		rmsnorm_1p(gv + t * hh, pl->norm_conv, gvn + t * hh, hh, H, eps);
 	}
-	/* Dilated causal depthwise conv over [window | new normed values], silu, added with gv. */
-	for (uint64_t t = 0; t < T; t++) {
-		for (uint64_t ch = 0; ch < hh; ch++) {
-			float acc = 0;
-			for (uint64_t j = 0; j < K; j++) {
-				int64_t src = (int64_t)t - (int64_t)((K - 1 - j) * dil);
-				float x = src >= 0 ? gvn[(uint64_t)src * hh + ch] : st->conv[(uint64_t)(src + (int64_t)win) * hh + ch];
-				acc += pl->conv[ch * K + j] * x;
-			}
-			X[t * hh + ch] += gv[t * hh + ch] + silu(acc);
-		}
-	}
-	for (uint64_t i = 0; i < win; i++) {
-		int64_t src = (int64_t)T - (int64_t)win + (int64_t)i;
-		if (src >= 0)
-			memcpy(st->conv + i * hh, gvn + (uint64_t)src * hh, hh * sizeof(float));
-		else
-			memmove(st->conv + i * hh, st->conv + (uint64_t)(src + (int64_t)win) * hh, hh * sizeof(float));
+	for (size_t i = 0; i < bt->n_items; i++) {
+		const struct capy_batch_item *it = &bt->items[i];
+		conv_rows(e, pl, &seq_state(it->seq)->ple[l->ple_slot], gv + it->t0 * hh, gvn + it->t0 * hh, it->n,
+			  X + it->t0 * hh);
 	}
 	return 0;
 }

@@ -1,7 +1,7 @@
 /* ops.c - element-wise and row operations of the forward pass, and the helpers that
  * spread work over the engine's threads. All in fp32, each with a fixed order. */
-#include "engine-impl.h"
-#include "../quant/floats.h"
+#include "cpu-impl.h"
+#include "../../quant/floats.h"
 
 #include <math.h>
 
@@ -21,7 +21,7 @@ static void par_worker(void *p, int ith, int nth)
 		c->fn(c->ctx, b, e, ith);
 }
 
-void par_for(struct capy_engine *e, uint64_t n, range_fn fn, void *ctx)
+void par_for(struct cpu_engine *e, uint64_t n, range_fn fn, void *ctx)
 {
 	struct par_ctx c = { n, fn, ctx };
 
@@ -47,7 +47,7 @@ static void lin_rows(void *p, uint64_t b, uint64_t e, int ith)
 	capy_linear_rows(c->w, c->in, c->y, b, e);
 }
 
-void par_linear(struct capy_engine *e, const struct capy_linear *w, const float *x, uint64_t m, float *y)
+void par_linear(struct cpu_engine *e, const struct capy_linear *w, const float *x, uint64_t m, float *y)
 {
 	struct lin_ctx c = { w, NULL, y };
 
@@ -86,7 +86,7 @@ float softplusf_(float x)
 }
 
 /* NeoX-style rotation of the first `rot` dims: pairs (i, i + rot/2). */
-void rope_apply(const struct capy_engine *e, float *v, uint64_t pos)
+void rope_apply(const struct cpu_engine *e, float *v, uint64_t pos)
 {
 	uint64_t half = e->rot / 2;
 

@@ -1,0 +1,106 @@
+/* backend.h - what a backend implements for the engine, and the engine's structures a
+ * backend reads. Included by engine/ and by each backend (libcore/backend/<name>/); the tools
+ * use engine.h only.
+ *
+ * A backend is a table of operations (struct capy_backend_ops) found by name in
+ * capy_backend_find(). It owns the weights, the memory of the attention-cache pages and of
+ * the per-sequence recurrent state, and computes steps. The engine core owns everything
+ * model-independent: page ids and reference counts, each sequence's block table (page ids in
+ * token order) and token history, snapshots' lengths, and the checks before a step.
+ *
+ * Before calling step() the core has made sure that every page a step item writes into
+ * exists, is held by that sequence only (copy-on-write) and has storage; after it returns 0
+ * the core advances each sequence's length and history. step() must not change a sequence's
+ * len, its pages or its history.
+ */
+#ifndef CAPY_ENGINE_BACKEND_H
+#define CAPY_ENGINE_BACKEND_H
+
+#include "engine.h"
+
+struct capy_engine {
+	const struct capy_artifact *a;
+	struct capy_model_config c;
+	struct capy_engine_opts opts;
+	const struct capy_backend_ops *ops;
+	void *be;                /* the backend's own state */
+	uint64_t step_tokens;
+	uint64_t page_tokens;    /* tokens per attention-cache page */
+	/* page pool: ids 0 .. n_pages-1, reference count 0 = free */
+	uint32_t *page_ref;
+	uint32_t *free_pages;    /* stack of free ids */
+	uint32_t n_pages, n_free, pages_used, pages_cap;
+	uint32_t storage_pages;  /* ids the backend has storage for */
+};
+
+struct capy_seq {
+	struct capy_engine *e;
+	uint64_t len;
+	int32_t *tokens;         /* [len] the history */
+	uint64_t tokens_cap;
+	uint32_t *pages;         /* block table: page of tokens [i P, (i + 1) P) */
+	uint64_t n_pages, pages_cap;
+	void *state;             /* the backend's recurrent state */
+	bool state_valid;        /* false after capy_seq_share(n < len) until restored */
+	struct capy_snapshot *checkpoint;
+};
+
+struct capy_snapshot {
+	struct capy_engine *e;
+	uint64_t len;
+	void *state;
+};
+
+/* The page holding token pos of s, and the token's row in it. */
+static inline uint32_t capy_seq_page(const struct capy_seq *s, uint64_t pos)
+{
+	return s->pages[pos / s->e->page_tokens];
+}
+
+/* One item of a step as the backend sees it: tokens [t0, t0 + n) of the step's token rows
+ * belong to seq, at positions seq->len .. seq->len + n - 1. */
+struct capy_batch_item {
+	struct capy_seq *seq;
+	const int32_t *tokens;
+	uint64_t n, t0;
+	float *logits;           /* NULL: none; else as in struct capy_step_item */
+	bool all_logits;
+};
+
+struct capy_batch {
+	const struct capy_batch_item *items;
+	size_t n_items;
+	uint64_t n_tokens;       /* sum of the items' n */
+};
+
+struct capy_backend_ops {
+	const char *name;
+	/* Bind the weights of e->a and allocate what steps of up to e->step_tokens tokens
+	 * need; sets e->be. May set e->page_tokens (a multiple of 16) before returning. */
+	int (*open)(struct capy_engine *e, struct capy_err *err);
+	void (*close)(struct capy_engine *e);
+	int (*threads)(const struct capy_engine *e);
+	uint64_t (*weight_bytes)(const struct capy_engine *e);
+	/* Attention-cache pages: bytes of one page; storage for ids [0, n); copy a page whole. */
+	uint64_t (*page_bytes)(const struct capy_engine *e);
+	int (*pages_reserve)(struct capy_engine *e, uint32_t n, struct capy_err *err);
+	void (*page_copy)(struct capy_engine *e, uint32_t dst, uint32_t src);
+	/* Recurrent state of a sequence: a fresh one (the start of a sequence), copy, free. */
+	uint64_t (*state_bytes)(const struct capy_engine *e);
+	int (*state_new)(struct capy_engine *e, void **out, struct capy_err *err);
+	void (*state_copy)(struct capy_engine *e, void *dst, const void *src);
+	void (*state_free)(struct capy_engine *e, void *st);
+	/* Run the batch; fill each item's logits. */
+	int (*step)(struct capy_engine *e, const struct capy_batch *b, struct capy_err *err);
+};
+
+/* The backend called name ("cpu", or one added with capy_backend_add); NULL if none. */
+const struct capy_backend_ops *capy_backend_find(const char *name);
+/* Make a backend available by its name (test builds add scripted ones); -1 if the table
+ * is full. */
+int capy_backend_add(const struct capy_backend_ops *ops);
+
+/* The CPU backend (libcore/backend/cpu). */
+extern const struct capy_backend_ops capy_backend_cpu;
+
+#endif

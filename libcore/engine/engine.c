@@ -1,0 +1,260 @@
+/* engine.c - the model-independent engine: creating it on a backend, the page pool of the
+ * attention cache, and the step (checks, pages made writable, the backend's pass, the
+ * sequences advanced). */
+#include "engine-impl.h"
+
+#define DEFAULT_STEP_TOKENS 512
+#define DEFAULT_PAGE_TOKENS 64
+#define MAX_BACKENDS 8
+
+static const struct capy_backend_ops *backends[MAX_BACKENDS] = { &capy_backend_cpu };
+
+const struct capy_backend_ops *capy_backend_find(const char *name)
+{
+	for (size_t i = 0; i < MAX_BACKENDS && backends[i]; i++)
+		if (!strcmp(backends[i]->name, name))
+			return backends[i];
+	return NULL;
+}
+
+int capy_backend_add(const struct capy_backend_ops *ops)
+{
+	for (size_t i = 0; i < MAX_BACKENDS; i++) {
+		if (backends[i] && strcmp(backends[i]->name, ops->name))
+			continue;
+		backends[i] = ops;
+		return 0;
+	}
+	return -1;
+}
+
+int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
+		    const struct capy_engine_opts *opts, struct capy_err *err)
+{
+	struct capy_engine *e = calloc(1, sizeof(*e));
+	const char *dev;
+	char what[4200];
+	int rc;
+
+	if (!e)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	e->a = a;
+	if (opts)
+		e->opts = *opts;
+	dev = e->opts.device ? e->opts.device : "cpu";
+	if (!(e->ops = capy_backend_find(dev))) {
+		free(e);
+		return capy_err_set(err, CAPY_EINVAL, "device '%s' is not available in this build (cpu is)", dev);
+	}
+	e->step_tokens = e->opts.step_tokens ? e->opts.step_tokens : DEFAULT_STEP_TOKENS;
+	e->page_tokens = DEFAULT_PAGE_TOKENS;
+	snprintf(what, sizeof(what), "'%s': model.config", a->path);
+	if ((rc = capy_model_config_parse(&e->c, a->family, a->config, what, err)) < 0) {
+		free(e);
+		return rc;
+	}
+	if ((rc = e->ops->open(e, err)) < 0) {
+		free(e);
+		return rc;
+	}
+	*out = e;
+	return 0;
+}
+
+void capy_engine_free(struct capy_engine *e)
+{
+	if (!e)
+		return;
+	e->ops->close(e);
+	free(e->page_ref);
+	free(e->free_pages);
+	free(e);
+}
+
+const struct capy_model_config *capy_engine_config(const struct capy_engine *e)
+{
+	return &e->c;
+}
+
+int capy_engine_threads(const struct capy_engine *e)
+{
+	return e->ops->threads(e);
+}
+
+const char *capy_engine_device(const struct capy_engine *e)
+{
+	return e->ops->name;
+}
+
+uint64_t capy_engine_step_tokens(const struct capy_engine *e)
+{
+	return e->step_tokens;
+}
+
+uint64_t capy_engine_page_tokens(const struct capy_engine *e)
+{
+	return e->page_tokens;
+}
+
+uint64_t capy_engine_page_bytes(const struct capy_engine *e)
+{
+	return e->ops->page_bytes(e);
+}
+
+uint64_t capy_engine_pages_used(const struct capy_engine *e)
+{
+	return e->pages_used;
+}
+
+uint64_t capy_engine_state_bytes(const struct capy_engine *e)
+{
+	return e->ops->state_bytes(e);
+}
+
+uint64_t capy_engine_weight_bytes(const struct capy_engine *e)
+{
+	return e->ops->weight_bytes(e);
+}
+
+/* --- the page pool ------------------------------------------------------------------------ */
+
+int engine_page_alloc(struct capy_engine *e, uint32_t *id, struct capy_err *err)
+{
+	if (!e->n_free) {
+		uint32_t n = e->n_pages;
+		int rc;
+		if (n == UINT32_MAX)
+			return capy_err_set(err, CAPY_ENOMEM, "attention cache: out of page ids");
+		if (n + 1 > e->storage_pages) {
+			if ((rc = e->ops->pages_reserve(e, n + 1, err)) < 0)
+				return rc;
+			e->storage_pages = n + 1;
+		}
+		if (n == e->pages_cap) {
+			uint32_t cap = n ? 2 * n : 64;
+			uint32_t *ref = realloc(e->page_ref, (size_t)cap * sizeof(*ref)), *fr;
+			if (ref)
+				e->page_ref = ref;
+			fr = ref ? realloc(e->free_pages, (size_t)cap * sizeof(*fr)) : NULL;
+			if (fr)
+				e->free_pages = fr;
+			if (!ref || !fr)
+				return capy_err_set(err, CAPY_ENOMEM, "out of memory for the page table");
+			e->pages_cap = cap;
+		}
+		e->page_ref[n] = 0;
+		e->free_pages[e->n_free++] = n;
+		e->n_pages = n + 1;
+	}
+	*id = e->free_pages[--e->n_free];
+	e->page_ref[*id] = 1;
+	e->pages_used++;
+	return 0;
+}
+
+void engine_page_hold(struct capy_engine *e, uint32_t id)
+{
+	e->page_ref[id]++;
+}
+
+void engine_page_drop(struct capy_engine *e, uint32_t id)
+{
+	if (!e->page_ref[id])
+		CAPY_BUG("page %" PRIu32 " released twice", id);
+	if (--e->page_ref[id] == 0) {
+		e->free_pages[e->n_free++] = id;
+		e->pages_used--;
+	}
+}
+
+/* --- steps --------------------------------------------------------------------------------- */
+
+static int check_item(const struct capy_engine *e, const struct capy_step_item *it, size_t i,
+		      struct capy_err *err)
+{
+	uint64_t V = e->c.vocab_size;
+
+	if (!it->seq || it->seq->e != e)
+		return capy_err_set(err, CAPY_EINVAL, "step item %zu: not a sequence of this engine", i);
+	if (!it->n)
+		return capy_err_set(err, CAPY_EINVAL, "no tokens to run");
+	if (!it->seq->state_valid)
+		return capy_err_set(err, CAPY_EINVAL, "a sequence shared at %" PRIu64 " tokens has no recurrent "
+				    "state yet (restore a snapshot first)", it->seq->len);
+	for (uint64_t t = 0; t < it->n; t++)
+		if (it->tokens[t] < 0 || (uint64_t)it->tokens[t] >= V)
+			return capy_err_set(err, CAPY_EINVAL, "token id %" PRId32 " at position %" PRIu64
+					    " is outside the vocabulary [0, %" PRIu64 ")", it->tokens[t], t, V);
+	return 0;
+}
+
+int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, size_t n_items,
+		     struct capy_err *err)
+{
+	struct capy_batch_item stack[64], *bi = stack;
+	struct capy_batch b = { NULL, n_items, 0 };
+	int rc = 0;
+
+	if (!n_items)
+		return capy_err_set(err, CAPY_EINVAL, "an empty step");
+	for (size_t i = 0; i < n_items; i++) {
+		if ((rc = check_item(e, &items[i], i, err)) < 0)
+			return rc;
+		for (size_t j = 0; j < i; j++)
+			if (items[j].seq == items[i].seq)
+				return capy_err_set(err, CAPY_EINVAL, "step items %zu and %zu are the same sequence", j, i);
+		b.n_tokens += items[i].n;
+	}
+	if (b.n_tokens > e->step_tokens)
+		return capy_err_set(err, CAPY_EINVAL, "a step of %" PRIu64 " tokens is more than the engine's %" PRIu64,
+				    b.n_tokens, e->step_tokens);
+	if (n_items > ARRAY_SIZE(stack) && !(bi = calloc(n_items, sizeof(*bi))))
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	/* Pages and history first: after the backend's pass nothing can fail. */
+	for (size_t i = 0, t0 = 0; i < n_items; i++) {
+		const struct capy_step_item *it = &items[i];
+		if ((rc = seq_make_writable(it->seq, it->n, err)) < 0 || (rc = seq_reserve_history(it->seq, it->n, err)) < 0)
+			goto out;
+		bi[i] = (struct capy_batch_item){ it->seq, it->tokens, it->n, t0, it->logits, it->all_logits };
+		t0 += it->n;
+	}
+	b.items = bi;
+	if ((rc = e->ops->step(e, &b, err)) < 0)
+		goto out;
+	for (size_t i = 0; i < n_items; i++) {
+		struct capy_seq *s = items[i].seq;
+		memcpy(s->tokens + s->len, items[i].tokens, items[i].n * sizeof(int32_t));
+		s->len += items[i].n;
+	}
+out:
+	if (bi != stack)
+		free(bi);
+	return rc;
+}
+
+int capy_engine_forward(struct capy_engine *e, struct capy_seq *s, const int32_t *tokens, uint64_t n,
+			float *logits, bool all_logits, struct capy_err *err)
+{
+	uint64_t V = e->c.vocab_size;
+	int rc;
+
+	if (!n)
+		return capy_err_set(err, CAPY_EINVAL, "no tokens to run");
+	for (uint64_t i = 0; i < n; i++)
+		if (tokens[i] < 0 || (uint64_t)tokens[i] >= V)
+			return capy_err_set(err, CAPY_EINVAL, "token id %" PRId32 " at position %" PRIu64
+					    " is outside the vocabulary [0, %" PRIu64 ")", tokens[i], i, V);
+	for (uint64_t done = 0; done < n;) {
+		uint64_t T = CAPY_MIN(e->step_tokens, n - done);
+		bool last = done + T == n;
+		struct capy_step_item it = { s, tokens + done, T, NULL, all_logits };
+		if (all_logits)
+			it.logits = logits + done * V;
+		else if (last)
+			it.logits = logits;
+		if ((rc = capy_engine_step(e, &it, 1, err)) < 0)
+			return rc;
+		done += T;
+	}
+	return 0;
+}
