@@ -87,12 +87,13 @@ uint64_t capy_seq_len(const struct capy_seq *s);
 const int32_t *capy_seq_tokens(const struct capy_seq *s);
 /* Pages the sequence holds (some may be shared with others). */
 uint64_t capy_seq_pages(const struct capy_seq *s);
-/* A copy of s, sharing its attention-cache pages (copy-on-write) and nothing else. */
+/* A copy of s, sharing its attention-cache pages (copy-on-write), with its own copy of the
+ * recurrent state. */
 int capy_seq_fork(const struct capy_seq *s, struct capy_seq **out, struct capy_err *err);
 /* A new sequence holding the first n tokens of s (n <= len): their attention-cache pages
- * shared, their ids copied. With n == len it is a fork; with n < len its recurrent state is
- * unknown until capy_seq_restore() gives it the snapshot taken at n; stepping it before that
- * fails with CAPY_EINVAL. */
+ * shared, their ids copied, and no recurrent state (none is allocated: a holder of pages
+ * costs only its block table) until capy_seq_restore() gives it the snapshot taken at n;
+ * stepping or snapshotting it before that fails with CAPY_EINVAL. */
 int capy_seq_share(const struct capy_seq *s, uint64_t n, struct capy_seq **out, struct capy_err *err);
 
 /* The recurrent state (Gated DeltaNet states and conv windows, PLE context) of s at its

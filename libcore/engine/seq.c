@@ -30,7 +30,8 @@ void capy_seq_free(struct capy_seq *s)
 	if (!s)
 		return;
 	drop_pages_from(s, 0);
-	s->e->ops->state_free(s->e, s->state);
+	if (s->state)
+		s->e->ops->state_free(s->e, s->state);
 	capy_snapshot_free(s->checkpoint);
 	free(s->pages);
 	free(s->tokens);
@@ -118,8 +119,9 @@ int capy_seq_share(const struct capy_seq *s, uint64_t n, struct capy_seq **out, 
 
 	if (n > s->len)
 		return capy_err_set(err, CAPY_EINVAL, "cannot share %" PRIu64 " tokens of a sequence of %" PRIu64, n, s->len);
-	if ((rc = capy_seq_new(e, &d, err)) < 0)
-		return rc;
+	if (!(d = calloc(1, sizeof(*d))))
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory for a sequence");
+	d->e = e;
 	if ((rc = grow_pages(d, np, err)) < 0 || (rc = seq_reserve_history(d, n, err)) < 0) {
 		capy_seq_free(d);
 		return rc;
@@ -131,16 +133,27 @@ int capy_seq_share(const struct capy_seq *s, uint64_t n, struct capy_seq **out, 
 	if (n)
 		memcpy(d->tokens, s->tokens, n * sizeof(int32_t));
 	d->len = n;
-	d->state_valid = n == s->len && s->state_valid;
-	if (d->state_valid)
-		e->ops->state_copy(e, d->state, s->state);
 	*out = d;
 	return 0;
 }
 
 int capy_seq_fork(const struct capy_seq *s, struct capy_seq **out, struct capy_err *err)
 {
-	return capy_seq_share(s, s->len, out, err);
+	struct capy_seq *d;
+	int rc;
+
+	if (!s->state_valid)
+		return capy_err_set(err, CAPY_EINVAL, "a sequence without recurrent state cannot be forked");
+	if ((rc = capy_seq_share(s, s->len, &d, err)) < 0)
+		return rc;
+	if ((rc = s->e->ops->state_new(s->e, &d->state, err)) < 0) {
+		capy_seq_free(d);
+		return rc;
+	}
+	s->e->ops->state_copy(s->e, d->state, s->state);
+	d->state_valid = true;
+	*out = d;
+	return 0;
 }
 
 int capy_snapshot_take(const struct capy_seq *s, struct capy_snapshot **out, struct capy_err *err)
@@ -189,6 +202,11 @@ int capy_seq_restore(struct capy_seq *s, const struct capy_snapshot *sn, struct 
 	if (sn->len != s->len)
 		return capy_err_set(err, CAPY_EINVAL, "a snapshot at %" PRIu64 " tokens does not fit a sequence of %" PRIu64,
 				    sn->len, s->len);
+	if (!s->state) {
+		int rc = s->e->ops->state_new(s->e, &s->state, err);
+		if (rc < 0)
+			return rc;
+	}
 	s->e->ops->state_copy(s->e, s->state, sn->state);
 	s->state_valid = true;
 	return 0;

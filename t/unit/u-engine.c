@@ -1,6 +1,8 @@
 /* u-engine.c - sequence state: fork gives an independent copy, a checkpoint lets a sequence
- * be cut back exactly, and bad token ids are refused. Runs on the qwen4_exp fixture, whose
- * state has every kind (KV, QSA blocks, GDN, PLE). */
+ * be cut back exactly, shared prefixes and snapshots resume exactly, bad token ids are
+ * refused, and a batched step gives every sequence the bits it gets alone. Runs on the
+ * qwen4_exp fixture, whose state has every kind (KV pages, QSA blocks, GDN, PLE), and the
+ * batch tests on every family. */
 #include "test.h"
 #include "artifact/artifact.h"
 #include "convert/convert.h"
@@ -12,21 +14,31 @@ static struct capy_artifact *art;
 static struct capy_engine *eng;
 static uint64_t V;
 
-static void setup(void)
+/* Convert a fixture into a temporary artifact and open it (the file is unlinked at once). */
+static struct capy_artifact *open_fixture(const char *name)
 {
 	char model[4096], out[256];
 	struct capy_convert_opts o = { 0 };
 	struct capy_convert_stats st;
 	struct capy_err err = { 0 };
+	struct capy_artifact *a = NULL;
 
-	test_fixture_path("qwen4_exp", model, sizeof(model));
-	snprintf(out, sizeof(out), "/tmp/u-engine-%d.capy", (int)getpid());
+	test_fixture_path(name, model, sizeof(model));
+	snprintf(out, sizeof(out), "/tmp/u-engine-%d-%s.capy", (int)getpid(), name);
 	o.model_dir = model;
 	o.out_path = out;
 	o.threads = 1;
 	CHECK_EQ_INT(capy_convert(&o, &st, &err), 0);
-	CHECK_EQ_INT(capy_artifact_open(&art, out, &err), 0);
+	CHECK_MSG(capy_artifact_open(&a, out, &err) == 0, "%s", err.msg);
 	unlink(out);
+	return a;
+}
+
+static void setup(void)
+{
+	struct capy_err err = { 0 };
+
+	art = open_fixture("qwen4_exp");
 	CHECK_EQ_INT(capy_engine_new(&eng, art, &(struct capy_engine_opts){ .threads = 2 }, &err), 0);
 	CHECK_MSG(!err.msg[0], "%s", err.msg);
 	V = capy_engine_config(eng)->vocab_size;
@@ -104,6 +116,161 @@ static void test_bad_ids(void)
 	free(l);
 }
 
+/* Shared prefixes: a sequence made from the first 30 tokens of another plus the snapshot
+ * taken there continues exactly as the original did, and writing into the shared pages
+ * (the last one is partly filled) copies them: the original is unchanged. */
+static void test_share_snapshot(void)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *s, *d, *ref;
+	struct capy_snapshot *sn;
+	float *l1 = malloc(V * 20 * 4), *l2 = malloc(V * 20 * 4);
+	int32_t toks[50];
+
+	for (int i = 0; i < 50; i++)
+		toks[i] = (int32_t)((i * 37 + 11) % 520);
+	capy_seq_new(eng, &s, &err);
+	capy_seq_new(eng, &ref, &err);
+	CHECK_EQ_INT(capy_engine_forward(eng, s, toks, 30, l1, false, &err), 0);
+	CHECK_EQ_INT(capy_snapshot_take(s, &sn, &err), 0);
+	CHECK_EQ_U64(capy_snapshot_len(sn), 30);
+	CHECK(capy_snapshot_bytes(sn) > 0);
+	CHECK_EQ_INT(capy_engine_forward(eng, s, toks + 30, 20, l1, true, &err), 0);
+	CHECK_EQ_INT(capy_seq_share(s, 30, &d, &err), 0);
+	CHECK_EQ_U64(capy_seq_len(d), 30);
+	CHECK(!memcmp(capy_seq_tokens(d), toks, 30 * sizeof(int32_t)));
+	/* Without the snapshot the shared sequence has no recurrent state. */
+	CHECK(capy_engine_forward(eng, d, toks + 30, 1, l2, false, &err) == CAPY_EINVAL);
+	CHECK_CONTAINS(err.msg, "restore a snapshot");
+	CHECK_EQ_INT(capy_seq_restore(d, sn, &err), 0);
+	CHECK_EQ_INT(capy_engine_forward(eng, d, toks + 30, 20, l2, true, &err), 0);
+	CHECK_MSG(!memcmp(l1, l2, V * 20 * 4), "resuming from the shared prefix differs");
+	/* d and s now hold different pages past 30; s still gives what a fresh run of the same
+	 * steps gives. */
+	CHECK_EQ_INT(capy_engine_forward(eng, ref, toks, 30, l2, false, &err), 0);
+	CHECK_EQ_INT(capy_engine_forward(eng, ref, toks + 30, 20, l2, false, &err), 0);
+	capy_engine_forward(eng, s, B, 6, l1, true, &err);
+	capy_engine_forward(eng, ref, B, 6, l2, true, &err);
+	CHECK_MSG(!memcmp(l1, l2, V * 6 * 4), "the original changed after its pages were shared");
+	/* A snapshot fits only its length. */
+	CHECK(capy_seq_restore(s, sn, &err) == CAPY_EINVAL);
+	CHECK(capy_seq_share(s, capy_seq_len(s) + 1, &d, &err) == CAPY_EINVAL || (capy_seq_free(d), 0));
+	capy_snapshot_free(sn);
+	capy_seq_free(s);
+	capy_seq_free(d);
+	capy_seq_free(ref);
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+	free(l1);
+	free(l2);
+}
+
+static void test_step_errors(void)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *s;
+	float *l = malloc(V * 4);
+	int32_t many[600] = { 0 };
+
+	capy_seq_new(eng, &s, &err);
+	struct capy_step_item two[2] = { { s, A, 3, l, false }, { s, B, 2, NULL, false } };
+	CHECK(capy_engine_step(eng, two, 2, &err) == CAPY_EINVAL);
+	CHECK_CONTAINS(err.msg, "the same sequence");
+	struct capy_step_item big = { s, many, 600, l, false };
+	CHECK(capy_engine_step(eng, &big, 1, &err) == CAPY_EINVAL);
+	CHECK_CONTAINS(err.msg, "more than the engine's 512");
+	CHECK(capy_engine_step(eng, &big, 0, &err) == CAPY_EINVAL);
+	CHECK_EQ_U64(capy_seq_len(s), 0);
+	capy_seq_free(s);
+	free(l);
+}
+
+/* One family: NSEQ sequences with prompts of different lengths (one longer than a page,
+ * one of a single token) run alone — prompt in one forward, then DECODE tokens one at a
+ * time — and together: all prompts in one step, the decode tokens of everyone in one step
+ * each, and a late sequence whose prompt joins while the others decode. Every logit must
+ * be bitwise the same, for 1 and 3 threads. */
+#define NSEQ 4
+#define DECODE 5
+static void batch_family(const char *name, int threads)
+{
+	static const uint64_t plen[NSEQ] = { 37, 1, 70, 9 };
+	struct capy_err err = { 0 };
+	struct capy_artifact *a = open_fixture(name);
+	struct capy_engine *e = NULL;
+	struct capy_seq *alone[NSEQ], *tog[NSEQ];
+	int32_t prompt[NSEQ][80], next[NSEQ][DECODE];
+	float *ref, *got;
+	uint64_t vs;
+
+	if (!a)
+		return;
+	CHECK_EQ_INT(capy_engine_new(&e, a, &(struct capy_engine_opts){ .threads = threads }, &err), 0);
+	if (!e) {
+		capy_artifact_close(a);
+		return;
+	}
+	vs = capy_engine_config(e)->vocab_size;
+	ref = calloc(NSEQ * (DECODE + 1) * vs, sizeof(float));
+	got = calloc(NSEQ * (DECODE + 1) * vs, sizeof(float));
+	for (int q = 0; q < NSEQ; q++) {
+		for (uint64_t i = 0; i < plen[q]; i++)
+			prompt[q][i] = (int32_t)((q * 131 + i * 17 + 3) % 520);
+		for (int i = 0; i < DECODE; i++)
+			next[q][i] = (int32_t)((q * 7 + i * 29 + 100) % 520);
+		capy_seq_new(e, &alone[q], &err);
+		capy_seq_new(e, &tog[q], &err);
+		CHECK_EQ_INT(capy_engine_forward(e, alone[q], prompt[q], plen[q], ref + (q * (DECODE + 1)) * vs, false, &err), 0);
+		for (int i = 0; i < DECODE; i++)
+			CHECK_EQ_INT(capy_engine_forward(e, alone[q], &next[q][i], 1, ref + (q * (DECODE + 1) + i + 1) * vs,
+							 false, &err), 0);
+	}
+	/* Sequences 0-2 prefill together; 3 joins after two decode steps of the others. */
+	struct capy_step_item it[NSEQ];
+	for (int q = 0; q < 3; q++)
+		it[q] = (struct capy_step_item){ tog[q], prompt[q], plen[q], got + (q * (DECODE + 1)) * vs, false };
+	CHECK_MSG(capy_engine_step(e, it, 3, &err) == 0, "%s", err.msg);
+	for (int i = 0; i < DECODE + 1; i++) {
+		size_t n = 0;
+		for (int q = 0; q < 3; q++)
+			if (i < DECODE)
+				it[n++] = (struct capy_step_item){ tog[q], &next[q][i], 1,
+								   got + (q * (DECODE + 1) + i + 1) * vs, false };
+		if (i == 2)
+			it[n++] = (struct capy_step_item){ tog[3], prompt[3], plen[3], got + (3 * (DECODE + 1)) * vs, false };
+		if (i >= 3)
+			it[n++] = (struct capy_step_item){ tog[3], &next[3][i - 3], 1, got + (3 * (DECODE + 1) + i - 2) * vs,
+							   false };
+		if (n)
+			CHECK_MSG(capy_engine_step(e, it, n, &err) == 0, "%s", err.msg);
+	}
+	/* The late one still has its last decode tokens to run. */
+	for (int i = DECODE - 2; i < DECODE; i++)
+		capy_engine_forward(e, tog[3], &next[3][i], 1, got + (3 * (DECODE + 1) + i + 1) * vs, false, &err);
+	for (int q = 0; q < NSEQ; q++)
+		for (int i = 0; i <= DECODE; i++)
+			CHECK_MSG(!memcmp(ref + (q * (DECODE + 1) + i) * vs, got + (q * (DECODE + 1) + i) * vs, vs * 4),
+				  "%s, %d threads: sequence %d, logits %d differ in a batch", name, threads, q, i);
+	for (int q = 0; q < NSEQ; q++) {
+		capy_seq_free(alone[q]);
+		capy_seq_free(tog[q]);
+	}
+	CHECK_EQ_U64(capy_engine_pages_used(e), 0);
+	free(ref);
+	free(got);
+	capy_engine_free(e);
+	capy_artifact_close(a);
+}
+
+static void test_batch_invariance(void)
+{
+	static const char *const fam[] = { "qwen3_5-dense", "qwen3_5_moe", "qwen3_5_moe-nvfp4", "qwen3_next", "qwen4_exp" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(fam); i++) {
+		batch_family(fam[i], 1);
+		batch_family(fam[i], 3);
+	}
+}
+
 int main(void)
 {
 	RUN(setup);
@@ -111,7 +278,10 @@ int main(void)
 		RUN(test_fork);
 		RUN(test_truncate);
 		RUN(test_bad_ids);
+		RUN(test_share_snapshot);
+		RUN(test_step_errors);
 	}
+	RUN(test_batch_invariance);
 	capy_engine_free(eng);
 	capy_artifact_close(art);
 	return test_summary();
