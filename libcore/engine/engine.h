@@ -85,8 +85,9 @@ void capy_seq_free(struct capy_seq *s);
 /* Tokens consumed so far, and those tokens. */
 uint64_t capy_seq_len(const struct capy_seq *s);
 const int32_t *capy_seq_tokens(const struct capy_seq *s);
-/* Pages the sequence holds (some may be shared with others). */
-uint64_t capy_seq_pages(const struct capy_seq *s);
+/* The ids of the attention-cache pages the sequence holds, in token order (*n of them; some
+ * may be shared with other sequences): for counting memory that sequences share. */
+const uint32_t *capy_seq_page_ids(const struct capy_seq *s, uint64_t *n);
 /* A copy of s, sharing its attention-cache pages (copy-on-write), with its own copy of the
  * recurrent state. */
 int capy_seq_fork(const struct capy_seq *s, struct capy_seq **out, struct capy_err *err);

@@ -48,9 +48,10 @@ const int32_t *capy_seq_tokens(const struct capy_seq *s)
 	return s->tokens;
 }
 
-uint64_t capy_seq_pages(const struct capy_seq *s)
+const uint32_t *capy_seq_page_ids(const struct capy_seq *s, uint64_t *n)
 {
-	return s->n_pages;
+	*n = s->n_pages;
+	return s->pages;
 }
 
 static int grow_pages(struct capy_seq *s, uint64_t need, struct capy_err *err)

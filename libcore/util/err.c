@@ -73,6 +73,7 @@ const char *capy_err_name(int code)
 	case CAPY_ECANCELED: return "canceled";
 	case CAPY_EUNSUPPORTED: return "unsupported";
 	case CAPY_ECHECKSUM: return "checksum mismatch";
+	case CAPY_EBUSY: return "busy";
 	}
 	return "unknown error";
 }

@@ -30,6 +30,7 @@ enum capy_err_code {
 	CAPY_ECANCELED = -6, /* the work was interrupted on request */
 	CAPY_EUNSUPPORTED = -7, /* valid input that this build cannot handle */
 	CAPY_ECHECKSUM = -8, /* stored data does not match its checksum */
+	CAPY_EBUSY = -9,     /* a queue or capacity limit is full: try again later */
 };
 
 #define CAPY_ERR_MSG_MAX 1024

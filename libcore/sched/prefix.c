@@ -1,0 +1,285 @@
+/* prefix.c - the prefix cache: entries of shared attention-cache pages with snapshots of the
+ * recurrent state along them, looked up by the longest matching prompt prefix, evicted
+ * least recently used first (see sched-impl.h). */
+#include "sched-impl.h"
+
+struct psnap {
+	struct capy_snapshot *sn;
+	uint64_t used;               /* tick of the last insert or hit */
+};
+
+struct prefix_entry {
+	struct capy_seq *holder;     /* pages and ids of [0, len); no recurrent state */
+	struct psnap *snaps;         /* ascending position */
+	size_t n_snaps, cap_snaps;
+	struct prefix_entry **owner; /* the live request's handle, or NULL */
+	struct prefix_entry *prev, *next;
+};
+
+struct prefix_cache {
+	struct capy_engine *e;
+	uint64_t budget, tick;
+	struct prefix_entry *head;
+	uint32_t *page_refs;         /* [cap_refs] holders referencing each page id */
+	uint32_t cap_refs;
+	uint64_t distinct_pages, snap_bytes, n_entries, n_snaps;
+};
+
+int prefix_new(struct prefix_cache **out, struct capy_engine *e, uint64_t budget, struct capy_err *err)
+{
+	struct prefix_cache *pc = calloc(1, sizeof(*pc));
+
+	if (!pc)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	pc->e = e;
+	pc->budget = budget;
+	*out = pc;
+	return 0;
+}
+
+/* Count (or uncount) the pages of a holder among the cache's distinct pages. */
+static int account(struct prefix_cache *pc, const struct capy_seq *h, int sign, struct capy_err *err)
+{
+	uint64_t n;
+	const uint32_t *pages = capy_seq_page_ids(h, &n);
+
+	for (uint64_t i = 0; i < n; i++) {
+		uint32_t id = pages[i];
+		if (id >= pc->cap_refs) {
+			uint32_t cap = pc->cap_refs ? pc->cap_refs : 256, *p;
+			while (cap <= id)
+				cap *= 2;
+			if (!(p = realloc(pc->page_refs, (size_t)cap * sizeof(*p)))) {
+				while (i--) /* undo, so the counts stay right */
+					if (--pc->page_refs[pages[i]] == 0)
+						pc->distinct_pages--;
+				return capy_err_set(err, CAPY_ENOMEM, "out of memory for the prefix cache");
+			}
+			memset(p + pc->cap_refs, 0, (size_t)(cap - pc->cap_refs) * sizeof(*p));
+			pc->page_refs = p;
+			pc->cap_refs = cap;
+		}
+		if (sign > 0 && pc->page_refs[id]++ == 0)
+			pc->distinct_pages++;
+		else if (sign < 0 && --pc->page_refs[id] == 0)
+			pc->distinct_pages--;
+	}
+	return 0;
+}
+
+static void drop_holder(struct prefix_cache *pc, struct prefix_entry *en)
+{
+	if (!en->holder)
+		return;
+	account(pc, en->holder, -1, NULL);
+	capy_seq_free(en->holder);
+	en->holder = NULL;
+}
+
+/* Make h (a new holder sequence) the entry's; the old one goes. */
+static int set_holder(struct prefix_cache *pc, struct prefix_entry *en, struct capy_seq *h, struct capy_err *err)
+{
+	int rc = account(pc, h, +1, err);
+
+	if (rc < 0) {
+		capy_seq_free(h);
+		return rc;
+	}
+	drop_holder(pc, en);
+	en->holder = h;
+	return 0;
+}
+
+static void free_entry(struct prefix_cache *pc, struct prefix_entry *en)
+{
+	for (size_t i = 0; i < en->n_snaps; i++) {
+		pc->snap_bytes -= capy_snapshot_bytes(en->snaps[i].sn);
+		capy_snapshot_free(en->snaps[i].sn);
+	}
+	pc->n_snaps -= en->n_snaps;
+	drop_holder(pc, en);
+	if (en->owner)
+		*en->owner = NULL;
+	if (en->prev)
+		en->prev->next = en->next;
+	else
+		pc->head = en->next;
+	if (en->next)
+		en->next->prev = en->prev;
+	pc->n_entries--;
+	free(en->snaps);
+	free(en);
+}
+
+void prefix_free(struct prefix_cache *pc)
+{
+	if (!pc)
+		return;
+	while (pc->head)
+		free_entry(pc, pc->head);
+	free(pc->page_refs);
+	free(pc);
+}
+
+static uint64_t cache_bytes(const struct prefix_cache *pc)
+{
+	return pc->snap_bytes + pc->distinct_pages * capy_engine_page_bytes(pc->e);
+}
+
+/* Drop the least recently used snapshot; an entry left without any goes too, unless a
+ * request still extends it; one that keeps some is cut back to its last. */
+static void evict_one(struct prefix_cache *pc)
+{
+	struct prefix_entry *best = NULL;
+	size_t bi = 0;
+
+	for (struct prefix_entry *en = pc->head; en; en = en->next)
+		for (size_t i = 0; i < en->n_snaps; i++)
+			if (!best || en->snaps[i].used < best->snaps[bi].used) {
+				best = en;
+				bi = i;
+			}
+	if (!best) { /* only live entries without snapshots: their pages */
+		for (struct prefix_entry *en = pc->head; en; en = en->next)
+			drop_holder(pc, en);
+		return;
+	}
+	pc->snap_bytes -= capy_snapshot_bytes(best->snaps[bi].sn);
+	capy_snapshot_free(best->snaps[bi].sn);
+	memmove(best->snaps + bi, best->snaps + bi + 1, (best->n_snaps - bi - 1) * sizeof(*best->snaps));
+	best->n_snaps--;
+	pc->n_snaps--;
+	if (best->owner)
+		return;
+	if (!best->n_snaps) {
+		free_entry(pc, best);
+		return;
+	}
+	uint64_t last = capy_snapshot_len(best->snaps[best->n_snaps - 1].sn);
+	struct capy_seq *h;
+	if (best->holder && last < capy_seq_len(best->holder) && capy_seq_share(best->holder, last, &h, NULL) == 0)
+		set_holder(pc, best, h, NULL);
+}
+
+static void shrink(struct prefix_cache *pc)
+{
+	while (cache_bytes(pc) > pc->budget && (pc->n_snaps || pc->distinct_pages))
+		evict_one(pc);
+}
+
+int prefix_insert(struct prefix_cache *pc, struct prefix_entry **entry, const struct capy_seq *seq,
+		  struct capy_err *err)
+{
+	struct prefix_entry *en = *entry;
+	struct capy_snapshot *sn;
+	struct capy_seq *h;
+	uint64_t len = capy_seq_len(seq);
+	int rc;
+
+	if (!len || !pc->budget)
+		return 0;
+	if (en && en->n_snaps && capy_snapshot_len(en->snaps[en->n_snaps - 1].sn) == len)
+		return 0; /* already there */
+	if (!en) {
+		if (!(en = calloc(1, sizeof(*en))))
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory for the prefix cache");
+		en->next = pc->head;
+		if (pc->head)
+			pc->head->prev = en;
+		pc->head = en;
+		pc->n_entries++;
+		en->owner = entry;
+		*entry = en;
+	}
+	if (en->n_snaps == en->cap_snaps) {
+		size_t cap = en->cap_snaps ? 2 * en->cap_snaps : 4;
+		struct psnap *p = realloc(en->snaps, cap * sizeof(*p));
+		if (!p)
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory for the prefix cache");
+		en->snaps = p;
+		en->cap_snaps = cap;
+	}
+	if ((rc = capy_snapshot_take(seq, &sn, err)) < 0)
+		return rc;
+	if ((rc = capy_seq_share(seq, len, &h, err)) < 0 || (rc = set_holder(pc, en, h, err)) < 0) {
+		capy_snapshot_free(sn);
+		return rc;
+	}
+	en->snaps[en->n_snaps++] = (struct psnap){ sn, ++pc->tick };
+	pc->n_snaps++;
+	pc->snap_bytes += capy_snapshot_bytes(sn);
+	shrink(pc);
+	return 0;
+}
+
+void prefix_detach(struct prefix_cache *pc, struct prefix_entry **entry)
+{
+	struct prefix_entry *en = *entry;
+
+	if (!en)
+		return;
+	en->owner = NULL;
+	*entry = NULL;
+	if (!en->n_snaps)
+		free_entry(pc, en);
+}
+
+static uint64_t common_prefix(const int32_t *a, const int32_t *b, uint64_t n)
+{
+	uint64_t i = 0;
+
+	while (i < n && a[i] == b[i])
+		i++;
+	return i;
+}
+
+int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
+		  struct capy_seq **out, uint64_t *cached, struct capy_err *err)
+{
+	struct prefix_entry *best = NULL;
+	size_t bi = 0;
+	uint64_t best_len = 0;
+	struct capy_seq *s;
+	int rc;
+
+	*out = NULL;
+	*cached = 0;
+	for (struct prefix_entry *en = pc->head; en; en = en->next) {
+		uint64_t m;
+		if (!en->holder || !en->n_snaps)
+			continue;
+		m = common_prefix(capy_seq_tokens(en->holder), prompt,
+				  CAPY_MIN(CAPY_MIN(capy_seq_len(en->holder), n), limit));
+		for (size_t i = en->n_snaps; i-- > 0;) {
+			uint64_t p = capy_snapshot_len(en->snaps[i].sn);
+			if (p <= m) {
+				if (p > best_len) {
+					best = en;
+					bi = i;
+					best_len = p;
+				}
+				break;
+			}
+		}
+	}
+	if (!best)
+		return 0;
+	if ((rc = capy_seq_share(best->holder, best_len, &s, err)) < 0)
+		return rc;
+	if ((rc = capy_seq_restore(s, best->snaps[bi].sn, err)) < 0) {
+		capy_seq_free(s);
+		return rc;
+	}
+	best->snaps[bi].used = ++pc->tick;
+	*out = s;
+	*cached = best_len;
+	return 0;
+}
+
+void prefix_stats(const struct prefix_cache *pc, struct prefix_stats *st)
+{
+	st->bytes = cache_bytes(pc);
+	st->entries = pc->n_entries;
+	st->snapshots = pc->n_snaps;
+	st->pages = pc->distinct_pages;
+}

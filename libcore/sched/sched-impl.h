@@ -1,0 +1,41 @@
+/* sched-impl.h - the prefix cache the scheduler keeps (prefix.c). Include only inside
+ * libcore/sched/ (and its unit test).
+ *
+ * An entry is one conversation's token history as far as it was cached: a holder sequence
+ * (attention-cache pages and token ids, no recurrent state) and the snapshots of the
+ * recurrent state taken at positions along it. A request that runs keeps extending the
+ * entry it created (live); a later request resumes at the best snapshot of any entry whose
+ * tokens match its prompt that far. Memory counted against the budget: the snapshots and the
+ * distinct pages the holders reference.
+ */
+#ifndef CAPY_SCHED_IMPL_H
+#define CAPY_SCHED_IMPL_H
+
+#include "sched.h"
+
+struct prefix_cache;
+struct prefix_entry;
+
+int prefix_new(struct prefix_cache **out, struct capy_engine *e, uint64_t budget, struct capy_err *err);
+void prefix_free(struct prefix_cache *pc);
+
+/* The longest usable prefix of prompt[0..n) ending at most at `limit` tokens: *out is a new
+ * sequence at that length with its recurrent state restored and *cached its length; with
+ * nothing usable *out is NULL and *cached 0. */
+int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
+		  struct capy_seq **out, uint64_t *cached, struct capy_err *err);
+
+/* Cache seq's state at its current length. *entry is the caller's handle on the entry its
+ * sequence extends: NULL the first time (an entry is made and *entry set); the cache sets it
+ * back to NULL if it evicts the entry. May evict other snapshots to stay within the budget. */
+int prefix_insert(struct prefix_cache *pc, struct prefix_entry **entry, const struct capy_seq *seq,
+		  struct capy_err *err);
+/* The caller's sequence is done with *entry (it will not be extended any more). */
+void prefix_detach(struct prefix_cache *pc, struct prefix_entry **entry);
+
+struct prefix_stats {
+	uint64_t bytes, entries, snapshots, pages;
+};
+void prefix_stats(const struct prefix_cache *pc, struct prefix_stats *st);
+
+#endif

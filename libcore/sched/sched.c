@@ -1,0 +1,618 @@
+/* sched.c - continuous batching on an engine thread: the request queue, admission, the
+ * composition of each step (one token per generating request, prompt pieces of the others),
+ * sampling, the prefix cache's snapshots, cancellation and shutdown (see sched.h). */
+#include "sched-impl.h"
+#include "../util/log.h"
+
+#include <math.h>
+#include <pthread.h>
+#include <time.h>
+
+#define MAX_STOP_IDS 16
+
+enum phase { QUEUED, PREFILL, DECODE };
+
+struct req {
+	uint64_t id;
+	struct capy_gen_request r;
+	int32_t *prompt;
+	int32_t stop[MAX_STOP_IDS];
+	enum phase phase;
+	struct capy_seq *seq;
+	struct capy_sampler *smp;
+	float *logits;
+	int32_t next;                 /* the sampled token the next step feeds */
+	uint64_t generated, cached, max_new;
+	struct prefix_entry *entry;
+	bool cancel;                  /* asked for (under the mutex) */
+	double t_submit, t_start, t_prefilled;
+	bool cancel_seen;             /* the engine thread's copy of cancel */
+	struct req *qnext;            /* the queue */
+	struct req *aprev, *anext;    /* every request not yet ended (under the mutex) */
+};
+
+struct capy_sched {
+	struct capy_engine *e;
+	struct capy_sched_opts o;
+	uint64_t vocab, step_tokens;
+	pthread_t thread;
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	struct req *q_head, *q_tail;  /* waiting, in order (under the mutex) */
+	uint64_t n_queued;
+	struct req *all;              /* not ended (under the mutex) */
+	bool closing, failed, stop_now;
+	double deadline;
+	uint64_t next_id;
+	struct capy_sched_stats st;   /* under the mutex */
+	/* engine thread only */
+	struct req **active;
+	size_t n_active;
+	size_t rr;                    /* round-robin start among prompt readers */
+	struct prefix_cache *pc;
+	struct capy_step_item *items;
+	struct req **item_req;
+	float *lp_work;               /* [vocab] log-probabilities */
+	char fail_msg[CAPY_ERR_MSG_MAX + 32];
+};
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --- requests -------------------------------------------------------------------------------- */
+
+static void free_req(struct req *q)
+{
+	if (!q)
+		return;
+	capy_seq_free(q->seq);
+	capy_sampler_free(q->smp);
+	free(q->logits);
+	free(q->prompt);
+	free(q);
+}
+
+static void unlink_all(struct capy_sched *s, struct req *q)
+{
+	if (q->aprev)
+		q->aprev->anext = q->anext;
+	else
+		s->all = q->anext;
+	if (q->anext)
+		q->anext->aprev = q->aprev;
+}
+
+/* The END event, the answer's snapshot for the cache, and the request is gone. Engine thread. */
+static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why, int32_t stop_token,
+		   const char *error)
+{
+	double t = now();
+	struct capy_gen_event ev = { .type = CAPY_GEN_END, .id = q->id, .cached_tokens = q->cached };
+
+	if (s->pc && q->seq && why != CAPY_FINISH_ERROR) {
+		struct capy_err err = { 0 };
+		if (prefix_insert(s->pc, &q->entry, q->seq, &err) < 0)
+			capy_log_warn("prefix cache: %s", err.msg);
+	}
+	if (s->pc)
+		prefix_detach(s->pc, &q->entry);
+	ev.finish = why;
+	ev.stop_token = stop_token;
+	ev.error = error;
+	ev.prompt_tokens = q->r.n_prompt;
+	ev.generated_tokens = q->generated;
+	ev.queue_s = (q->t_start ? q->t_start : t) - q->t_submit;
+	ev.prefill_s = q->t_start ? (q->t_prefilled ? q->t_prefilled : t) - q->t_start : 0;
+	ev.decode_s = q->t_prefilled ? t - q->t_prefilled : 0;
+	q->r.cb(q->r.ud, &ev);
+	pthread_mutex_lock(&s->mu);
+	unlink_all(s, q);
+	s->st.generated_tokens += q->generated;
+	pthread_mutex_unlock(&s->mu);
+	free_req(q);
+}
+
+static void remove_active(struct capy_sched *s, size_t i)
+{
+	memmove(s->active + i, s->active + i + 1, (s->n_active - i - 1) * sizeof(*s->active));
+	s->n_active--;
+}
+
+/* Enter the batch: the longest cached prefix, or a fresh sequence; START. */
+static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
+{
+	uint64_t cached = 0;
+	int rc;
+	struct capy_gen_event ev = { .type = CAPY_GEN_START, .id = q->id };
+
+	q->t_start = now();
+	if (s->pc) {
+		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, err)) < 0)
+			return rc;
+		pthread_mutex_lock(&s->mu);
+		s->st.cache_lookups++;
+		s->st.cache_hits += cached > 0;
+		pthread_mutex_unlock(&s->mu);
+	}
+	if (!q->seq && (rc = capy_seq_new(s->e, &q->seq, err)) < 0)
+		return rc;
+	if ((rc = capy_sampler_new(&q->smp, s->vocab, &q->r.sampling, err)) < 0)
+		return rc;
+	capy_sampler_prompt(q->smp, q->prompt, q->r.n_prompt);
+	if (!(q->logits = malloc(s->vocab * sizeof(float))))
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	q->cached = cached;
+	q->phase = PREFILL;
+	pthread_mutex_lock(&s->mu);
+	s->st.prompt_tokens += q->r.n_prompt;
+	s->st.cached_tokens += cached;
+	s->st.requests++;
+	pthread_mutex_unlock(&s->mu);
+	ev.cached_tokens = cached;
+	q->r.cb(q->r.ud, &ev);
+	return 0;
+}
+
+/* Where the next prompt piece of q ends: the prompt's end, one chunk on, or the next
+ * snapshot position, whichever comes first — all of them the request's own. */
+static uint64_t piece_end(const struct capy_sched *s, const struct req *q)
+{
+	uint64_t pos = capy_seq_len(q->seq), end = CAPY_MIN(q->r.n_prompt, pos + s->o.prefill_chunk);
+	uint64_t iv = s->o.snapshot_interval, next_iv = (pos / iv + 1) * iv;
+
+	if (q->r.snapshot_at > pos && q->r.snapshot_at < end)
+		end = q->r.snapshot_at;
+	if (s->pc && next_iv < end)
+		end = next_iv;
+	return end;
+}
+
+static bool is_snapshot_point(const struct capy_sched *s, const struct req *q, uint64_t pos)
+{
+	return pos == q->r.n_prompt || pos == q->r.snapshot_at || pos % s->o.snapshot_interval == 0;
+}
+
+/* log-softmax of the raw logits, the chosen token's value and the n most likely. */
+static void logprobs(struct capy_sched *s, const float *logits, int32_t tok, int n, float *lp_tok, int32_t *ids,
+		     float *lps)
+{
+	uint64_t V = s->vocab;
+	float mx = -INFINITY, *lp = s->lp_work;
+	double sum = 0;
+
+	for (uint64_t i = 0; i < V; i++)
+		mx = fmaxf(mx, logits[i]);
+	for (uint64_t i = 0; i < V; i++)
+		sum += exp((double)(logits[i] - mx));
+	for (uint64_t i = 0; i < V; i++)
+		lp[i] = (float)((double)(logits[i] - mx) - log(sum));
+	*lp_tok = lp[tok];
+	for (int k = 0; k < n; k++) {
+		int64_t best = -1;
+		for (uint64_t i = 0; i < V; i++) {
+			bool taken = false;
+			for (int j = 0; j < k && !taken; j++)
+				taken = (uint64_t)ids[j] == i;
+			if (!taken && (best < 0 || lp[i] > lp[best]))
+				best = (int64_t)i;
+		}
+		ids[k] = (int32_t)best;
+		lps[k] = lp[best];
+	}
+}
+
+/* After a step gave q its logits: the next token, and whether the request goes on. */
+static void next_token(struct capy_sched *s, struct req *q, size_t ai)
+{
+	struct capy_gen_event ev = { .type = CAPY_GEN_TOKEN, .id = q->id, .cached_tokens = q->cached };
+	int32_t top_ids[CAPY_GEN_MAX_TOP_LOGPROBS];
+	float top_lp[CAPY_GEN_MAX_TOP_LOGPROBS], lp_tok = 0;
+	float *raw = NULL;
+	int32_t tok;
+	int n_top = q->r.top_logprobs;
+
+	if (n_top >= 0) { /* the model's distribution, before the sampler changes the logits */
+		raw = s->lp_work + s->vocab;
+		memcpy(raw, q->logits, s->vocab * sizeof(float));
+	}
+	tok = capy_sampler_next(q->smp, q->logits);
+	for (size_t i = 0; i < q->r.n_stop_ids; i++)
+		if (q->stop[i] == tok) {
+			remove_active(s, ai);
+			finish(s, q, CAPY_FINISH_STOP_TOKEN, tok, NULL);
+			return;
+		}
+	if (raw)
+		logprobs(s, raw, tok, n_top, &lp_tok, top_ids, top_lp);
+	ev.token = tok;
+	ev.index = q->generated++;
+	ev.logprob = lp_tok;
+	ev.n_top = n_top > 0 ? n_top : 0;
+	ev.top_ids = top_ids;
+	ev.top_logprobs = top_lp;
+	if (q->r.cb(q->r.ud, &ev)) {
+		remove_active(s, ai);
+		finish(s, q, CAPY_FINISH_STOPPED, 0, NULL);
+		return;
+	}
+	if (q->generated >= q->max_new || capy_seq_len(q->seq) + 1 >= s->o.max_context) {
+		remove_active(s, ai);
+		finish(s, q, CAPY_FINISH_LENGTH, 0, NULL);
+		return;
+	}
+	q->next = tok;
+	q->phase = DECODE;
+}
+
+/* --- the engine thread ----------------------------------------------------------------------- */
+
+static void fail_all(struct capy_sched *s, const char *msg)
+{
+	struct req *q;
+
+	while (s->n_active) {
+		q = s->active[s->n_active - 1];
+		s->n_active--;
+		finish(s, q, CAPY_FINISH_ERROR, 0, msg);
+	}
+	pthread_mutex_lock(&s->mu);
+	s->failed = s->st.failed = true;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* One step: decode tokens first, then prompt pieces in turn while they fit whole. */
+static void run_step(struct capy_sched *s)
+{
+	struct capy_err err = { 0 };
+	size_t n = 0, np = 0;
+	uint64_t total = 0;
+	bool reading = false;
+	double t0;
+	int rc;
+
+	for (size_t i = 0; i < s->n_active; i++) {
+		struct req *q = s->active[i];
+		if (q->phase != DECODE)
+			continue;
+		s->items[n] = (struct capy_step_item){ q->seq, &q->next, 1, q->logits, false };
+		s->item_req[n++] = q;
+		total++;
+	}
+	for (size_t k = 0; k < s->n_active; k++) {
+		struct req *q = s->active[(s->rr + k) % s->n_active];
+		uint64_t pos, end;
+		if (q->phase != PREFILL)
+			continue;
+		np++;
+		pos = capy_seq_len(q->seq);
+		end = piece_end(s, q);
+		if (total + (end - pos) > s->step_tokens)
+			continue;
+		s->items[n] = (struct capy_step_item){ q->seq, q->prompt + pos, end - pos,
+						       end == q->r.n_prompt ? q->logits : NULL, false };
+		s->item_req[n++] = q;
+		total += end - pos;
+		reading = true;
+	}
+	if (np)
+		s->rr++;
+	if (!n)
+		return;
+	t0 = now();
+	rc = capy_engine_step(s->e, s->items, n, &err);
+	pthread_mutex_lock(&s->mu);
+	s->st.steps++;
+	if (reading)
+		s->st.prefill_s += now() - t0;
+	else
+		s->st.decode_s += now() - t0;
+	for (size_t i = 0; i < n; i++)
+		if (s->item_req[i]->phase == PREFILL)
+			s->st.prefill_tokens += s->items[i].n;
+	pthread_mutex_unlock(&s->mu);
+	if (rc < 0) {
+		snprintf(s->fail_msg, sizeof(s->fail_msg), "the engine failed: %s", err.msg);
+		capy_log_error("%s", s->fail_msg);
+		fail_all(s, s->fail_msg);
+		return;
+	}
+	for (size_t i = 0; i < n; i++) {
+		struct req *q = s->item_req[i];
+		uint64_t pos = capy_seq_len(q->seq);
+		size_t ai = 0;
+		while (ai < s->n_active && s->active[ai] != q)
+			ai++;
+		if (q->phase == PREFILL) {
+			if (s->pc && is_snapshot_point(s, q, pos) && prefix_insert(s->pc, &q->entry, q->seq, &err) < 0)
+				capy_log_warn("prefix cache: %s", err.msg);
+			if (pos < q->r.n_prompt)
+				continue;
+			q->t_prefilled = now();
+		}
+		next_token(s, q, ai);
+	}
+}
+
+/* Take cancellations and new requests (under the mutex), then start the new ones. */
+static bool admit(struct capy_sched *s)
+{
+	struct req *start_list[64], *q;
+	size_t n_start = 0;
+	bool shutdown_now, closing;
+
+	pthread_mutex_lock(&s->mu);
+	for (;;) {
+		closing = s->closing;
+		shutdown_now = s->stop_now || (closing && now() >= s->deadline);
+		while (!closing && !s->failed && s->q_head && s->n_active + n_start < (size_t)s->o.max_concurrency &&
+		       n_start < ARRAY_SIZE(start_list)) {
+			q = s->q_head;
+			s->q_head = q->qnext;
+			if (!s->q_head)
+				s->q_tail = NULL;
+			s->n_queued--;
+			start_list[n_start++] = q;
+		}
+		if (s->n_active || n_start || s->q_head || closing)
+			break;
+		pthread_cond_wait(&s->cv, &s->mu);
+	}
+	/* Read the cancel flags while holding the mutex. */
+	for (size_t i = 0; i < s->n_active; i++)
+		s->active[i]->cancel_seen = s->active[i]->cancel;
+	for (size_t i = 0; i < n_start; i++)
+		start_list[i]->cancel_seen = start_list[i]->cancel;
+	s->st.queued = s->n_queued;
+	pthread_mutex_unlock(&s->mu);
+
+	for (size_t i = s->n_active; i-- > 0;)
+		if (s->active[i]->cancel_seen) {
+			q = s->active[i];
+			remove_active(s, i);
+			finish(s, q, CAPY_FINISH_CANCELLED, 0, NULL);
+		}
+	for (size_t i = 0; i < n_start; i++) {
+		struct capy_err err = { 0 };
+		q = start_list[i];
+		if (q->cancel_seen) {
+			finish(s, q, CAPY_FINISH_CANCELLED, 0, NULL);
+			continue;
+		}
+		if (start(s, q, &err) < 0) {
+			finish(s, q, CAPY_FINISH_ERROR, 0, err.msg);
+			continue;
+		}
+		s->active[s->n_active++] = q;
+	}
+	if (closing) {
+		/* Nothing new starts while closing: the queue ends now, the batch at the deadline. */
+		pthread_mutex_lock(&s->mu);
+		while ((q = s->q_head)) {
+			s->q_head = q->qnext;
+			s->n_queued--;
+			pthread_mutex_unlock(&s->mu);
+			finish(s, q, CAPY_FINISH_SHUTDOWN, 0, NULL);
+			pthread_mutex_lock(&s->mu);
+		}
+		s->q_tail = NULL;
+		pthread_mutex_unlock(&s->mu);
+		if (shutdown_now)
+			while (s->n_active) {
+				q = s->active[--s->n_active];
+				finish(s, q, CAPY_FINISH_SHUTDOWN, 0, NULL);
+			}
+		return s->n_active > 0;
+	}
+	if (s->failed) {
+		pthread_mutex_lock(&s->mu);
+		while ((q = s->q_head)) {
+			s->q_head = q->qnext;
+			s->n_queued--;
+			pthread_mutex_unlock(&s->mu);
+			finish(s, q, CAPY_FINISH_ERROR, 0, s->fail_msg);
+			pthread_mutex_lock(&s->mu);
+		}
+		s->q_tail = NULL;
+		pthread_mutex_unlock(&s->mu);
+	}
+	return true;
+}
+
+static void update_stats(struct capy_sched *s)
+{
+	struct prefix_stats ps = { 0 };
+
+	if (s->pc)
+		prefix_stats(s->pc, &ps);
+	pthread_mutex_lock(&s->mu);
+	s->st.active = s->n_active;
+	s->st.cache_bytes = ps.bytes;
+	s->st.cache_entries = ps.entries;
+	s->st.cache_snapshots = ps.snapshots;
+	s->st.kv_pages = capy_engine_pages_used(s->e);
+	pthread_mutex_unlock(&s->mu);
+}
+
+static void *engine_thread(void *arg)
+{
+	struct capy_sched *s = arg;
+
+	while (admit(s)) {
+		run_step(s);
+		update_stats(s);
+	}
+	update_stats(s);
+	return NULL;
+}
+
+/* --- the public side --------------------------------------------------------------------------- */
+
+int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct capy_sched_opts *opts,
+		   struct capy_err *err)
+{
+	struct capy_sched *s = calloc(1, sizeof(*s));
+	int rc;
+
+	if (!s)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	s->e = e;
+	if (opts)
+		s->o = *opts;
+	if (s->o.max_concurrency <= 0)
+		s->o.max_concurrency = 8;
+	if (!s->o.max_queue)
+		s->o.max_queue = 256;
+	if (!s->o.max_context)
+		s->o.max_context = 32768;
+	if (!s->o.prefill_chunk)
+		s->o.prefill_chunk = 256;
+	if (!s->o.snapshot_interval)
+		s->o.snapshot_interval = 4096;
+	s->vocab = capy_engine_config(e)->vocab_size;
+	s->step_tokens = capy_engine_step_tokens(e);
+	if (s->step_tokens < s->o.prefill_chunk + (uint64_t)s->o.max_concurrency) {
+		rc = capy_err_set(err, CAPY_EINVAL, "an engine step of %" PRIu64 " tokens cannot hold a prompt piece of %"
+				  PRIu64 " and %d decoding requests", s->step_tokens, s->o.prefill_chunk,
+				  s->o.max_concurrency);
+		free(s);
+		return rc;
+	}
+	s->active = calloc((size_t)s->o.max_concurrency, sizeof(*s->active));
+	s->items = calloc((size_t)s->o.max_concurrency, sizeof(*s->items));
+	s->item_req = calloc((size_t)s->o.max_concurrency, sizeof(*s->item_req));
+	s->lp_work = malloc(2 * s->vocab * sizeof(float));
+	if (!s->active || !s->items || !s->item_req || !s->lp_work) {
+		rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
+		goto fail;
+	}
+	if (s->o.cache_bytes && (rc = prefix_new(&s->pc, e, s->o.cache_bytes, err)) < 0)
+		goto fail;
+	s->st.page_bytes = capy_engine_page_bytes(e);
+	pthread_mutex_init(&s->mu, NULL);
+	pthread_cond_init(&s->cv, NULL);
+	if ((rc = pthread_create(&s->thread, NULL, engine_thread, s))) {
+		rc = capy_err_errno(err, rc, "cannot start the engine thread");
+		pthread_mutex_destroy(&s->mu);
+		pthread_cond_destroy(&s->cv);
+		goto fail;
+	}
+	*out = s;
+	return 0;
+fail:
+	prefix_free(s->pc);
+	free(s->active);
+	free(s->items);
+	free(s->item_req);
+	free(s->lp_work);
+	free(s);
+	return rc;
+}
+
+void capy_sched_free(struct capy_sched *s, double drain_s)
+{
+	if (!s)
+		return;
+	pthread_mutex_lock(&s->mu);
+	s->closing = true;
+	s->deadline = now() + (drain_s > 0 ? drain_s : 0);
+	pthread_cond_broadcast(&s->cv);
+	pthread_mutex_unlock(&s->mu);
+	pthread_join(s->thread, NULL);
+	prefix_free(s->pc);
+	pthread_mutex_destroy(&s->mu);
+	pthread_cond_destroy(&s->cv);
+	free(s->active);
+	free(s->items);
+	free(s->item_req);
+	free(s->lp_work);
+	free(s);
+}
+
+int capy_sched_submit(struct capy_sched *s, const struct capy_gen_request *r, uint64_t *id, struct capy_err *err)
+{
+	struct req *q;
+	int rc = 0;
+
+	if (!r->n_prompt)
+		return capy_err_set(err, CAPY_EINVAL, "the prompt is empty");
+	if (r->n_prompt >= s->o.max_context)
+		return capy_err_set(err, CAPY_EINVAL, "the prompt of %zu tokens leaves no room in the context of %" PRIu64
+				    " tokens", r->n_prompt, s->o.max_context);
+	if (r->n_stop_ids > MAX_STOP_IDS)
+		return capy_err_set(err, CAPY_EINVAL, "more than %d stop ids", MAX_STOP_IDS);
+	if (r->top_logprobs > CAPY_GEN_MAX_TOP_LOGPROBS)
+		return capy_err_set(err, CAPY_EINVAL, "top_logprobs above %d", CAPY_GEN_MAX_TOP_LOGPROBS);
+	if (!r->cb)
+		return capy_err_set(err, CAPY_EINVAL, "no callback");
+	for (size_t i = 0; i < r->n_prompt; i++)
+		if (r->prompt[i] < 0 || (uint64_t)r->prompt[i] >= s->vocab)
+			return capy_err_set(err, CAPY_EINVAL, "token id %" PRId32 " at position %zu is outside the vocabulary "
+					    "[0, %" PRIu64 ")", r->prompt[i], i, s->vocab);
+	if (!(q = calloc(1, sizeof(*q))) || !(q->prompt = malloc(r->n_prompt * sizeof(int32_t)))) {
+		free(q);
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	}
+	q->r = *r;
+	memcpy(q->prompt, r->prompt, r->n_prompt * sizeof(int32_t));
+	q->r.prompt = q->prompt;
+	if (r->n_stop_ids)
+		memcpy(q->stop, r->stop_ids, r->n_stop_ids * sizeof(int32_t));
+	q->r.stop_ids = q->stop;
+	q->max_new = s->o.max_context - r->n_prompt;
+	if (r->max_new_tokens && r->max_new_tokens < q->max_new)
+		q->max_new = r->max_new_tokens;
+	q->t_submit = now();
+	pthread_mutex_lock(&s->mu);
+	if (s->closing || s->failed)
+		rc = capy_err_set(err, CAPY_EBUSY, s->failed ? "the engine has failed" : "the server is shutting down");
+	else if (s->n_queued >= s->o.max_queue)
+		rc = capy_err_set(err, CAPY_EBUSY, "%" PRIu64 " requests are already waiting", s->n_queued);
+	if (rc == 0) {
+		q->id = ++s->next_id;
+		*id = q->id;
+		if (s->q_tail)
+			s->q_tail->qnext = q;
+		else
+			s->q_head = q;
+		s->q_tail = q;
+		s->n_queued++;
+		q->anext = s->all;
+		if (s->all)
+			s->all->aprev = q;
+		s->all = q;
+		pthread_cond_signal(&s->cv);
+	}
+	pthread_mutex_unlock(&s->mu);
+	if (rc < 0)
+		free_req(q);
+	return rc;
+}
+
+void capy_sched_cancel(struct capy_sched *s, uint64_t id)
+{
+	pthread_mutex_lock(&s->mu);
+	for (struct req *q = s->all; q; q = q->anext)
+		if (q->id == id) {
+			q->cancel = true;
+			pthread_cond_signal(&s->cv);
+			break;
+		}
+	pthread_mutex_unlock(&s->mu);
+}
+
+void capy_sched_stats(struct capy_sched *s, struct capy_sched_stats *out)
+{
+	pthread_mutex_lock(&s->mu);
+	*out = s->st;
+	pthread_mutex_unlock(&s->mu);
+}
+
+const struct capy_sched_opts *capy_sched_options(const struct capy_sched *s)
+{
+	return &s->o;
+}

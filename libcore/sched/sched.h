@@ -1,0 +1,132 @@
+/* sched.h - the scheduler: continuous batching of generation requests on one engine, with
+ * a prefix cache, on an engine thread of its own.
+ *
+ *	struct capy_sched *s;
+ *	capy_sched_new(&s, engine, &(struct capy_sched_opts){ .max_concurrency = 8,
+ *		       .cache_bytes = 1 << 30 }, &err);
+ *	uint64_t id;
+ *	capy_sched_submit(s, &(struct capy_gen_request){ prompt, n, .sampling = sp,
+ *			  .max_new_tokens = 256, .stop_ids = eos, .n_stop_ids = 2,
+ *			  .cb = on_event, .ud = conn }, &id, &err);
+ *	...
+ *	capy_sched_cancel(s, id);		(from any thread: the client went away)
+ *	capy_sched_free(s, 10.0);		(finish or cancel what runs, within 10 s)
+ *
+ * Each step of the engine thread carries one token of every request that is generating
+ * and pieces of the prompts being read, up to the engine's step size; new requests join
+ * between steps, up to max_concurrency at once (the rest wait in order). A prompt is read in
+ * pieces of at most prefill_chunk tokens, cut only where the request itself decides (its
+ * length, the chunk size, its snapshot positions), never by what else is running — so a
+ * request's tokens do not depend on the load (the engine's step is batch-invariant).
+ *
+ * Prefix cache: before a request starts, the longest prefix of its prompt that matches
+ * anything cached and ends at a snapshot is taken over without being recomputed: the
+ * attention-cache pages of that prefix are shared, the recurrent state restored from the
+ * snapshot. Snapshots are taken at the end of every prompt, at snapshot_at (the caller's
+ * choice, e.g. where the final message of a chat starts), every snapshot_interval prompt
+ * tokens, and at the end of every answer; the least recently used go first when the cache
+ * outgrows cache_bytes. Results with a cache hit can differ from a cold start in the last
+ * bits (the tokens before the hit were cut into steps differently).
+ *
+ * Callbacks run on the engine thread, between steps: they must be quick and must not
+ * block or call back into the scheduler except capy_sched_cancel and capy_sched_stats.
+ * Everything else may be called from any thread.
+ */
+#ifndef CAPY_SCHED_H
+#define CAPY_SCHED_H
+
+#include "../engine/engine.h"
+#include "../sample/sample.h"
+
+struct capy_sched;
+
+struct capy_sched_opts {
+	int max_concurrency;        /* requests in the batch at once (0: 8) */
+	uint64_t max_queue;         /* requests waiting beyond those (0: 256); more are refused */
+	uint64_t max_context;       /* prompt + generated tokens of a request (0: 32768) */
+	uint64_t prefill_chunk;     /* prompt tokens of one request per step (0: 256) */
+	uint64_t cache_bytes;       /* prefix cache budget; 0: no prefix cache */
+	uint64_t snapshot_interval; /* snapshot every this many prompt tokens (0: 4096) */
+};
+
+enum capy_gen_event_type {
+	CAPY_GEN_START, /* the request entered the batch; cached_tokens known */
+	CAPY_GEN_TOKEN, /* a generated token (not the stop token that ends the answer) */
+	CAPY_GEN_END,   /* the request is over; nothing follows for it */
+};
+
+enum capy_gen_finish {
+	CAPY_FINISH_STOP_TOKEN, /* a stop id was generated (not delivered as a token) */
+	CAPY_FINISH_LENGTH,     /* max_new_tokens generated, or max_context reached */
+	CAPY_FINISH_STOPPED,    /* the callback asked to stop (e.g. a stop string matched) */
+	CAPY_FINISH_CANCELLED,  /* capy_sched_cancel */
+	CAPY_FINISH_SHUTDOWN,   /* the scheduler closed before the request finished */
+	CAPY_FINISH_ERROR,      /* the engine failed; error says why */
+};
+
+#define CAPY_GEN_MAX_TOP_LOGPROBS 20
+
+struct capy_gen_event {
+	enum capy_gen_event_type type;
+	uint64_t id;
+	uint64_t cached_tokens;      /* START, END: prompt tokens served from the prefix cache */
+	/* TOKEN */
+	int32_t token;
+	uint64_t index;              /* 0 for the first generated token */
+	float logprob;               /* of token under the model (with top_logprobs >= 0) */
+	int n_top;                   /* the top_logprobs most likely ids, most likely first */
+	const int32_t *top_ids;
+	const float *top_logprobs;
+	/* END */
+	enum capy_gen_finish finish;
+	int32_t stop_token;          /* CAPY_FINISH_STOP_TOKEN */
+	const char *error;           /* CAPY_FINISH_ERROR */
+	uint64_t prompt_tokens, generated_tokens;
+	double queue_s, prefill_s, decode_s; /* waiting, reading the prompt, generating */
+};
+
+/* Return 0 to go on; nonzero from a TOKEN event ends the request (CAPY_FINISH_STOPPED). */
+typedef int (*capy_gen_cb)(void *ud, const struct capy_gen_event *ev);
+
+struct capy_gen_request {
+	const int32_t *prompt;       /* copied by capy_sched_submit */
+	size_t n_prompt;
+	struct capy_sampler_params sampling;
+	uint64_t max_new_tokens;     /* 0: up to max_context */
+	const int32_t *stop_ids;     /* ids that end the answer (copied; at most 16) */
+	size_t n_stop_ids;
+	int top_logprobs;            /* -1: no logprobs; 0 .. CAPY_GEN_MAX_TOP_LOGPROBS */
+	uint64_t snapshot_at;        /* one more snapshot position inside the prompt (0: none) */
+	capy_gen_cb cb;
+	void *ud;
+};
+
+struct capy_sched_stats {
+	uint64_t queued, active;             /* waiting, in the batch */
+	uint64_t requests, prompt_tokens, cached_tokens, generated_tokens; /* totals */
+	uint64_t prefill_tokens;             /* prompt tokens computed (not from the cache) */
+	double prefill_s, decode_s;          /* engine time in steps that read prompts / only decoded */
+	uint64_t steps;
+	uint64_t cache_bytes, cache_entries, cache_snapshots;
+	uint64_t cache_lookups, cache_hits;  /* requests that looked, that found a prefix */
+	uint64_t kv_pages, page_bytes;       /* attention-cache pages in use, bytes each */
+	bool failed;                         /* an engine-wide failure stopped the scheduler */
+};
+
+int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct capy_sched_opts *opts,
+		   struct capy_err *err);
+/* Stop taking requests; let the running ones finish for up to drain_s seconds, end the rest
+ * with CAPY_FINISH_SHUTDOWN (their callbacks still get END), stop the engine thread, free. */
+void capy_sched_free(struct capy_sched *s, double drain_s);
+
+/* Queue a request; *id names it. Fails with CAPY_EINVAL (empty prompt, a prompt that leaves
+ * no room below max_context, bad sampling parameters), CAPY_EBUSY (the queue is full, or the
+ * scheduler is closing or failed), CAPY_ENOMEM. On success the callback will get START (or an
+ * END if it never starts), TOKENs, and exactly one END. */
+int capy_sched_submit(struct capy_sched *s, const struct capy_gen_request *r, uint64_t *id, struct capy_err *err);
+/* End a request early (CAPY_FINISH_CANCELLED); unknown or finished ids are ignored. */
+void capy_sched_cancel(struct capy_sched *s, uint64_t id);
+void capy_sched_stats(struct capy_sched *s, struct capy_sched_stats *out);
+const struct capy_sched_opts *capy_sched_options(const struct capy_sched *s);
+
+#endif

@@ -1,0 +1,410 @@
+/* u-sched.c - the scheduler on the qwen3_5_moe and qwen4_exp fixtures: a request gives the
+ * tokens the engine gives it directly, alone or with seven others at once (greedy and
+ * seeded sampling), a cached prefix resumes exactly where the engine would, stop ids,
+ * max_new_tokens, the context limit, cancellation, a full queue, shutdown, and the prefix
+ * cache's budget. */
+#include "test.h"
+#include "artifact/artifact.h"
+#include "convert/convert.h"
+#include "engine/engine.h"
+#include "sched/sched.h"
+
+#include <pthread.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAXTOK 64
+
+struct result {
+	pthread_mutex_t mu;
+	pthread_cond_t cv;
+	bool started, ended;
+	int32_t tokens[MAXTOK];
+	int n;
+	uint64_t cached, id;
+	enum capy_gen_finish finish;
+	int32_t stop_token;
+	int stop_after;          /* return nonzero on this token index (-1: never) */
+	int events;
+};
+
+static int on_event(void *ud, const struct capy_gen_event *ev)
+{
+	struct result *r = ud;
+	int stop = 0;
+
+	pthread_mutex_lock(&r->mu);
+	r->events++;
+	if (ev->type == CAPY_GEN_START) {
+		r->started = true;
+		r->cached = ev->cached_tokens;
+	} else if (ev->type == CAPY_GEN_TOKEN) {
+		if (r->n < MAXTOK)
+			r->tokens[r->n++] = ev->token;
+		stop = r->stop_after >= 0 && (int)ev->index == r->stop_after;
+	} else {
+		r->ended = true;
+		r->finish = ev->finish;
+		r->stop_token = ev->stop_token;
+		r->cached = ev->cached_tokens;
+		pthread_cond_broadcast(&r->cv);
+	}
+	pthread_mutex_unlock(&r->mu);
+	return stop;
+}
+
+static void result_init(struct result *r)
+{
+	memset(r, 0, sizeof(*r));
+	pthread_mutex_init(&r->mu, NULL);
+	pthread_cond_init(&r->cv, NULL);
+	r->stop_after = -1;
+}
+
+/* Wait (at most 20 s) for the END event. */
+static bool wait_end(struct result *r)
+{
+	struct timespec ts;
+	bool ok;
+
+	clock_gettime(CLOCK_REALTIME, &ts);
+	ts.tv_sec += 20;
+	pthread_mutex_lock(&r->mu);
+	while (!r->ended)
+		if (pthread_cond_timedwait(&r->cv, &r->mu, &ts))
+			break;
+	ok = r->ended;
+	pthread_mutex_unlock(&r->mu);
+	return ok;
+}
+
+static struct capy_artifact *open_fixture(const char *name)
+{
+	char model[4096], out[256];
+	struct capy_convert_opts o = { 0 };
+	struct capy_convert_stats st;
+	struct capy_err err = { 0 };
+	struct capy_artifact *a = NULL;
+
+	test_fixture_path(name, model, sizeof(model));
+	snprintf(out, sizeof(out), "/tmp/u-sched-%d-%s.capy", (int)getpid(), name);
+	o.model_dir = model;
+	o.out_path = out;
+	o.threads = 1;
+	CHECK_EQ_INT(capy_convert(&o, &st, &err), 0);
+	CHECK_MSG(capy_artifact_open(&a, out, &err) == 0, "%s", err.msg);
+	unlink(out);
+	return a;
+}
+
+static struct capy_artifact *art;
+static struct capy_engine *eng;
+static uint64_t V;
+
+static void make_prompt(int32_t *p, uint64_t n, int seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = (int32_t)((seed * 131 + i * 17 + 3) % 520);
+}
+
+/* The engine run directly: the prompt in pieces cut at `cuts` (ascending, ending at n), then
+ * greedy or seeded decoding of `gen` tokens. */
+static void reference(const int32_t *prompt, uint64_t n, const uint64_t *cuts, int n_cuts, int gen,
+		      const struct capy_sampler_params *sp, int32_t *out)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *s;
+	struct capy_sampler *smp;
+	float *l = malloc(V * 4);
+	uint64_t at = 0;
+
+	capy_seq_new(eng, &s, &err);
+	capy_sampler_new(&smp, V, sp, &err);
+	capy_sampler_prompt(smp, prompt, n);
+	for (int c = 0; c < n_cuts; c++) {
+		CHECK_EQ_INT(capy_engine_forward(eng, s, prompt + at, cuts[c] - at, l, false, &err), 0);
+		at = cuts[c];
+	}
+	for (int i = 0; i < gen; i++) {
+		out[i] = capy_sampler_next(smp, l);
+		if (i + 1 < gen)
+			capy_engine_forward(eng, s, &out[i], 1, l, false, &err);
+	}
+	capy_sampler_free(smp);
+	capy_seq_free(s);
+	free(l);
+}
+
+static struct capy_sched *sched_new(uint64_t cache, int conc, uint64_t queue)
+{
+	struct capy_err err = { 0 };
+	struct capy_sched *s = NULL;
+	struct capy_sched_opts o = { .max_concurrency = conc, .max_context = 400, .prefill_chunk = 64,
+				     .cache_bytes = cache, .snapshot_interval = 128, .max_queue = queue };
+
+	CHECK_MSG(capy_sched_new(&s, eng, &o, &err) == 0, "%s", err.msg);
+	return s;
+}
+
+static uint64_t submit(struct capy_sched *s, const int32_t *p, uint64_t n, uint64_t max_new,
+		       const struct capy_sampler_params *sp, struct result *r)
+{
+	struct capy_err err = { 0 };
+	struct capy_gen_request q = { p, n, *sp, max_new, NULL, 0, -1, 0, on_event, r };
+	uint64_t id = 0;
+
+	CHECK_MSG(capy_sched_submit(s, &q, &id, &err) == 0, "%s", err.msg);
+	r->id = id;
+	return id;
+}
+
+static void setup(void)
+{
+	struct capy_err err = { 0 };
+
+	art = open_fixture("qwen4_exp");
+	CHECK_EQ_INT(capy_engine_new(&eng, art, &(struct capy_engine_opts){ .threads = 2, .step_tokens = 64 + 8 },
+				     &err), 0);
+	V = capy_engine_config(eng)->vocab_size;
+}
+
+/* Eight requests at once (prompts of 1 to 150 tokens, some longer than a piece) each give the
+ * tokens the engine gives them alone, greedy and with a seed; so does one alone. */
+static void test_concurrent_equals_alone(void)
+{
+	static const uint64_t plen[8] = { 10, 150, 1, 64, 65, 33, 129, 7 };
+	struct capy_sched *s = sched_new(0, 8, 16);
+	struct result r[8];
+	int32_t prompt[8][160], ref[8][12];
+
+	for (int pass = 0; pass < 2; pass++) {
+		struct capy_sampler_params sp = { 0 };
+		if (pass) {
+			sp.temperature = 0.9f;
+			sp.top_p = 0.95f;
+			sp.top_k = 40;
+		}
+		for (int q = 0; q < 8; q++) {
+			uint64_t cuts[4];
+			int nc = 0;
+			make_prompt(prompt[q], plen[q], q);
+			for (uint64_t at = 64; at < plen[q]; at += 64)
+				cuts[nc++] = at;
+			cuts[nc++] = plen[q];
+			sp.seed = 1000 + (uint64_t)q;
+			reference(prompt[q], plen[q], cuts, nc, 12, &sp, ref[q]);
+			result_init(&r[q]);
+		}
+		for (int q = 0; q < 8; q++) {
+			sp.seed = 1000 + (uint64_t)q;
+			submit(s, prompt[q], plen[q], 12, &sp, &r[q]);
+		}
+		for (int q = 0; q < 8; q++) {
+			CHECK(wait_end(&r[q]));
+			CHECK_EQ_INT(r[q].finish, CAPY_FINISH_LENGTH);
+			CHECK_EQ_INT(r[q].n, 12);
+			CHECK_MSG(!memcmp(r[q].tokens, ref[q], sizeof(ref[q])), "pass %d: request %d differs under load", pass, q);
+		}
+		/* Alone. */
+		result_init(&r[1]);
+		sp.seed = 1001;
+		submit(s, prompt[1], plen[1], 12, &sp, &r[1]);
+		CHECK(wait_end(&r[1]));
+		CHECK(!memcmp(r[1].tokens, ref[1], sizeof(ref[1])));
+	}
+	capy_sched_free(s, 1);
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+}
+
+/* A second request whose prompt extends the first one's resumes at the first one's end of
+ * prompt (or its answer), and gives exactly what the engine gives for that cut. */
+static void test_prefix_cache(void)
+{
+	struct capy_sched *s = sched_new(64u << 20, 4, 16);
+	struct capy_sampler_params sp = { 0 };
+	struct capy_sched_stats st;
+	struct result r;
+	int32_t p[300], ref[8];
+	uint64_t cuts[8];
+
+	make_prompt(p, 300, 5);
+	result_init(&r);
+	submit(s, p, 100, 8, &sp, &r);
+	CHECK(wait_end(&r));
+	CHECK_EQ_U64(r.cached, 0);
+	/* The same 100 tokens then 50 others: the snapshot at 100 (end of the first prompt). */
+	result_init(&r);
+	submit(s, p, 150, 8, &sp, &r);
+	CHECK(wait_end(&r));
+	CHECK_EQ_U64(r.cached, 100);
+	/* Its pieces: [100, 128) (the snapshot interval) and [128, 150). */
+	cuts[0] = 64;
+	cuts[1] = 100;
+	cuts[2] = 128;
+	cuts[3] = 150;
+	reference(p, 150, cuts, 4, 8, &sp, ref);
+	CHECK_MSG(!memcmp(r.tokens, ref, sizeof(ref)), "a cache hit resumed differently from the engine");
+	/* 300 tokens: the second prompt's end (150) is the best snapshot (128 is one too). */
+	result_init(&r);
+	submit(s, p, 300, 8, &sp, &r);
+	CHECK(wait_end(&r));
+	CHECK_EQ_U64(r.cached, 150);
+	/* An unrelated prompt finds nothing. */
+	make_prompt(p, 50, 9);
+	result_init(&r);
+	submit(s, p, 50, 2, &sp, &r);
+	CHECK(wait_end(&r));
+	CHECK_EQ_U64(r.cached, 0);
+	capy_sched_stats(s, &st);
+	CHECK_EQ_U64(st.cache_lookups, 4);
+	CHECK_EQ_U64(st.cache_hits, 2);
+	CHECK_EQ_U64(st.requests, 4);
+	CHECK_EQ_U64(st.cached_tokens, 250);
+	CHECK(st.cache_bytes > 0 && st.cache_snapshots > 0 && st.cache_entries > 0);
+	capy_sched_free(s, 1);
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+}
+
+/* A budget smaller than one snapshot keeps nothing; one of a few snapshots stays within. */
+static void test_cache_budget(void)
+{
+	struct capy_sampler_params sp = { 0 };
+	struct capy_sched_stats st;
+	struct result r;
+	int32_t p[200];
+	uint64_t snap = capy_engine_state_bytes(eng);
+	struct capy_sched *s = sched_new(snap / 2, 2, 16);
+
+	make_prompt(p, 200, 3);
+	result_init(&r);
+	submit(s, p, 200, 4, &sp, &r);
+	CHECK(wait_end(&r));
+	capy_sched_stats(s, &st);
+	CHECK_EQ_U64(st.cache_snapshots, 0);
+	CHECK(st.cache_bytes <= snap / 2);
+	capy_sched_free(s, 1);
+
+	s = sched_new(3 * snap + 8 * capy_engine_page_bytes(eng), 2, 16);
+	for (int i = 0; i < 4; i++) {
+		make_prompt(p, 200, 20 + i);
+		result_init(&r);
+		submit(s, p, 200, 4, &sp, &r);
+		CHECK(wait_end(&r));
+		capy_sched_stats(s, &st);
+		CHECK_MSG(st.cache_bytes <= 3 * snap + 8 * capy_engine_page_bytes(eng), "%" PRIu64, st.cache_bytes);
+	}
+	CHECK(st.cache_snapshots >= 1 && st.cache_snapshots <= 3);
+	capy_sched_free(s, 1);
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+}
+
+static void test_endings(void)
+{
+	struct capy_sched *s = sched_new(0, 2, 16);
+	struct capy_sampler_params sp = { 0 };
+	struct capy_err err = { 0 };
+	struct result r, r2;
+	int32_t p[400], ref[8];
+	uint64_t cut = 20, id;
+
+	make_prompt(p, 400, 7);
+	reference(p, 20, &cut, 1, 8, &sp, ref);
+	/* A stop id: the fourth token ends the answer and is not delivered. */
+	struct capy_gen_request q = { p, 20, sp, 0, &ref[3], 1, -1, 0, on_event, &r };
+	result_init(&r);
+	CHECK_EQ_INT(capy_sched_submit(s, &q, &id, &err), 0);
+	CHECK(wait_end(&r));
+	CHECK_EQ_INT(r.finish, CAPY_FINISH_STOP_TOKEN);
+	CHECK_EQ_INT(r.stop_token, ref[3]);
+	CHECK(r.n <= 3);
+	/* The callback stops it after two tokens. */
+	result_init(&r);
+	r.stop_after = 1;
+	submit(s, p, 20, 0, &sp, &r);
+	CHECK(wait_end(&r));
+	CHECK_EQ_INT(r.finish, CAPY_FINISH_STOPPED);
+	CHECK_EQ_INT(r.n, 2);
+	/* The context limit (400): a 395-token prompt gets at most 5 tokens. */
+	result_init(&r);
+	submit(s, p, 395, 100, &sp, &r);
+	CHECK(wait_end(&r));
+	CHECK_EQ_INT(r.finish, CAPY_FINISH_LENGTH);
+	CHECK_EQ_INT(r.n, 5);
+	/* Refused: empty, too long, bad ids, bad top_logprobs. */
+	q = (struct capy_gen_request){ p, 400, sp, 0, NULL, 0, -1, 0, on_event, &r };
+	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EINVAL);
+	CHECK_CONTAINS(err.msg, "leaves no room");
+	q.n_prompt = 0;
+	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EINVAL);
+	int32_t bad[2] = { 1, (int32_t)V };
+	q = (struct capy_gen_request){ bad, 2, sp, 0, NULL, 0, -1, 0, on_event, &r };
+	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EINVAL);
+	q = (struct capy_gen_request){ p, 2, sp, 0, NULL, 0, 21, 0, on_event, &r };
+	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EINVAL);
+	/* Cancel: a long answer cancelled after it started. */
+	result_init(&r);
+	submit(s, p, 20, 300, &sp, &r);
+	while (true) {
+		pthread_mutex_lock(&r.mu);
+		bool go = r.n >= 1 || r.ended;
+		pthread_mutex_unlock(&r.mu);
+		if (go)
+			break;
+		usleep(1000);
+	}
+	capy_sched_cancel(s, r.id);
+	CHECK(wait_end(&r));
+	CHECK_EQ_INT(r.finish, CAPY_FINISH_CANCELLED);
+	CHECK(r.n < 300);
+	capy_sched_cancel(s, 999999); /* unknown: ignored */
+	/* Logprobs come with the tokens. */
+	result_init(&r2);
+	q = (struct capy_gen_request){ p, 20, sp, 3, NULL, 0, 5, 0, on_event, &r2 };
+	CHECK_EQ_INT(capy_sched_submit(s, &q, &id, &err), 0);
+	CHECK(wait_end(&r2));
+	CHECK(!memcmp(r2.tokens, ref, 3 * sizeof(int32_t)));
+	capy_sched_free(s, 1);
+}
+
+/* A full queue refuses; shutdown ends what is running and what waits. */
+static void test_queue_and_shutdown(void)
+{
+	struct capy_sched *s = sched_new(0, 1, 4);
+	struct capy_sampler_params sp = { 0 };
+	struct capy_err err = { 0 };
+	struct result r[6];
+	int32_t p[20];
+	uint64_t id;
+	int refused = 0;
+
+	make_prompt(p, 20, 1);
+	for (int i = 0; i < 6; i++) {
+		struct capy_gen_request q = { p, 20, sp, 350, NULL, 0, -1, 0, on_event, &r[i] };
+		result_init(&r[i]);
+		if (capy_sched_submit(s, &q, &id, &err) == CAPY_EBUSY)
+			refused++;
+	}
+	CHECK(refused >= 1);
+	CHECK_CONTAINS(err.msg, "already waiting");
+	capy_sched_free(s, 0.05);
+	for (int i = 0; i < 6 - refused; i++) {
+		CHECK(r[i].ended);
+		CHECK(r[i].finish == CAPY_FINISH_SHUTDOWN || r[i].finish == CAPY_FINISH_LENGTH);
+	}
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+}
+
+int main(void)
+{
+	RUN(setup);
+	if (eng) {
+		RUN(test_concurrent_equals_alone);
+		RUN(test_prefix_cache);
+		RUN(test_cache_budget);
+		RUN(test_endings);
+		RUN(test_queue_and_shutdown);
+	}
+	capy_engine_free(eng);
+	capy_artifact_close(art);
+	return test_summary();
+}
