@@ -135,6 +135,7 @@ PROGRAMS += capy-shortlist
 
 UNIT_TESTS += u-artifact
 UNIT_TESTS += u-engine
+UNIT_TESTS += u-http
 UNIT_TESTS += u-linear
 UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
