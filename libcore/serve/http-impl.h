@@ -133,6 +133,7 @@ struct capy_http_exchange {
 	struct capy_buf out;
 	size_t out_off;
 	bool closed;     /* the writer closed it */
+	bool queued;     /* handed to libmicrohttpd: the handler returned */
 	bool ended;      /* the reader reported the end to libmicrohttpd */
 	int64_t last_drain_ms;
 	uint64_t bytes;  /* body bytes handed to libmicrohttpd */

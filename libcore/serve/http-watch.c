@@ -106,8 +106,10 @@ static const char *serving(struct capy_http *h, struct http_conn *c, int64_t now
 	} else {
 		if (!c->hup && !atomic_load(&x->gone))
 			*ev = POLLRDHUP;
-		/* a stream whose bytes wait for a client that takes none */
-		if (x->ans == HTTP_ANS_STREAM && (x->out.len > x->out_off || x->ended)) {
+		/* a stream whose bytes wait for a client that takes none (while the handler
+		 * still runs, they wait for it instead) */
+		if (x->ans == HTTP_ANS_STREAM && x->queued &&
+		    (x->out.len > x->out_off || x->ended)) {
 			*due = x->last_drain_ms + h->write_timeout_ms;
 			if (now >= *due)
 				why = "client not reading";

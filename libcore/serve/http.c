@@ -310,6 +310,10 @@ static enum MHD_Result send_stream(struct capy_http *h, struct capy_http_exchang
 		http_fire_cancel(x);
 		return MHD_NO;
 	}
+	pthread_mutex_lock(&x->mu);
+	x->queued = true;
+	x->last_drain_ms = http_now_ms(); /* the stall clock starts now */
+	pthread_mutex_unlock(&x->mu);
 	return queue(h, x, r, x->status, false);
 }
 
@@ -443,6 +447,8 @@ static enum MHD_Result final_call(struct capy_http *h, struct capy_http_exchange
 	enum http_answer ans;
 	char msg[160];
 
+	if (atomic_load(&x->gone))
+		return MHD_NO; /* cancelled while it arrived (stop): no handler, close */
 	if (x->body_over) {
 		snprintf(msg, sizeof(msg), "request body too large (limit %" PRIu64 " bytes)",
 			 h->max_body);
@@ -748,8 +754,6 @@ void capy_http_quiesce(struct capy_http *h)
 
 void capy_http_stop(struct capy_http *h, double timeout_s)
 {
-	struct capy_http_exchange **left = NULL;
-	size_t n_left = 0;
 	int64_t deadline;
 	struct timespec ts;
 
@@ -771,21 +775,23 @@ void capy_http_stop(struct capy_http *h, double timeout_s)
 	while (h->n_active && http_now_ms() < deadline)
 		if (pthread_cond_timedwait(&h->cv, &h->lock, &ts) == ETIMEDOUT)
 			break;
-	/* cancel what is still running */
-	if (h->n_active && (left = calloc(h->n_conns, sizeof(*left)))) {
-		for (struct http_conn *c = h->conns; c; c = c->next)
-			if (c->x) {
-				http_exchange_ref(c->x);
-				left[n_left++] = c->x;
-			}
+	/* cancel what is still running, one at a time (no allocation: this must not fail) */
+	for (;;) {
+		struct capy_http_exchange *x = NULL;
+
+		for (struct http_conn *c = h->conns; c && !x; c = c->next)
+			if (c->x && !atomic_load(&c->x->gone))
+				x = c->x;
+		if (!x)
+			break;
+		http_exchange_ref(x);
+		pthread_mutex_unlock(&h->lock);
+		http_exchange_gone(x, "server stopping");
+		http_fire_cancel(x);
+		http_exchange_unref(x);
+		pthread_mutex_lock(&h->lock);
 	}
 	pthread_mutex_unlock(&h->lock);
-	for (size_t i = 0; i < n_left; i++) {
-		http_exchange_gone(left[i], "server stopping");
-		http_fire_cancel(left[i]);
-		http_exchange_unref(left[i]);
-	}
-	free(left);
 	/* shuts every connection down and joins their threads (handlers must have returned) */
 	MHD_stop_daemon(h->mhd);
 	h->mhd = NULL;

@@ -64,8 +64,9 @@
  *     without a valid key 401, a request arriving while stopping 503;
  *   - a request whose headers and body take longer than request_timeout_ms from its first
  *     byte (slowloris) is dropped without an answer; so is a connection idle between requests
- *     for idle_timeout_ms, and a client that accepts no bytes of a pending answer for
- *     write_timeout_ms, or lets more than max_stream_buffer bytes of a stream pile up;
+ *     for idle_timeout_ms, a client that takes no bytes of a stream for write_timeout_ms
+ *     while some wait (or does not take a whole answer within write_timeout_ms), and one
+ *     that lets more than max_stream_buffer bytes of a stream pile up;
  *   - malformed HTTP is answered 400 by libmicrohttpd (HTML body) or the connection is closed.
  *
  * Thread-safety: capy_http_start/quiesce/stop from one controlling thread (not from a

@@ -541,6 +541,18 @@ static void h_stream(struct capy_http_exchange *x, void *arg)
 	pthread_mutex_unlock(&T.mu);
 }
 
+/* POST /sync?sleep=MS: a stream written and closed by the handler itself, before it returns */
+static void h_sync(struct capy_http_exchange *x, void *arg)
+{
+	struct capy_http_stream *st = capy_http_stream_open(x, 200, "text/event-stream");
+
+	(void)arg;
+	capy_http_stream_write(st, "data: 1\n\n", 9);
+	sleep_ms((int)query_num(capy_http_query(x), "sleep=", 0));
+	capy_http_stream_write(st, "data: 2\n\n", 9);
+	capy_http_stream_close(st);
+}
+
 static void join_writer(void)
 {
 	bool have;
@@ -573,6 +585,7 @@ static const struct capy_http_route routes[] = {
 	{ "/raw", "POST", h_raw, NULL, false },
 	{ "/stream", "POST", h_stream, NULL, false },
 	{ "/wait", "POST", h_wait, NULL, false },
+	{ "/sync", "POST", h_sync, NULL, false },
 	{ "/none", "GET", h_none, NULL, false },
 	{ "/error", "GET", h_error, NULL, false },
 	{ "/health", "GET,HEAD", h_health, NULL, true },
@@ -807,6 +820,32 @@ static void test_stream(void)
 	CHECK_EQ_INT(r.status, 200);
 	tr_release(&r);
 	tc_close(c);
+	capy_http_stop(h, 1);
+}
+
+/* the handler writes, dawdles past the write timeout and closes before returning: all of it
+ * goes out once it returns (the write timeout counts from then) */
+static void test_stream_from_handler(void)
+{
+	struct capy_http_opts o = { .write_timeout_ms = 100 };
+	struct capy_http *h = start(&o);
+	struct tresp r;
+	char *line;
+
+	CHECK(h != NULL);
+	if (!h)
+		return;
+	CHECK_EQ_INT(request(capy_http_port(h), "POST /sync?sleep=300 HTTP/1.1\r\nHost: x\r\n"
+						 "Content-Length: 0\r\n\r\n",
+			     &r),
+		     0);
+	CHECK_EQ_INT(r.status, 200);
+	CHECK(r.chunked);
+	CHECK(r.body.data && !strcmp(r.body.data, "data: 1\n\ndata: 2\n\n"));
+	line = wait_log("\"path\":\"/sync\"", 2000);
+	CHECK(line && strstr(line, "\"aborted\":false") && strstr(line, "\"bytes\":18"));
+	free(line);
+	tr_release(&r);
 	capy_http_stop(h, 1);
 }
 
@@ -1569,6 +1608,7 @@ int main(void)
 	RUN(test_keepalive);
 	RUN(test_body_bytes);
 	RUN(test_stream);
+	RUN(test_stream_from_handler);
 	RUN(test_stream_disconnect);
 	RUN(test_silent_stream_disconnect);
 	RUN(test_wait_disconnect);
