@@ -472,11 +472,11 @@ static void *writer_main(void *arg)
 		for (int i = 0; i < 5; i++) {
 			sleep_ms(30);
 			snprintf(piece, 64, "data: piece %d\n\n", i);
-			capy_http_stream_write(w->st, piece, strlen(piece));
 			pthread_mutex_lock(&T.mu);
-			T.pieces_written = i + 1;
+			T.pieces_written = i + 1; /* counted before it can arrive */
 			pthread_cond_broadcast(&T.cv);
 			pthread_mutex_unlock(&T.mu);
+			capy_http_stream_write(w->st, piece, strlen(piece));
 			if (!wait_int(&T.pieces_acked, i + 1, 3000)) {
 				pthread_mutex_lock(&T.mu);
 				T.lockstep_ok = false;
