@@ -81,6 +81,39 @@ void wjson_tval(struct capy_buf *b, const struct capy_tval *v)
 	}
 }
 
+/* The bytes an invalid sequence at s spans: a lead byte and the continuation bytes that
+ * could still have followed it ("maximal subpart": one U+FFFD for a cut character, as
+ * Python's and Rust's lossy decoders do), else the one byte. */
+static size_t bad_run(const unsigned char *s, size_t n)
+{
+	unsigned char c = s[0], lo = 0x80, hi = 0xbf;
+	size_t need, k;
+
+	if (c >= 0xc2 && c <= 0xdf)
+		need = 1;
+	else if (c >= 0xe0 && c <= 0xef)
+		need = 2;
+	else if (c >= 0xf0 && c <= 0xf4)
+		need = 3;
+	else
+		return 1;
+	if (c == 0xe0)
+		lo = 0xa0;
+	else if (c == 0xed)
+		hi = 0x9f;
+	else if (c == 0xf0)
+		lo = 0x90;
+	else if (c == 0xf4)
+		hi = 0x8f;
+	for (k = 1; k <= need && k < n; k++) {
+		if (s[k] < lo || s[k] > hi)
+			break;
+		lo = 0x80;
+		hi = 0xbf;
+	}
+	return k;
+}
+
 void wjson_lossy(struct capy_buf *b, const char *s, size_t n)
 {
 	static const char fffd[] = "\xef\xbf\xbd";
@@ -94,7 +127,7 @@ void wjson_lossy(struct capy_buf *b, const char *s, size_t n)
 
 		if (k <= 0) {
 			capy_buf_add(&t, fffd, 3);
-			i++;
+			i += bad_run((const unsigned char *)s + i, n - i);
 		} else {
 			capy_buf_add(&t, s + i, (size_t)k);
 			i += (size_t)k;
@@ -116,7 +149,7 @@ int64_t wlossy_length(const char *s, size_t n)
 		utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i,
 						      (utf8proc_ssize_t)(n - i), &cp);
 
-		i += k > 0 ? (size_t)k : 1;
+		i += k > 0 ? (size_t)k : bad_run((const unsigned char *)s + i, n - i);
 		count++;
 	}
 	return count;
