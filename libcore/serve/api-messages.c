@@ -36,9 +36,10 @@ static const char *block_text(struct api_parse *p, const struct capy_tval *b, co
 	char tat[API_PATH_MAX];
 
 	ppath(tat, at, key);
+	if (!t)
+		pfail(p, "missing_required_parameter", tat, "%s is required", tat);
 	if (capy_tval_kind(t) != CAPY_TVAL_STR)
-		pfail(p, t ? "invalid_type" : "missing_required_parameter", tat, "%s must be a string",
-		      tat);
+		pfail(p, "invalid_type", tat, "%s must be a string, not %s", tat, kind_name(t));
 	return capy_tval_strv(t, len);
 }
 

@@ -157,7 +157,8 @@ bool popt_int(struct api_parse *p, const struct capy_tval *obj, const char *key,
 {
 	struct capy_tval *v = pget(obj, key);
 	char at[API_PATH_MAX];
-	int64_t i;
+	bool beyond = false; /* an integer beyond int64: out of any range */
+	int64_t i = 0;
 	double d;
 
 	if (!v)
@@ -168,12 +169,14 @@ bool popt_int(struct api_parse *p, const struct capy_tval *obj, const char *key,
 		if (capy_tval_kind(v) == CAPY_TVAL_FLOAT && d == floor(d) && fabs(d) < 9.2e18)
 			i = (int64_t)d;
 		else if (capy_tval_kind(v) == CAPY_TVAL_INT)
-			i = d < 0 ? INT64_MIN : INT64_MAX; /* beyond int64: out of any range */
+			beyond = true;
 		else
 			pfail(p, "invalid_type", at, "%s must be an integer, not %s", at,
 			      capy_tval_kind(v) == CAPY_TVAL_FLOAT ? "a fraction" : kind_name(v));
 	}
-	if (i < min || i > max) {
+	if (beyond || i < min || i > max) {
+		if (min == INT64_MIN && max == INT64_MAX)
+			pfail(p, "invalid_value", at, "%s must be an integer that fits in 64 bits", at);
 		if (max == INT64_MAX)
 			pfail(p, "invalid_value", at, "%s must be an integer >= %" PRId64, at, min);
 		pfail(p, "invalid_value", at, "%s must be an integer from %" PRId64 " to %" PRId64,

@@ -1,6 +1,7 @@
 /* u-api.c - unit tests for libcore/serve/api: request parsing of the five APIs (with the
  * captured bodies of real clients, rendered through the chat templates), the errors, and the
- * exact bytes of every response shape, streamed and not. */
+ * exact bytes of every response shape, streamed and not. U_API_SHOW=1 prints each response
+ * the writer tests make. */
 #include "test.h"
 #include "serve/api.h"
 #include "text/chat.h"
@@ -36,6 +37,14 @@ static char *js(const struct capy_tval *v)
 	if (capy_tval_to_json(v, &out, NULL, NULL) < 0)
 		return strdup("(error)");
 	return out;
+}
+
+static bool str_is(const struct capy_tval *v, const char *s)
+{
+	size_t len;
+	const char *t = capy_tval_strv(v, &len);
+
+	return t && len == strlen(s) && !memcmp(t, s, len);
 }
 
 #define CHECK_JSON(v, want)                                                                        \
@@ -273,6 +282,811 @@ static void test_captured_all(void)
 	/* 26 captures of the shared reference, 18 of Codex and Qwen Code */
 	CHECK_MSG(files >= 44, "%d captured bodies", files);
 	CHECK(apis[CAPY_API_CHAT] && apis[CAPY_API_RESPONSES] && apis[CAPY_API_MESSAGES]);
+}
+
+/* --- parsing ------------------------------------------------------------------------------ */
+
+static void test_parse_chat(void)
+{
+	struct capy_api_request r;
+	int64_t n = 0;
+
+	PARSE_OK(CAPY_API_CHAT,
+		 "{\"model\":\"m\",\"messages\":["
+		 "{\"role\":\"developer\",\"content\":\"Be brief.\"},"
+		 "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"a\"},\"b\","
+		 "{\"type\":\"text\",\"text\":\"c\",\"cache_control\":{}}],\"name\":\"ann\"},"
+		 "{\"role\":\"assistant\",\"content\":null,\"reasoning_content\":\"think\","
+		 "\"tool_calls\":[{\"id\":\"c1\",\"type\":\"function\",\"function\":{\"name\":\"f\","
+		 "\"arguments\":\"{\\\"x\\\":1}\"}}]},"
+		 "{\"role\":\"tool\",\"tool_call_id\":\"c1\",\"content\":[{\"type\":\"text\",\"text\":\"r\"}]},"
+		 "{\"role\":\"assistant\",\"reasoning\":\"r2\",\"content\":[{\"type\":\"refusal\",\"refusal\":\"no\"}]}],"
+		 "\"temperature\":0.7,\"top_p\":1,\"top_k\":-1,\"min_p\":0.05,\"seed\":-3,"
+		 "\"presence_penalty\":1.5,\"frequency_penalty\":-0.5,\"repetition_penalty\":1.1,"
+		 "\"max_tokens\":10,\"max_completion_tokens\":20,\"stop\":[\"x\",\"\",\"y\"],"
+		 "\"n\":1,\"user\":\"u\",\"metadata\":{\"a\":1},\"unknown_field\":[1],"
+		 "\"logprobs\":true,\"top_logprobs\":3,\"stream\":true,"
+		 "\"stream_options\":{\"include_usage\":true},"
+		 "\"chat_template_kwargs\":{\"enable_thinking\":false,\"preserve_thinking\":true},"
+		 "\"reasoning_effort\":\"high\"}", &r);
+	CHECK_JSON(r.messages,
+		   "[{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+		   "{\"role\": \"user\", \"content\": \"a\\nb\\nc\", \"name\": \"ann\"}, "
+		   "{\"role\": \"assistant\", \"content\": \"\", \"reasoning_content\": \"think\", "
+		   "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": "
+		   "{\"name\": \"f\", \"arguments\": \"{\\\"x\\\":1}\"}}]}, "
+		   "{\"role\": \"tool\", \"content\": \"r\", \"tool_call_id\": \"c1\"}, "
+		   "{\"role\": \"assistant\", \"content\": \"no\", \"reasoning_content\": \"r2\"}]");
+	/* explicit chat_template_kwargs win over reasoning_effort */
+	CHECK_JSON(r.kwargs, "{\"enable_thinking\": false, \"preserve_thinking\": true}");
+	CHECK_EQ_INT(r.thinking, 0);
+	CHECK_STR(r.model, "m");
+	CHECK(r.temperature.given && r.temperature.v == 0.7);
+	CHECK(r.top_p.given && r.top_p.v == 1);
+	CHECK(r.min_p.given && r.min_p.v == 0.05);
+	CHECK(r.presence_penalty.given && r.presence_penalty.v == 1.5);
+	CHECK(r.frequency_penalty.given && r.frequency_penalty.v == -0.5);
+	CHECK(r.repetition_penalty.given && r.repetition_penalty.v == 1.1);
+	CHECK_EQ_INT(r.top_k, -1);
+	CHECK(r.seed_given && r.seed == -3);
+	CHECK_EQ_INT(r.max_tokens, 20); /* max_completion_tokens wins */
+	CHECK_EQ_INT(r.n_stop, 2);
+	CHECK_STR(r.stop[0], "x");
+	CHECK_STR(r.stop[1], "y");
+	CHECK_EQ_INT(r.logprobs, 3);
+	CHECK(r.stream && r.include_usage);
+	CHECK(r.add_generation_prompt && !r.continue_final_message);
+	CHECK(!r.tools && !r.tools_json && r.n_tools == 0);
+	capy_api_request_release(&r);
+
+	/* defaults: nothing given */
+	PARSE_OK(CAPY_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stop\":\"END\","
+				"\"temperature\":null,\"tools\":null,\"n\":null}", &r);
+	CHECK(!r.model && !r.temperature.given && !r.top_p.given && !r.seed_given && !r.top_k);
+	CHECK_EQ_INT(r.max_tokens, 0);
+	CHECK_EQ_INT(r.logprobs, -1);
+	CHECK_EQ_INT(r.thinking, -1);
+	CHECK(!r.stream && !r.include_usage && r.parallel_tool_calls);
+	CHECK_EQ_INT(r.n_stop, 1);
+	CHECK_STR(r.stop[0], "END");
+	CHECK_JSON(r.kwargs, "{}");
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_AUTO);
+	capy_api_request_release(&r);
+
+	/* tools: functions kept to name/description/parameters, custom tools become one-string
+	 * functions, other types are dropped; tool_choice named; legacy functions */
+	PARSE_OK(CAPY_API_CHAT,
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":["
+		 "{\"type\":\"function\",\"function\":{\"name\":\"f\",\"description\":\"F.\","
+		 "\"parameters\":{\"type\":\"object\",\"properties\":{\"n\":{\"type\":\"number\","
+		 "\"maximum\":9007199254740991,\"default\":1.0}}},\"strict\":true}},"
+		 "{\"type\":\"function\",\"function\":{\"name\":\"g\"}},"
+		 "{\"type\":\"custom\",\"custom\":{\"name\":\"patch\",\"description\":\"P.\"}},"
+		 "{\"type\":\"web_search\"}],"
+		 "\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}},"
+		 "\"parallel_tool_calls\":false,\"reasoning_effort\":\"none\"}", &r);
+	CHECK_EQ_INT(r.n_tools, 3);
+	CHECK_STR(r.tools_json,
+		  "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"description\": \"F.\", "
+		  "\"parameters\": {\"type\": \"object\", \"properties\": {\"n\": {\"type\": \"number\", "
+		  "\"maximum\": 9007199254740991, \"default\": 1.0}}}}}, "
+		  "{\"type\": \"function\", \"function\": {\"name\": \"g\", \"parameters\": "
+		  "{\"type\": \"object\", \"properties\": {}}}}, "
+		  "{\"type\": \"function\", \"function\": {\"name\": \"patch\", \"description\": \"P.\", "
+		  "\"parameters\": {\"type\": \"object\", \"properties\": {\"input\": {\"type\": "
+		  "\"string\"}}, \"required\": [\"input\"]}}}]");
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_NAMED);
+	CHECK_STR(r.tool_choice_name, "g");
+	CHECK(!r.parallel_tool_calls);
+	CHECK_JSON(r.kwargs, "{\"enable_thinking\": false}");
+	capy_api_request_release(&r);
+
+	PARSE_OK(CAPY_API_CHAT,
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"functions\":[{\"name\":\"old\","
+		 "\"parameters\":{\"type\":\"object\"}}],\"tool_choice\":\"required\","
+		 "\"enable_thinking\":true,\"thinking_budget\":100,\"reasoning_effort\":\"none\","
+		 "\"response_format\":{\"type\":\"json_schema\",\"json_schema\":{\"name\":\"s\","
+		 "\"schema\":{\"type\":\"object\"}}}}", &r);
+	CHECK_EQ_INT(r.n_tools, 1);
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_REQUIRED);
+	CHECK_JSON(r.kwargs, "{\"enable_thinking\": true}"); /* enable_thinking before effort */
+	CHECK_EQ_INT(r.thinking_budget, 100);
+	CHECK_EQ_INT(r.response_format, CAPY_API_FORMAT_JSON_SCHEMA);
+	CHECK_JSON(r.response_schema, "{\"type\": \"object\"}");
+	capy_api_request_release(&r);
+
+	/* prefill the vLLM way, and integral floats as integers */
+	PARSE_OK(CAPY_API_CHAT,
+		 "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"},{\"role\":\"assistant\","
+		 "\"content\":\"Sure: \"}],\"add_generation_prompt\":false,"
+		 "\"continue_final_message\":true,\"max_tokens\":16.0,\"tool_choice\":\"none\"}", &r);
+	CHECK(!r.add_generation_prompt && r.continue_final_message);
+	CHECK_EQ_INT(r.max_tokens, 16);
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_NONE);
+	capy_api_request_release(&r);
+	(void)n;
+}
+
+static void test_parse_completions(void)
+{
+	struct capy_api_request r;
+
+	PARSE_OK(CAPY_API_COMPLETIONS, "{\"model\":\"m\",\"prompt\":\"Once\",\"echo\":true,\"logprobs\":2,"
+				       "\"max_tokens\":5,\"stop\":[\"\\n\"],\"best_of\":1,\"suffix\":\"\"}", &r);
+	CHECK(r.prompt && r.prompt_len == 4 && !memcmp(r.prompt, "Once", 4));
+	CHECK(!r.prompt_ids && !r.messages && !r.tools);
+	CHECK(r.echo);
+	CHECK_EQ_INT(r.logprobs, 2);
+	CHECK_EQ_INT(r.max_tokens, 5);
+	CHECK_EQ_INT(r.n_stop, 1);
+	capy_api_request_release(&r);
+
+	PARSE_OK(CAPY_API_COMPLETIONS, "{\"prompt\":[1,2,3]}", &r);
+	CHECK(!r.prompt && r.n_prompt_ids == 3 && r.prompt_ids[0] == 1 && r.prompt_ids[2] == 3);
+	CHECK_EQ_INT(r.logprobs, -1);
+	capy_api_request_release(&r);
+	PARSE_OK(CAPY_API_COMPLETIONS, "{\"prompt\":[[7,8]]}", &r);
+	CHECK(r.n_prompt_ids == 2 && r.prompt_ids[1] == 8);
+	capy_api_request_release(&r);
+	PARSE_OK(CAPY_API_COMPLETIONS, "{\"prompt\":[\"one\"],\"logprobs\":null}", &r);
+	CHECK(r.prompt && r.prompt_len == 3);
+	CHECK_EQ_INT(r.logprobs, -1);
+	capy_api_request_release(&r);
+}
+
+static void test_parse_responses(void)
+{
+	struct capy_api_request r;
+
+	PARSE_OK(CAPY_API_RESPONSES, "{\"model\":\"m\",\"instructions\":\"Be brief.\",\"input\":\"Hi.\","
+				     "\"max_output_tokens\":50,\"reasoning\":{\"effort\":\"minimal\"},"
+				     "\"text\":{\"format\":{\"type\":\"json_schema\",\"name\":\"x\","
+				     "\"schema\":{\"type\":\"object\"}},\"verbosity\":\"low\"},\"store\":true,"
+				     "\"top_logprobs\":2,\"truncation\":\"disabled\"}", &r);
+	CHECK_JSON(r.messages, "[{\"role\": \"system\", \"content\": \"Be brief.\"}, "
+			       "{\"role\": \"user\", \"content\": \"Hi.\"}]");
+	CHECK_EQ_INT(r.max_tokens, 50);
+	CHECK_JSON(r.kwargs, "{\"enable_thinking\": false}");
+	CHECK_EQ_INT(r.response_format, CAPY_API_FORMAT_JSON_SCHEMA);
+	CHECK_EQ_INT(r.logprobs, 2);
+	capy_api_request_release(&r);
+
+	/* items: every role, a reasoning item + message + calls merged into one assistant turn,
+	 * outputs as strings and as parts, a custom tool call, a namespaced call */
+	PARSE_OK(CAPY_API_RESPONSES,
+		 "{\"input\":["
+		 "{\"type\":\"message\",\"role\":\"developer\",\"content\":[{\"type\":\"input_text\",\"text\":\"dev\"}]},"
+		 "{\"role\":\"system\",\"content\":\"sys\"},"
+		 "{\"role\":\"user\",\"content\":[{\"type\":\"input_text\",\"text\":\"q1\"},{\"type\":\"input_text\",\"text\":\"q2\"}]},"
+		 "{\"type\":\"reasoning\",\"id\":\"rs_1\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"sum\"}],"
+		 "\"content\":[{\"type\":\"reasoning_text\",\"text\":\"raw\"}],\"encrypted_content\":\"xyz\"},"
+		 "{\"type\":\"message\",\"role\":\"assistant\",\"content\":[{\"type\":\"output_text\",\"text\":\"I will.\"}]},"
+		 "{\"type\":\"function_call\",\"call_id\":\"c1\",\"name\":\"f\",\"arguments\":\"{\\\"a\\\":1}\"},"
+		 "{\"type\":\"function_call\",\"call_id\":\"c2\",\"name\":\"spawn\",\"namespace\":\"agents\",\"arguments\":\"{}\"},"
+		 "{\"type\":\"function_call_output\",\"call_id\":\"c1\",\"output\":\"out1\"},"
+		 "{\"type\":\"function_call_output\",\"call_id\":\"c2\",\"output\":[{\"type\":\"input_text\",\"text\":\"o\"},{\"type\":\"output_text\",\"text\":\"2\"}]},"
+		 "{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\",\"text\":\"only summary\"}]},"
+		 "{\"type\":\"custom_tool_call\",\"call_id\":\"c3\",\"name\":\"apply_patch\",\"input\":\"*** Begin\"},"
+		 "{\"type\":\"custom_tool_call_output\",\"call_id\":\"c3\",\"output\":\"done\"}],"
+		 "\"tools\":[{\"type\":\"function\",\"name\":\"f\",\"strict\":false,\"parameters\":{\"type\":\"object\"}},"
+		 "{\"type\":\"custom\",\"name\":\"apply_patch\",\"description\":\"Edit.\",\"format\":{\"type\":\"grammar\","
+		 "\"syntax\":\"lark\",\"definition\":\"start: x\"}},"
+		 "{\"type\":\"namespace\",\"name\":\"agents\",\"description\":\"A.\",\"tools\":[{\"type\":\"function\","
+		 "\"name\":\"spawn\",\"description\":\"S.\",\"parameters\":{\"type\":\"object\"}}]},"
+		 "{\"type\":\"web_search\"},{\"type\":\"local_shell\"},{\"type\":\"tool_search\",\"execution\":\"client\"}],"
+		 "\"tool_choice\":{\"type\":\"function\",\"name\":\"f\"},"
+		 "\"include\":[\"reasoning.encrypted_content\"],\"reasoning\":{\"summary\":\"auto\"}}", &r);
+	CHECK_JSON(r.messages,
+		   "[{\"role\": \"system\", \"content\": \"dev\"}, "
+		   "{\"role\": \"system\", \"content\": \"sys\"}, "
+		   "{\"role\": \"user\", \"content\": \"q1\\nq2\"}, "
+		   "{\"role\": \"assistant\", \"content\": \"I will.\", \"reasoning_content\": \"raw\", "
+		   "\"tool_calls\": [{\"id\": \"c1\", \"type\": \"function\", \"function\": {\"name\": \"f\", "
+		   "\"arguments\": \"{\\\"a\\\":1}\"}}, {\"id\": \"c2\", \"type\": \"function\", \"function\": "
+		   "{\"name\": \"agents__spawn\", \"arguments\": \"{}\"}}]}, "
+		   "{\"role\": \"tool\", \"content\": \"out1\", \"tool_call_id\": \"c1\"}, "
+		   "{\"role\": \"tool\", \"content\": \"o\\n2\", \"tool_call_id\": \"c2\"}, "
+		   "{\"role\": \"assistant\", \"content\": \"\", \"reasoning_content\": \"only summary\", "
+		   "\"tool_calls\": [{\"id\": \"c3\", \"type\": \"function\", \"function\": {\"name\": "
+		   "\"apply_patch\", \"arguments\": {\"input\": \"*** Begin\"}}}]}, "
+		   "{\"role\": \"tool\", \"content\": \"done\", \"tool_call_id\": \"c3\"}]");
+	CHECK_EQ_INT(r.n_tools, 3);
+	CHECK_STR(r.tools_json,
+		  "[{\"type\": \"function\", \"function\": {\"name\": \"f\", \"parameters\": {\"type\": \"object\"}}}, "
+		  "{\"type\": \"function\", \"function\": {\"name\": \"apply_patch\", \"description\": "
+		  "\"Edit.\\n\\nThe input follows this lark grammar:\\nstart: x\", \"parameters\": "
+		  "{\"type\": \"object\", \"properties\": {\"input\": {\"type\": \"string\"}}, "
+		  "\"required\": [\"input\"]}}}, "
+		  "{\"type\": \"function\", \"function\": {\"name\": \"agents__spawn\", \"description\": "
+		  "\"S.\", \"parameters\": {\"type\": \"object\"}}}]");
+	CHECK_JSON(r.tool_map, "{\"apply_patch\": {\"type\": \"custom\"}, \"agents__spawn\": "
+			       "{\"type\": \"namespace\", \"namespace\": \"agents\", \"name\": \"spawn\"}}");
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_NAMED);
+	CHECK_STR(r.tool_choice_name, "f");
+	CHECK(r.encrypted_reasoning);
+	CHECK_EQ_INT(r.thinking, -1);
+	CHECK(r.add_generation_prompt && !r.continue_final_message);
+	capy_api_request_release(&r);
+
+	/* a final assistant message in progress is continued (vLLM) */
+	PARSE_OK(CAPY_API_RESPONSES, "{\"input\":[{\"role\":\"user\",\"content\":\"hi\"},"
+				     "{\"type\":\"message\",\"role\":\"assistant\",\"status\":\"incomplete\","
+				     "\"content\":[{\"type\":\"output_text\",\"text\":\"Hel\"}]}],"
+				     "\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"required\","
+				     "\"tools\":[]},\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}", &r);
+	CHECK(!r.add_generation_prompt && r.continue_final_message);
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_REQUIRED);
+	capy_api_request_release(&r);
+}
+
+static void test_parse_messages(void)
+{
+	struct capy_api_request r;
+
+	PARSE_OK(CAPY_API_MESSAGES,
+		 "{\"model\":\"claude\",\"max_tokens\":1024,\"system\":["
+		 "{\"type\":\"text\",\"text\":\"x-anthropic-billing-header: cc_version=1; cch=abc;\"},"
+		 "{\"type\":\"text\",\"text\":\"You are Claude Code.\",\"cache_control\":{\"type\":\"ephemeral\"}},"
+		 "{\"type\":\"text\",\"text\":\"\\nBe careful.\"}],"
+		 "\"messages\":["
+		 "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"Fix it.\"},{\"type\":\"text\",\"text\":\"\"}]},"
+		 "{\"role\":\"assistant\",\"content\":[{\"type\":\"thinking\",\"thinking\":\"Look first.\",\"signature\":\"s\"},"
+		 "{\"type\":\"redacted_thinking\",\"data\":\"zzz\"},{\"type\":\"text\",\"text\":\"Reading.\"},"
+		 "{\"type\":\"tool_use\",\"id\":\"t1\",\"name\":\"Read\",\"input\":{\"path\":\"a\"},\"cache_control\":{}},"
+		 "{\"type\":\"tool_use\",\"id\":\"t2\",\"name\":\"Read\",\"input\":{\"path\":\"b\"}}]},"
+		 "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"and also\"},"
+		 "{\"type\":\"tool_result\",\"tool_use_id\":\"t1\",\"content\":\"A\"},"
+		 "{\"type\":\"tool_result\",\"tool_use_id\":\"t2\",\"is_error\":true,\"content\":[{\"type\":\"text\",\"text\":\"B1\"},"
+		 "{\"type\":\"text\",\"text\":\"B2\"},{\"type\":\"tool_reference\",\"tool_name\":\"Grep\"}]}]},"
+		 "{\"role\":\"system\",\"content\":[{\"type\":\"text\",\"text\":\"reminder\"}]},"
+		 "{\"role\":\"assistant\",\"content\":\"Done: \"}],"
+		 "\"stop_sequences\":[\"###\"],\"temperature\":0.2,\"top_k\":40,\"top_p\":0.9,"
+		 "\"metadata\":{\"user_id\":\"u\"},\"context_management\":{\"edits\":[]},"
+		 "\"output_config\":{\"effort\":\"high\"},\"service_tier\":\"auto\","
+		 "\"thinking\":{\"type\":\"adaptive\",\"display\":\"omitted\"},"
+		 "\"tools\":[{\"name\":\"Read\",\"description\":\"R.\",\"input_schema\":{\"properties\":"
+		 "{\"path\":{\"type\":\"string\"}}},\"cache_control\":{},\"defer_loading\":true},"
+		 "{\"type\":\"web_search_20250305\",\"name\":\"web_search\"},"
+		 "{\"type\":\"bash_20250124\",\"name\":\"bash\"}],"
+		 "\"tool_choice\":{\"type\":\"any\",\"disable_parallel_tool_use\":true}}", &r);
+	CHECK_JSON(r.messages,
+		   "[{\"role\": \"system\", \"content\": \"You are Claude Code.\\n\\nBe careful.\"}, "
+		   "{\"role\": \"user\", \"content\": \"Fix it.\"}, "
+		   "{\"role\": \"assistant\", \"content\": \"Reading.\", \"reasoning_content\": \"Look first.\", "
+		   "\"tool_calls\": [{\"id\": \"t1\", \"type\": \"function\", \"function\": {\"name\": \"Read\", "
+		   "\"arguments\": {\"path\": \"a\"}}}, {\"id\": \"t2\", \"type\": \"function\", \"function\": "
+		   "{\"name\": \"Read\", \"arguments\": {\"path\": \"b\"}}}]}, "
+		   "{\"role\": \"tool\", \"content\": \"A\", \"tool_call_id\": \"t1\"}, "
+		   "{\"role\": \"tool\", \"content\": \"B1\\nB2\\nGrep\", \"tool_call_id\": \"t2\"}, "
+		   "{\"role\": \"user\", \"content\": \"and also\"}, "
+		   "{\"role\": \"system\", \"content\": \"reminder\"}, "
+		   "{\"role\": \"assistant\", \"content\": \"Done: \"}]");
+	CHECK(!r.add_generation_prompt && r.continue_final_message);
+	CHECK_EQ_INT(r.max_tokens, 1024);
+	CHECK_EQ_INT(r.n_stop, 1);
+	CHECK_STR(r.stop[0], "###");
+	CHECK(r.temperature.given && r.temperature.v == 0.2);
+	CHECK(r.top_p.given && r.top_p.v == 0.9);
+	CHECK_EQ_INT(r.top_k, 40);
+	CHECK_JSON(r.kwargs, "{\"enable_thinking\": true}");
+	CHECK_EQ_INT(r.thinking, 1);
+	CHECK_EQ_INT(r.n_tools, 1);
+	CHECK_STR(r.tools_json, "[{\"type\": \"function\", \"function\": {\"name\": \"Read\", \"description\": "
+				"\"R.\", \"parameters\": {\"properties\": {\"path\": {\"type\": \"string\"}}, "
+				"\"type\": \"object\"}}}]");
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_REQUIRED);
+	CHECK(!r.parallel_tool_calls);
+	capy_api_request_release(&r);
+
+	/* no thinking field: no extended thinking, as in Anthropic's API; an empty final
+	 * assistant message asks for nothing and is dropped; a user turn of tool results only */
+	PARSE_OK(CAPY_API_MESSAGES,
+		 "{\"max_tokens\":8,\"system\":\"S\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
+		 "{\"role\":\"assistant\",\"content\":[{\"type\":\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}]},"
+		 "{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\",\"tool_use_id\":\"t\"}]},"
+		 "{\"role\":\"assistant\",\"content\":[{\"type\":\"text\",\"text\":\"  \"}]}],"
+		 "\"tools\":[{\"name\":\"f\",\"input_schema\":{\"type\":\"object\"}}],"
+		 "\"tool_choice\":{\"type\":\"tool\",\"name\":\"f\"},\"stream\":true}", &r);
+	CHECK_JSON(r.messages,
+		   "[{\"role\": \"system\", \"content\": \"S\"}, {\"role\": \"user\", \"content\": \"q\"}, "
+		   "{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"t\", \"type\": "
+		   "\"function\", \"function\": {\"name\": \"f\", \"arguments\": {}}}]}, "
+		   "{\"role\": \"tool\", \"content\": \"\", \"tool_call_id\": \"t\"}]");
+	CHECK(r.add_generation_prompt && !r.continue_final_message && r.stream);
+	CHECK_JSON(r.kwargs, "{\"enable_thinking\": false}");
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_NAMED);
+	CHECK_STR(r.tool_choice_name, "f");
+	capy_api_request_release(&r);
+
+	/* budgets as large as max_tokens (Qwen Code) are taken; disabled; chat_template_kwargs */
+	PARSE_OK(CAPY_API_MESSAGES, "{\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
+				    "\"thinking\":{\"type\":\"enabled\",\"budget_tokens\":100}}", &r);
+	CHECK_EQ_INT(r.thinking, 1);
+	CHECK_EQ_INT(r.thinking_budget, 100);
+	capy_api_request_release(&r);
+	PARSE_OK(CAPY_API_MESSAGES, "{\"max_tokens\":100,\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
+				    "\"thinking\":{\"type\":\"disabled\"},\"chat_template_kwargs\":{\"x\":1},"
+				    "\"tool_choice\":{\"type\":\"none\"}}", &r);
+	CHECK_JSON(r.kwargs, "{\"x\": 1, \"enable_thinking\": false}");
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_NONE);
+	capy_api_request_release(&r);
+
+	/* count_tokens: the same body without max_tokens */
+	PARSE_OK(CAPY_API_COUNT_TOKENS, "{\"model\":\"m\",\"messages\":[{\"role\":\"user\",\"content\":\"q\"}],"
+					"\"system\":\"S\",\"tools\":[{\"name\":\"f\",\"input_schema\":{}}]}", &r);
+	CHECK_EQ_INT(capy_tval_len(r.messages), 2);
+	CHECK_EQ_INT(r.n_tools, 1);
+	CHECK_EQ_INT(r.max_tokens, 0);
+	capy_api_request_release(&r);
+}
+
+static void test_outparse_opts(void)
+{
+	struct capy_outparse_opts o;
+	struct capy_api_request r;
+
+	PARSE_OK(CAPY_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"stream\":true,"
+				"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", &r);
+	capy_api_outparse_opts(&r, CAPY_OUTPARSE_THINK_OPEN, &o);
+	CHECK(o.tools_json == r.tools_json);
+	CHECK_EQ_INT(o.flags, CAPY_OUTPARSE_THINK_OPEN);
+	capy_api_request_release(&r);
+	PARSE_OK(CAPY_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tool_choice\":\"none\","
+				"\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}]}", &r);
+	capy_api_outparse_opts(&r, 0, &o);
+	CHECK(!o.tools_json);
+	CHECK_EQ_INT(o.flags, CAPY_OUTPARSE_NO_TOOL_CALLS | CAPY_OUTPARSE_HOLD_CALLS);
+	capy_api_request_release(&r);
+}
+
+/* Prefill: the prompt ends right after the assistant's text. */
+static void test_continue_final(void)
+{
+	struct capy_api_request r;
+	struct capy_api_error aerr;
+	struct capy_err err = { 0 };
+	char *out;
+
+	PARSE_OK(CAPY_API_MESSAGES, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},"
+				    "{\"role\":\"assistant\",\"content\":\"The answer is \"}]}", &r);
+	out = render(tmpl_share, &r, &err);
+	CHECK_MSG(out != NULL, "%s", err.msg);
+	if (out)
+		CHECK_STR(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+			       "The answer is");
+	free(out);
+	/* this template keeps the text as it came, trailing space included (transformers) */
+	out = render(tmpl_fixture, &r, &err);
+	CHECK_MSG(out != NULL, "%s", err.msg);
+	if (out)
+		CHECK_STR(out, "<|im_start|>user\nHi<|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n"
+			       "The answer is ");
+	free(out);
+	capy_api_request_release(&r);
+
+	/* text the template kept whole keeps its trailing space; text not in the prompt fails */
+	PARSE_OK(CAPY_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"Hi\"},{\"role\":\"assistant\","
+				"\"content\":\"ab \"}],\"add_generation_prompt\":false,"
+				"\"continue_final_message\":true}", &r);
+	{
+		char prompt[] = "<|im_start|>assistant\nab <|im_end|>\n", bad[] = "nothing here";
+		size_t len = strlen(prompt), blen = strlen(bad);
+
+		CHECK_EQ_INT(capy_api_continue_final(&r, prompt, &len, &aerr), 0);
+		CHECK_STR(prompt, "<|im_start|>assistant\nab ");
+		CHECK_EQ_INT(len, strlen(prompt));
+		CHECK_EQ_INT(capy_api_continue_final(&r, bad, &blen, &aerr), CAPY_EINVAL);
+		CHECK_EQ_INT(aerr.status, 400);
+	}
+	capy_api_request_release(&r);
+}
+
+/* What the captures of the agents turn into, where it matters. */
+static void test_captured_details(void)
+{
+	struct capy_api_request r;
+	struct capy_err err = { 0 };
+	char *out;
+
+	/* Claude Code's tool round: tool_use as a call with the input object, the result as a
+	 * tool message; the qwen3_5 template prints the call in XML */
+	r = capture_req("claude-code-toolround/002_POST_v1_messages.json");
+	CHECK_JSON(capy_tval_at(r.messages, 2),
+		   "{\"role\": \"assistant\", \"content\": \"\", \"tool_calls\": [{\"id\": \"toolu_fake1\", "
+		   "\"type\": \"function\", \"function\": {\"name\": \"Read\", \"arguments\": "
+		   "{\"file_path\": \"/home/user/project/hello.txt\"}}}]}");
+	CHECK_JSON(capy_tval_at(r.messages, 3),
+		   "{\"role\": \"tool\", \"content\": \"1\\thello-file-content 42\\n2\\t\", "
+		   "\"tool_call_id\": \"toolu_fake1\"}");
+	out = render(tmpl_share, &r, &err);
+	CHECK(out && strstr(out, "<tool_call>\n<function=Read>\n<parameter=file_path>\n"
+				 "/home/user/project/hello.txt\n</parameter>\n</function>\n</tool_call>"));
+	CHECK(out && strstr(out, "<|im_start|>user\n<tool_response>\n1\thello-file-content 42\n2\n"
+				 "</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n"));
+	free(out);
+	capy_api_request_release(&r);
+
+	/* Claude Code full mode: a system message after the user message stays in place */
+	r = capture_req("claude-code/001_POST_v1_messages.json");
+	CHECK_EQ_INT(capy_tval_len(r.messages), 3);
+	CHECK(str_is(capy_tval_get(capy_tval_at(r.messages, 2), "role"), "system"));
+	CHECK_EQ_INT(r.n_tools, 12);
+	CHECK_EQ_INT(r.thinking, 1);
+	capy_api_request_release(&r);
+
+	/* opencode: arguments as a compact JSON string, parsed when rendered */
+	r = capture_req("opencode-toolround-local/003_POST_v1_chat_completions.json");
+	out = render(tmpl_fixture, &r, &err);
+	CHECK(out && strstr(out, "{\"name\": \"read\", \"arguments\": {\"filePath\": "
+				 "\"/home/user/project/hello.txt\"}}"));
+	free(out);
+	CHECK(r.stream && r.include_usage);
+	CHECK_EQ_INT(r.max_tokens, 4096);
+	capy_api_request_release(&r);
+
+	/* Codex: developer messages as system, the custom apply_patch tool as a function of
+	 * "input", its call and output; tool_search and web_search dropped */
+	r = capture_req("codex-gpt55-toolround/002_POST_v1_responses.json");
+	CHECK(str_is(capy_tval_get(capy_tval_at(r.messages, 0), "role"), "system"));
+	CHECK_JSON(capy_tval_get(capy_tval_at(r.messages, 4), "tool_calls"),
+		   "[{\"id\": \"call_fake1\", \"type\": \"function\", \"function\": {\"name\": "
+		   "\"apply_patch\", \"arguments\": {\"input\": \"*** Begin Patch\\n*** Add File: "
+		   "notes.txt\\n+capybara notes\\n*** End Patch\"}}}]");
+	CHECK_EQ_INT(r.n_tools, 8);
+	CHECK_JSON(r.tool_map, "{\"apply_patch\": {\"type\": \"custom\"}}");
+	CHECK_EQ_INT(r.thinking, 1); /* reasoning.effort medium */
+	out = render(tmpl_share, &r, &err);
+	CHECK(out && strstr(out, "<function=apply_patch>\n<parameter=input>\n*** Begin Patch\n"));
+	free(out);
+	capy_api_request_release(&r);
+
+	/* Codex with reasoning echoed back: one assistant turn; namespace tools flattened */
+	r = capture_req("codex-reasoning-toolround/002_POST_v1_responses.json");
+	CHECK_EQ_INT(capy_tval_len(r.messages), 6);
+	CHECK(str_is(capy_tval_get(capy_tval_at(r.messages, 4), "reasoning_content"),
+		     "The user wants the secret word; I should cat the file."));
+	CHECK(str_is(capy_tval_get(capy_tval_at(r.messages, 4), "content"), "I will read the file first."));
+	CHECK(r.tools_json && strstr(r.tools_json, "\"name\": \"multi_agent_v1__spawn_agent\""));
+	CHECK_EQ_INT(r.n_tools, 12);
+	CHECK_EQ_INT(r.thinking, -1);
+	capy_api_request_release(&r);
+
+	/* Qwen Code: tool results as lists of parts; a budget next to max_tokens */
+	r = capture_req("qwen-code-toolround/002_POST_v1_chat_completions.json");
+	CHECK(str_is(capy_tval_get(capy_tval_at(r.messages, 3), "role"), "tool"));
+	CHECK_EQ_INT(r.n_tools, 14);
+	capy_api_request_release(&r);
+	r = capture_req("qwen-code-toolround-anthropic/002_POST_v1_messages.json");
+	CHECK_EQ_INT(r.thinking_budget, 32000);
+	CHECK_EQ_INT(r.max_tokens, 32768);
+	CHECK(r.temperature.given && r.temperature.v == 1);
+	capy_api_request_release(&r);
+}
+
+/* --- refusals ----------------------------------------------------------------------------- */
+
+#define U "{\"role\":\"user\",\"content\":\"hi\"}"
+#define CHAT(extra) "{\"messages\":[" U "]" extra "}"
+#define MSGS(extra) "{\"max_tokens\":8,\"messages\":[" U "]" extra "}"
+#define IR "invalid_request_error"
+
+static void test_refused_common(void)
+{
+	static const enum capy_api apis[] = { CAPY_API_CHAT, CAPY_API_COMPLETIONS, CAPY_API_RESPONSES,
+					      CAPY_API_MESSAGES, CAPY_API_COUNT_TOKENS };
+	size_t i;
+
+	for (i = 0; i < ARRAY_SIZE(apis); i++) {
+		REFUSED(apis[i], "{\"messages\": [}", 400, IR, "",
+			"request body is not valid JSON (line 1, column 15): unexpected character '}'");
+		REFUSED(apis[i], "{\n  \"a\": tru\n}", 400, IR, "",
+			"request body is not valid JSON (line 2, column 8): unexpected character 't'");
+		REFUSED(apis[i], "", 400, IR, "",
+			"request body is not valid JSON (line 1, column 1): unexpected end of input");
+		REFUSED(apis[i], "[1]", 400, IR, "", "request body must be a JSON object, not a list");
+		REFUSED(apis[i], "{\"model\":5}", 400, IR, "model", "model must be a string, not a number");
+	}
+}
+
+static void test_refused_chat(void)
+{
+	const enum capy_api C = CAPY_API_CHAT;
+	struct capy_api_limits lim = { .max_messages = 2, .max_tools = 1, .max_stop = 2,
+				       .max_tokens = 100 };
+
+	REFUSED(C, "{}", 400, IR, "messages", "messages is required");
+	REFUSED(C, "{\"messages\":{}}", 400, IR, "messages", "messages must be a list, not an object");
+	REFUSED(C, "{\"messages\":[]}", 400, IR, "messages", "messages must not be empty");
+	REFUSED(C, "{\"messages\":[1]}", 400, IR, "messages[0]",
+		"messages[0] must be an object, not a number");
+	REFUSED(C, "{\"messages\":[{\"content\":\"x\"}]}", 400, IR, "messages[0].role",
+		"messages[0].role is required");
+	REFUSED(C, "{\"messages\":[{\"role\":\"bot\",\"content\":\"x\"}]}", 400, IR, "messages[0].role",
+		"messages[0].role must be system, developer, user, assistant or tool, not 'bot'");
+	REFUSED(C, "{\"messages\":[" U ",{\"role\":\"user\",\"content\":3}]}", 400, IR, "messages[1].content",
+		"messages[1].content must be a string or a list of content parts");
+	REFUSED(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image_url\",\"image_url\":"
+		   "{\"url\":\"data:x\"}}]}]}", 400, IR, "messages[0].content[0]",
+		"image input is not supported by this server (messages[0].content[0]: text only)");
+	REFUSED(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_audio\"}]}]}", 400, IR,
+		"messages[0].content[0]",
+		"audio input is not supported by this server (messages[0].content[0]: text only)");
+	REFUSED(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"file\"}]}]}", 400, IR,
+		"messages[0].content[0]",
+		"file input is not supported by this server (messages[0].content[0]: text only)");
+	REFUSED(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"hologram\"}]}]}", 400, IR,
+		"messages[0].content[0]", "messages[0].content[0].type 'hologram' is not a supported content part");
+	REFUSED(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"text\":\"x\"}]}]}", 400, IR,
+		"messages[0].content[0].type", "messages[0].content[0].type is required");
+	REFUSED(C, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":1}]}]}", 400,
+		IR, "messages[0].content[0].text", "messages[0].content[0].text must be a string");
+	REFUSED(C, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"name\":\"f\","
+		   "\"arguments\":\"{bad\"}}]}]}", 400, IR, "messages[0].tool_calls[0].function.arguments",
+		"messages[0].tool_calls[0].function.arguments is not valid JSON: 1:2: expected a string key");
+	REFUSED(C, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"function\":{\"arguments\":\"{}\"}}]}]}",
+		400, IR, "messages[0].tool_calls[0].function.name",
+		"messages[0].tool_calls[0].function.name is required");
+	REFUSED(C, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":[{\"id\":\"x\"}]}]}", 400, IR,
+		"messages[0].tool_calls[0].function", "messages[0].tool_calls[0].function is required");
+	REFUSED(C, "{\"messages\":[{\"role\":\"assistant\",\"tool_calls\":{}}]}", 400, IR,
+		"messages[0].tool_calls", "messages[0].tool_calls must be a list, not an object");
+	REFUSED(C, CHAT(",\"n\":2"), 400, IR, "n", "n must be 1: this server generates one choice per request");
+	REFUSED(C, CHAT(",\"temperature\":-1"), 400, IR, "temperature", "temperature must be a number >= 0");
+	REFUSED(C, CHAT(",\"temperature\":\"hot\""), 400, IR, "temperature",
+		"temperature must be a number, not a string");
+	REFUSED(C, CHAT(",\"top_p\":0"), 400, IR, "top_p", "top_p must be a number in (0, 1]");
+	REFUSED(C, CHAT(",\"min_p\":2"), 400, IR, "min_p", "min_p must be a number in [0, 1]");
+	REFUSED(C, CHAT(",\"presence_penalty\":3"), 400, IR, "presence_penalty",
+		"presence_penalty must be a number in [-2, 2]");
+	REFUSED(C, CHAT(",\"top_k\":-2"), 400, IR, "top_k", "top_k must be an integer from -1 to 2147483647");
+	REFUSED(C, CHAT(",\"max_tokens\":0"), 400, IR, "max_tokens", "max_tokens must be an integer >= 1");
+	REFUSED(C, CHAT(",\"max_tokens\":1.5"), 400, IR, "max_tokens",
+		"max_tokens must be an integer, not a fraction");
+	REFUSED(C, CHAT(",\"max_completion_tokens\":true"), 400, IR, "max_completion_tokens",
+		"max_completion_tokens must be an integer, not a boolean");
+	REFUSED(C, CHAT(",\"seed\":123456789012345678901234"), 400, IR, "seed",
+		"seed must be an integer that fits in 64 bits");
+	REFUSED(C, CHAT(",\"stream\":\"yes\""), 400, IR, "stream", "stream must be a boolean, not a string");
+	REFUSED(C, CHAT(",\"stop\":5"), 400, IR, "stop", "stop must be a string or a list of strings");
+	REFUSED(C, CHAT(",\"stop\":[\"a\",7]"), 400, IR, "stop[1]", "stop[1] must be a string, not a number");
+	REFUSED(C, CHAT(",\"top_logprobs\":2"), 400, IR, "top_logprobs",
+		"top_logprobs needs logprobs set to true");
+	REFUSED(C, CHAT(",\"logprobs\":true,\"top_logprobs\":21"), 400, IR, "top_logprobs",
+		"top_logprobs must be an integer from 0 to 20");
+	REFUSED(C, CHAT(",\"tool_choice\":\"always\""), 400, IR, "tool_choice",
+		"tool_choice must be \"auto\", \"none\", \"required\" or a named tool, not \"always\"");
+	REFUSED(C, CHAT(",\"tool_choice\":\"required\""), 400, IR, "tool_choice",
+		"tool_choice requires a tool call, but there are no tools");
+	REFUSED(C, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\"}}],"
+			"\"tool_choice\":{\"type\":\"function\",\"function\":{\"name\":\"g\"}}"), 400, IR,
+		"tool_choice", "tool_choice names 'g', which is not among the tools");
+	REFUSED(C, CHAT(",\"tool_choice\":{\"type\":\"function\",\"function\":{}}"), 400, IR,
+		"tool_choice.function.name", "tool_choice.function.name is required");
+	REFUSED(C, CHAT(",\"tool_choice\":{\"type\":\"file_search\"}"), 400, IR, "tool_choice.type",
+		"tool_choice.type 'file_search' is not supported by this server");
+	REFUSED(C, CHAT(",\"tools\":[{\"type\":\"function\"}]"), 400, IR, "tools[0].function",
+		"tools[0].function is required");
+	REFUSED(C, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"\"}}]"), 400, IR,
+		"tools[0].function.name", "tools[0].function.name must not be empty");
+	REFUSED(C, CHAT(",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":[]}}]"),
+		400, IR, "tools[0].function.parameters",
+		"tools[0].function.parameters must be an object, not a list");
+	REFUSED(C, CHAT(",\"tools\":{}"), 400, IR, "tools", "tools must be a list, not an object");
+	REFUSED(C, "{\"messages\":[" U ",{\"role\":\"assistant\",\"content\":\"a\"}],"
+		   "\"continue_final_message\":true}", 400, IR, "continue_final_message",
+		"continue_final_message and add_generation_prompt cannot both be true");
+	REFUSED(C, CHAT(",\"continue_final_message\":true,\"add_generation_prompt\":false"), 400, IR,
+		"continue_final_message", "continue_final_message needs the last message to be the assistant's");
+	REFUSED(C, CHAT(",\"chat_template\":\"{{ x }}\""), 400, IR, "chat_template",
+		"chat_template is not accepted in requests: the model's own template renders them");
+	REFUSED(C, CHAT(",\"chat_template_kwargs\":{\"tools\":[]}"), 400, IR, "chat_template_kwargs.tools",
+		"chat_template_kwargs.tools is set by the request itself");
+	REFUSED(C, CHAT(",\"chat_template_kwargs\":[]"), 400, IR, "chat_template_kwargs",
+		"chat_template_kwargs must be an object, not a list");
+	REFUSED(C, CHAT(",\"reasoning_effort\":\"extreme\""), 400, IR, "reasoning_effort",
+		"reasoning_effort must be none, minimal, low, medium, high or xhigh, not 'extreme'");
+	REFUSED(C, CHAT(",\"response_format\":{\"type\":\"yaml\"}"), 400, IR, "response_format.type",
+		"response_format.type must be text, json_object or json_schema, not 'yaml'");
+	/* limits */
+	check_refused(__LINE__, C, "{\"messages\":[" U "," U "," U "]}", &lim, 400, IR, "messages",
+		      "messages has 3 entries, more than the limit of 2");
+	check_refused(__LINE__, C, CHAT(",\"tools\":[{\"type\":\"x\"},{\"type\":\"y\"}]"), &lim, 400, IR,
+		      "tools", "tools has 2 tools, more than the limit of 1");
+	check_refused(__LINE__, C, CHAT(",\"stop\":[\"a\",\"b\",\"c\"]"), &lim, 400, IR, "stop",
+		      "stop has 3 strings, more than the limit of 2");
+	check_refused(__LINE__, C, CHAT(",\"max_tokens\":101"), &lim, 400, IR, "max_tokens",
+		      "max_tokens is 101, more than this server's limit of 100");
+}
+
+static void test_refused_completions(void)
+{
+	const enum capy_api C = CAPY_API_COMPLETIONS;
+
+	REFUSED(C, "{}", 400, IR, "prompt", "prompt is required");
+	REFUSED(C, "{\"prompt\":\"\"}", 400, IR, "prompt", "prompt must not be empty");
+	REFUSED(C, "{\"prompt\":[]}", 400, IR, "prompt", "prompt must not be empty");
+	REFUSED(C, "{\"prompt\":[\"a\",\"b\"]}", 400, IR, "prompt",
+		"prompt holds 2 prompts: this server takes one per request");
+	REFUSED(C, "{\"prompt\":[1,-2]}", 400, IR, "prompt[1]", "prompt[1] must be a token id (an integer >= 0)");
+	REFUSED(C, "{\"prompt\":[1,\"x\"]}", 400, IR, "prompt[1]", "prompt[1] must be a token id (an integer >= 0)");
+	REFUSED(C, "{\"prompt\":{}}", 400, IR, "prompt",
+		"prompt must be a string or a list of token ids, not an object");
+	REFUSED(C, "{\"prompt\":\"a\",\"suffix\":\"b\"}", 400, IR, "suffix", "suffix is not supported by this server");
+	REFUSED(C, "{\"prompt\":\"a\",\"best_of\":3}", 400, IR, "best_of",
+		"best_of must be 1: this server generates one choice per request");
+	REFUSED(C, "{\"prompt\":\"a\",\"logprobs\":true}", 400, IR, "logprobs",
+		"logprobs must be an integer, not a boolean");
+	REFUSED(C, "{\"prompt\":\"a\",\"logprobs\":30}", 400, IR, "logprobs",
+		"logprobs must be an integer from 0 to 20");
+}
+
+static void test_refused_responses(void)
+{
+	const enum capy_api C = CAPY_API_RESPONSES;
+
+	REFUSED(C, "{}", 400, IR, "input", "input is required");
+	REFUSED(C, "{\"input\":[]}", 400, IR, "input", "input must not be empty");
+	REFUSED(C, "{\"input\":5}", 400, IR, "input", "input must be a string or a list of items, not a number");
+	REFUSED(C, "{\"input\":\"hi\",\"previous_response_id\":\"resp_1\"}", 400, IR, "previous_response_id",
+		"previous_response_id is not supported: this server stores no responses (send the whole input)");
+	REFUSED(C, "{\"input\":\"hi\",\"conversation\":\"c\"}", 400, IR, "conversation",
+		"conversation is not supported: this server stores no responses (send the whole input)");
+	REFUSED(C, "{\"input\":\"hi\",\"background\":true}", 400, IR, "background",
+		"background responses are not supported");
+	REFUSED(C, "{\"input\":[{\"type\":\"item_reference\",\"id\":\"msg_1\"}]}", 400, IR, "input[0].type",
+		"input[0].type 'item_reference' is not supported: this server stores no items");
+	REFUSED(C, "{\"input\":[{\"type\":\"computer_call\"}]}", 400, IR, "input[0].type",
+		"input[0].type 'computer_call' is not supported by this server");
+	REFUSED(C, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_image\",\"image_url\":\"x\"}]}]}",
+		400, IR, "input[0].content[0]",
+		"image input is not supported by this server (input[0].content[0]: text only)");
+	REFUSED(C, "{\"input\":[{\"role\":\"user\",\"content\":[{\"type\":\"input_file\"}]}]}", 400, IR,
+		"input[0].content[0]",
+		"file input is not supported by this server (input[0].content[0]: text only)");
+	REFUSED(C, "{\"input\":[{\"role\":\"critic\",\"content\":\"x\"}]}", 400, IR, "input[0].role",
+		"input[0].role must be user, assistant, system or developer, not 'critic'");
+	REFUSED(C, "{\"input\":[{\"type\":\"message\",\"content\":\"x\"}]}", 400, IR, "input[0].role",
+		"input[0].role is required");
+	REFUSED(C, "{\"input\":[{\"type\":\"function_call\",\"name\":\"f\",\"arguments\":\"{}\"}]}", 400, IR,
+		"input[0].call_id", "input[0].call_id is required");
+	REFUSED(C, "{\"input\":[{\"type\":\"function_call\",\"call_id\":\"c\",\"name\":\"f\",\"arguments\":\"[\"}]}",
+		400, IR, "input[0].arguments",
+		"input[0].arguments is not valid JSON: 1:2: unexpected end of input");
+	REFUSED(C, "{\"input\":[{\"type\":\"function_call_output\",\"call_id\":\"c\",\"output\":7}]}", 400, IR,
+		"input[0].output", "input[0].output must be a string or a list of content parts");
+	REFUSED(C, "{\"input\":[{\"type\":\"reasoning\",\"summary\":[{\"type\":\"summary_text\"}]}]}", 400, IR,
+		"input[0].summary[0].text", "input[0].summary[0].text must be a string");
+	REFUSED(C, "{\"input\":\"hi\",\"prompt\":{\"id\":\"p\"}}", 400, IR, "prompt",
+		"prompt templates are not supported");
+	REFUSED(C, "{\"input\":\"hi\",\"reasoning\":{\"effort\":\"lots\"}}", 400, IR, "reasoning.effort",
+		"reasoning.effort must be none, minimal, low, medium, high or xhigh, not 'lots'");
+	REFUSED(C, "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"xml\"}}}", 400, IR, "text.format.type",
+		"text.format.type must be text, json_object or json_schema, not 'xml'");
+	REFUSED(C, "{\"input\":\"hi\",\"tools\":[{\"type\":\"function\"}]}", 400, IR, "tools[0].name",
+		"tools[0].name is required");
+	REFUSED(C, "{\"input\":\"hi\",\"tools\":[{\"type\":\"namespace\",\"name\":\"n\",\"tools\":[3]}]}", 400,
+		IR, "tools[0].tools[0]", "tools[0].tools[0] must be an object, not a number");
+	REFUSED(C, "{\"input\":\"hi\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],"
+		   "\"tool_choice\":{\"type\":\"function\",\"name\":\"g\"}}", 400, IR, "tool_choice",
+		"tool_choice names 'g', which is not among the tools");
+}
+
+static void test_refused_messages(void)
+{
+	const enum capy_api C = CAPY_API_MESSAGES;
+
+	REFUSED(C, "{\"messages\":[" U "]}", 400, IR, "max_tokens", "max_tokens is required");
+	REFUSED(C, "{\"max_tokens\":0,\"messages\":[" U "]}", 400, IR, "max_tokens",
+		"max_tokens must be an integer >= 1");
+	REFUSED(C, "{\"max_tokens\":8}", 400, IR, "messages", "messages is required");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[]}", 400, IR, "messages", "messages must not be empty");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[{\"role\":\"tool\",\"content\":\"x\"}]}", 400, IR,
+		"messages[0].role", "messages[0].role must be user or assistant, not 'tool'");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\"}]}", 400, IR, "messages[0].content",
+		"messages[0].content is required");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":5}]}", 400, IR,
+		"messages[0].content", "messages[0].content must be a string or a list of content blocks");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\","
+		   "\"source\":{\"type\":\"base64\",\"media_type\":\"image/png\",\"data\":\"AAAA\"}}]}]}", 400,
+		IR, "messages[0].content[0]",
+		"image input is not supported by this server (messages[0].content[0]: text only)");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"document\"}]}]}",
+		400, IR, "messages[0].content[0]",
+		"document input is not supported by this server (messages[0].content[0]: text only)");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"tool_result\","
+		   "\"tool_use_id\":\"t\",\"content\":[{\"type\":\"image\"}]}]}]}", 400, IR,
+		"messages[0].content[0].content[0]",
+		"image input is not supported by this server (messages[0].content[0].content[0]: text only)");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"search_result\"}]}]}",
+		400, IR, "messages[0].content[0].type", "messages[0].content[0].type 'search_result' is not supported here");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[" U ",{\"role\":\"assistant\",\"content\":[{\"type\":"
+		   "\"tool_result\",\"tool_use_id\":\"t\",\"content\":\"x\"}]}," U "]}", 400, IR,
+		"messages[1].content[0]", "messages[1].content[0]: tool_result blocks belong in user messages");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[" U ",{\"role\":\"assistant\",\"content\":[{\"type\":"
+		   "\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":{}}]}]}", 400, IR, "messages[1].content[0]",
+		"messages[1].content[0]: the final assistant message cannot hold tool_use blocks (their results must follow)");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[" U ",{\"role\":\"assistant\",\"content\":[{\"type\":"
+		   "\"tool_use\",\"id\":\"t\",\"input\":{}}]}," U "]}", 400, IR, "messages[1].content[0].name",
+		"messages[1].content[0].name is required");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[" U ",{\"role\":\"assistant\",\"content\":[{\"type\":"
+		   "\"tool_use\",\"id\":\"t\",\"name\":\"f\",\"input\":\"{}\"}]}," U "]}", 400, IR,
+		"messages[1].content[0].input", "messages[1].content[0].input must be an object, not a string");
+	REFUSED(C, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"text\"}]}]}",
+		400, IR, "messages[0].content[0].text", "messages[0].content[0].text is required");
+	REFUSED(C, MSGS(",\"system\":5"), 400, IR, "system", "system must be a string or a list of text blocks");
+	REFUSED(C, MSGS(",\"system\":[{\"type\":\"image\"}]"), 400, IR, "system[0]",
+		"image input is not supported by this server (system[0]: text only)");
+	REFUSED(C, MSGS(",\"thinking\":{\"type\":\"deep\"}"), 400, IR, "thinking.type",
+		"thinking.type must be enabled, disabled or adaptive, not 'deep'");
+	REFUSED(C, MSGS(",\"thinking\":{\"budget_tokens\":5}"), 400, IR, "thinking.type",
+		"thinking.type is required");
+	REFUSED(C, MSGS(",\"tool_choice\":{\"type\":\"some\"}"), 400, IR, "tool_choice.type",
+		"tool_choice.type must be auto, any, tool or none, not 'some'");
+	REFUSED(C, MSGS(",\"tool_choice\":{\"type\":\"tool\"}"), 400, IR, "tool_choice.name",
+		"tool_choice.name is required");
+	REFUSED(C, MSGS(",\"tool_choice\":\"auto\""), 400, IR, "tool_choice",
+		"tool_choice must be an object, not a string");
+	REFUSED(C, MSGS(",\"tools\":[{\"name\":\"f\",\"input_schema\":[]}]"), 400, IR, "tools[0].input_schema",
+		"tools[0].input_schema must be an object, not a list");
+	REFUSED(C, MSGS(",\"stop_sequences\":\"x\",\"temperature\":-0.5"), 400, IR, "temperature",
+		"temperature must be a number >= 0");
+	REFUSED(CAPY_API_COUNT_TOKENS, "{\"messages\":[{\"role\":\"user\",\"content\":[{\"type\":\"image\"}]}]}",
+		400, IR, "messages[0].content[0]",
+		"image input is not supported by this server (messages[0].content[0]: text only)");
+}
+
+/* The error bodies and the types each API gives a status. */
+static void test_error_bodies(void)
+{
+	static const struct {
+		int status;
+		const char *openai, *anthropic;
+	} types[] = {
+		{ 400, "invalid_request_error", "invalid_request_error" },
+		{ 401, "authentication_error", "authentication_error" },
+		{ 403, "permission_error", "permission_error" },
+		{ 404, "not_found_error", "not_found_error" },
+		{ 413, "invalid_request_error", "request_too_large" },
+		{ 429, "rate_limit_error", "rate_limit_error" },
+		{ 500, "server_error", "api_error" },
+		{ 503, "server_error", "overloaded_error" },
+	};
+	struct capy_api_error e;
+	struct capy_buf b = { 0 };
+	char want[256];
+	size_t i;
+
+	CHECK_EQ_INT(capy_api_error_set(&e, 404, "model", "model '%s' is not served here", "gpt-9"),
+		     CAPY_EINVAL);
+	e.code = "model_not_found";
+	capy_api_error_body(CAPY_API_CHAT, &e, &b);
+	CHECK_STR(b.data, "{\"error\":{\"message\":\"model 'gpt-9' is not served here\","
+			  "\"type\":\"not_found_error\",\"param\":\"model\",\"code\":\"model_not_found\"}}");
+	capy_buf_reset(&b);
+	capy_api_error_body(CAPY_API_MESSAGES, &e, &b);
+	CHECK_STR(b.data, "{\"type\":\"error\",\"error\":{\"type\":\"not_found_error\","
+			  "\"message\":\"model 'gpt-9' is not served here\"}}");
+	capy_buf_reset(&b);
+	/* a type given wins; messages are escaped */
+	CHECK_EQ_INT(capy_api_error_set(&e, 500, NULL, "a \"quoted\"\nline"), CAPY_EIO);
+	e.type = "engine_error";
+	capy_api_error_body(CAPY_API_RESPONSES, &e, &b);
+	CHECK_STR(b.data, "{\"error\":{\"message\":\"a \\\"quoted\\\"\\nline\",\"type\":\"engine_error\","
+			  "\"param\":null,\"code\":null}}");
+	for (i = 0; i < ARRAY_SIZE(types); i++) {
+		capy_api_error_set(&e, types[i].status, NULL, "x");
+		capy_buf_reset(&b);
+		capy_api_error_body(CAPY_API_COMPLETIONS, &e, &b);
+		snprintf(want, sizeof(want), "{\"error\":{\"message\":\"x\",\"type\":\"%s\",\"param\":null,"
+			 "\"code\":null}}", types[i].openai);
+		CHECK_STR(b.data, want);
+		capy_buf_reset(&b);
+		capy_api_error_body(CAPY_API_COUNT_TOKENS, &e, &b);
+		snprintf(want, sizeof(want), "{\"type\":\"error\",\"error\":{\"type\":\"%s\",\"message\":\"x\"}}",
+			 types[i].anthropic);
+		CHECK_STR(b.data, want);
+	}
+	capy_buf_release(&b);
 }
 
 /* --- writer harness ----------------------------------------------------------------------- */
@@ -1502,11 +2316,97 @@ static void test_stream_errors(void)
 	     "}}");
 }
 
+static void test_small_bodies(void)
+{
+	struct capy_buf b = { 0 };
+
+	capy_api_models_body("qwen3.6-35b", 1767225600, 32768, &b);
+	CHECK_STR(b.data, "{\"object\":\"list\",\"data\":[{\"id\":\"qwen3.6-35b\",\"object\":\"model\","
+			  "\"created\":1767225600,\"owned_by\":\"capy\",\"max_model_len\":32768,"
+			  "\"type\":\"model\",\"display_name\":\"qwen3.6-35b\","
+			  "\"created_at\":\"2026-01-01T00:00:00Z\"}],\"has_more\":false,"
+			  "\"first_id\":\"qwen3.6-35b\",\"last_id\":\"qwen3.6-35b\"}");
+	capy_buf_reset(&b);
+	capy_api_count_tokens_body(1234, &b);
+	CHECK_STR(b.data, "{\"input_tokens\":1234}");
+	capy_buf_release(&b);
+}
+
+/* Empty output; writer calls out of order; ids; what a writer refuses. */
+static void test_writer_edges(void)
+{
+	static const struct step nothing[] = { END(CAPY_API_FINISH_EOS, NULL) };
+	struct capy_api_meta meta = { "fake1", "qwen3", 1767225600, 7, 0, NULL, 0 };
+	struct capy_outparse_event ev = { .type = CAPY_OUTPARSE_CONTENT, .text = "x", .len = 1 };
+	struct capy_api_usage u = { 1, 0, 1, 0 };
+	struct capy_api_request r;
+	struct capy_api_writer *w;
+	struct capy_err err = { 0 };
+	struct capy_buf b = { 0 };
+
+	CASE("messages body, empty output",
+	     RUN_WRITER(CAPY_API_MESSAGES, "{\"max_tokens\":1,\"messages\":[" U "]}", nothing, NULL),
+	     "{\"id\":\"msg_fake1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"qwen3\","
+	     "\"content\":[],\"stop_reason\":\"end_turn\",\"stop_sequence\":null,\"usage\":{"
+	     "\"input_tokens\":7,\"output_tokens\":4,\"cache_creation_input_tokens\":0,"
+	     "\"cache_read_input_tokens\":0}}");
+	CASE("chat body, empty output", RUN_WRITER(CAPY_API_CHAT, CHAT(""), nothing, NULL),
+	     "{\"id\":\"chatcmpl-fake1\",\"created\":1767225600,\"model\":\"qwen3\","
+	     "\"system_fingerprint\":null,\"object\":\"chat.completion\",\"choices\":[{\"index\":0,"
+	     "\"message\":{\"role\":\"assistant\",\"content\":\"\"},\"logprobs\":null,"
+	     "\"finish_reason\":\"stop\"}],\"usage\":{\"prompt_tokens\":7,\"completion_tokens\":4,"
+	     "\"total_tokens\":11,\"prompt_tokens_details\":{\"cached_tokens\":0},"
+	     "\"completion_tokens_details\":{\"reasoning_tokens\":0}}}");
+
+	PARSE_OK(CAPY_API_CHAT, CHAT(",\"stream\":true"), &r);
+	CHECK_EQ_INT(capy_api_writer_new(&w, &r, &meta, &err), 0);
+	CHECK_EQ_INT(capy_api_write_event(w, &ev, &b), CAPY_EINVAL); /* before begin */
+	CHECK_EQ_INT(capy_api_write_end(w, CAPY_API_FINISH_EOS, NULL, &u, &b), CAPY_EINVAL);
+	CHECK_EQ_INT(capy_api_write_begin(w, &b), 0);
+	CHECK_EQ_INT(capy_api_write_begin(w, &b), CAPY_EINVAL);
+	ev.type = CAPY_OUTPARSE_CALL_ARGS; /* arguments with no call open */
+	CHECK_EQ_INT(capy_api_write_event(w, &ev, &b), CAPY_EINVAL);
+	ev.type = CAPY_OUTPARSE_CONTENT;
+	ev.len = 0; /* an empty delta writes nothing */
+	capy_buf_reset(&b);
+	CHECK_EQ_INT(capy_api_write_event(w, &ev, &b), 0);
+	CHECK_EQ_INT(b.len, 0);
+	CHECK_EQ_INT(capy_api_write_end(w, CAPY_API_FINISH_EOS, NULL, &u, &b), 0);
+	CHECK_EQ_INT(capy_api_write_event(w, &ev, &b), CAPY_EINVAL); /* after end */
+	CHECK_EQ_INT(capy_api_write_error(w, NULL, &b), CAPY_EINVAL);
+	capy_api_writer_free(w);
+	meta.id = "bad id";
+	CHECK_EQ_INT(capy_api_writer_new(&w, &r, &meta, &err), CAPY_EINVAL);
+	CHECK_STR(err.msg, "api writer: id 'bad id' may hold only letters, digits, '_' and '-'");
+	CHECK(w == NULL);
+	meta.id = "0123456789012345678901234567890123456789012345678901234567890123456789";
+	CHECK_EQ_INT(capy_api_writer_new(&w, &r, &meta, &err), CAPY_EINVAL);
+	capy_api_request_release(&r);
+	meta.id = "fake1";
+	PARSE_OK(CAPY_API_COUNT_TOKENS, "{\"messages\":[" U "]}", &r);
+	CHECK_EQ_INT(capy_api_writer_new(&w, &r, &meta, &err), CAPY_EINVAL);
+	capy_api_request_release(&r);
+	capy_buf_release(&b);
+}
+
 int main(void)
 {
 	load_templates();
 	CHECK(tmpl_fixture && tmpl_share && special);
 	RUN(test_captured_all);
+	RUN(test_parse_chat);
+	RUN(test_parse_completions);
+	RUN(test_parse_responses);
+	RUN(test_parse_messages);
+	RUN(test_outparse_opts);
+	RUN(test_continue_final);
+	RUN(test_captured_details);
+	RUN(test_refused_common);
+	RUN(test_refused_chat);
+	RUN(test_refused_completions);
+	RUN(test_refused_responses);
+	RUN(test_refused_messages);
+	RUN(test_error_bodies);
 	RUN(test_examples);
 	RUN(test_chat_out);
 	RUN(test_logprobs_out);
@@ -1514,6 +2414,8 @@ int main(void)
 	RUN(test_responses_out);
 	RUN(test_messages_out);
 	RUN(test_stream_errors);
+	RUN(test_small_bodies);
+	RUN(test_writer_edges);
 	capy_tmpl_free(tmpl_fixture);
 	capy_tmpl_free(tmpl_share);
 	capy_tdoc_free(special_doc);
