@@ -1,6 +1,8 @@
 /* template.c - the public template API: value documents, compile, render. */
 #include "text/jinja-impl.h"
 
+#include <math.h>
+
 #define DEFAULT_STEPS 50000000ull
 #define DEFAULT_OUTPUT (64u << 20)
 #define DEFAULT_MEMORY (512u << 20)
@@ -108,6 +110,60 @@ const char *capy_tval_strv(const struct capy_tval *v, size_t *len)
 	if (len)
 		*len = v->str.len;
 	return v->str.s;
+}
+
+enum capy_tval_kind capy_tval_kind(const struct capy_tval *v)
+{
+	if (!v)
+		return CAPY_TVAL_OTHER;
+	switch (v->kind) {
+	case JK_NONE: return CAPY_TVAL_NONE;
+	case JK_BOOL: return CAPY_TVAL_BOOL;
+	case JK_INT:
+	case JK_BIGINT: return CAPY_TVAL_INT;
+	case JK_FLOAT: return CAPY_TVAL_FLOAT;
+	case JK_STR: return CAPY_TVAL_STR;
+	case JK_LIST: return CAPY_TVAL_LIST;
+	case JK_DICT: return CAPY_TVAL_DICT;
+	default: return CAPY_TVAL_OTHER;
+	}
+}
+
+bool capy_tval_boolv(const struct capy_tval *v)
+{
+	return v && v->kind == JK_BOOL && v->b;
+}
+
+int capy_tval_intv(const struct capy_tval *v, int64_t *out)
+{
+	if (!v || v->kind != JK_INT)
+		return -1;
+	*out = v->i;
+	return 0;
+}
+
+double capy_tval_numv(const struct capy_tval *v)
+{
+	if (v && (v->kind == JK_INT || v->kind == JK_BIGINT || v->kind == JK_FLOAT))
+		return jv_num(v);
+	return NAN;
+}
+
+size_t capy_tval_dict_len(const struct capy_tval *dict)
+{
+	return dict && dict->kind == JK_DICT ? dict->dict.n : 0;
+}
+
+const char *capy_tval_dict_entry(const struct capy_tval *dict, size_t i, size_t *klen,
+				 struct capy_tval **val)
+{
+	if (!dict || dict->kind != JK_DICT || i >= dict->dict.n)
+		return NULL;
+	if (klen)
+		*klen = dict->dict.e[i].klen;
+	if (val)
+		*val = dict->dict.e[i].val;
+	return dict->dict.e[i].key;
 }
 
 int capy_tval_to_json(const struct capy_tval *v, char **out, size_t *len, struct capy_err *err)

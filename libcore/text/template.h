@@ -71,6 +71,31 @@ size_t capy_tval_len(const struct capy_tval *list);
 struct capy_tval *capy_tval_at(const struct capy_tval *list, size_t i);
 const char *capy_tval_strv(const struct capy_tval *v, size_t *len);
 
+/* What a value holds, for walking a parsed JSON document. Integers too big for int64 are
+ * CAPY_TVAL_INT (capy_tval_intv fails on them, capy_tval_numv approximates them); values only
+ * templates make (undefined, macros, namespaces) are CAPY_TVAL_OTHER. */
+enum capy_tval_kind {
+	CAPY_TVAL_OTHER,
+	CAPY_TVAL_NONE,
+	CAPY_TVAL_BOOL,
+	CAPY_TVAL_INT,
+	CAPY_TVAL_FLOAT,
+	CAPY_TVAL_STR,
+	CAPY_TVAL_LIST,
+	CAPY_TVAL_DICT,
+};
+enum capy_tval_kind capy_tval_kind(const struct capy_tval *v); /* NULL: CAPY_TVAL_OTHER */
+bool capy_tval_boolv(const struct capy_tval *v);	/* false unless a true bool */
+/* An integer that fits int64; -1 for anything else (floats included). */
+int capy_tval_intv(const struct capy_tval *v, int64_t *out);
+/* A number (int, big int or float) as a double; NaN for anything else. */
+double capy_tval_numv(const struct capy_tval *v);
+/* A dict's entries in insertion order: the number of keys, and the key (NUL-terminated; *klen
+ * its length) and value of entry i (NULL out of range or not a dict). */
+size_t capy_tval_dict_len(const struct capy_tval *dict);
+const char *capy_tval_dict_entry(const struct capy_tval *dict, size_t i, size_t *klen,
+				 struct capy_tval **val);
+
 /* Serialize like Python json.dumps(v, ensure_ascii=False) with the default separators
  * ", " and ": "; *out is malloc'd and NUL-terminated. Fails (CAPY_EINVAL) on values JSON cannot
  * hold (undefined, macros, namespaces). */

@@ -146,6 +146,43 @@ static void test_values_api(void)
 	capy_tdoc_free(doc);
 }
 
+static void test_values_walk(void)
+{
+	static const char text[] = "{\"a\": 1, \"b\": 2.5, \"c\": 12345678901234567890, \"d\": true, "
+				   "\"e\": null, \"f\": \"s\", \"g\": [1], \"h\": {}}";
+	static const enum capy_tval_kind kinds[] = {
+		CAPY_TVAL_INT, CAPY_TVAL_FLOAT, CAPY_TVAL_INT, CAPY_TVAL_BOOL,
+		CAPY_TVAL_NONE, CAPY_TVAL_STR, CAPY_TVAL_LIST, CAPY_TVAL_DICT,
+	};
+	struct capy_err err = { 0 };
+	struct capy_tdoc *doc = capy_tdoc_new();
+	struct capy_tval *v = NULL, *e;
+	const char *key;
+	size_t klen, i;
+	int64_t n = 0;
+
+	CHECK_EQ_INT(capy_tdoc_parse_json(doc, text, strlen(text), "t", &v, &err), 0);
+	CHECK_EQ_INT(capy_tval_dict_len(v), ARRAY_SIZE(kinds));
+	for (i = 0; i < ARRAY_SIZE(kinds); i++) {
+		key = capy_tval_dict_entry(v, i, &klen, &e);
+		CHECK(key && klen == 1 && key[0] == (char)('a' + i));
+		CHECK_EQ_INT(capy_tval_kind(e), kinds[i]);
+	}
+	CHECK(capy_tval_dict_entry(v, i, &klen, &e) == NULL);
+	CHECK_EQ_INT(capy_tval_intv(capy_tval_get(v, "a"), &n), 0);
+	CHECK_EQ_INT(n, 1);
+	CHECK_EQ_INT(capy_tval_intv(capy_tval_get(v, "b"), &n), -1);
+	CHECK_EQ_INT(capy_tval_intv(capy_tval_get(v, "c"), &n), -1);
+	CHECK(capy_tval_numv(capy_tval_get(v, "b")) == 2.5);
+	CHECK(capy_tval_numv(capy_tval_get(v, "c")) > 1e19);
+	CHECK(isnan(capy_tval_numv(capy_tval_get(v, "f"))));
+	CHECK(capy_tval_boolv(capy_tval_get(v, "d")));
+	CHECK(!capy_tval_boolv(capy_tval_get(v, "a")));
+	CHECK_EQ_INT(capy_tval_kind(NULL), CAPY_TVAL_OTHER);
+	CHECK_EQ_INT(capy_tval_dict_len(capy_tval_get(v, "g")), 0);
+	capy_tdoc_free(doc);
+}
+
 static void test_engine_features(void)
 {
 	const char *vars = "{\"m\": [{\"role\": \"user\", \"content\": \"hi\"}, {\"role\": \"assistant\"}],"
@@ -297,6 +334,7 @@ int main(void)
 	RUN(test_json_strings_and_order);
 	RUN(test_json_errors);
 	RUN(test_values_api);
+	RUN(test_values_walk);
 	RUN(test_engine_features);
 	RUN(test_engine_errors);
 	RUN(test_limits);
