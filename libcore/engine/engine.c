@@ -28,6 +28,11 @@ int capy_backend_add(const struct capy_backend_ops *ops)
 	return -1;
 }
 
+bool capy_engine_device_available(const char *name)
+{
+	return capy_backend_find(name) != NULL;
+}
+
 int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
 		    const struct capy_engine_opts *opts, struct capy_err *err)
 {

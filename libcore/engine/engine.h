@@ -61,6 +61,9 @@ struct capy_engine;
 struct capy_seq;
 struct capy_snapshot;
 
+/* Whether a backend of that name is in this build ("cpu" always is). */
+bool capy_engine_device_available(const char *name);
+
 int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
 		    const struct capy_engine_opts *opts, struct capy_err *err);
 void capy_engine_free(struct capy_engine *e);

@@ -1,6 +1,17 @@
 /* serve.h - capy-serve's server: the API endpoints on the HTTP layer, requests rendered
  * and tokenized, run by the scheduler, their tokens turned back into each API's response.
  *
+ *	struct capy_server *srv;
+ *	capy_server_start(&srv, &(struct capy_server_opts){ .model_id = "qwen", .port = 8080 },
+ *			  engine, sched, &assets, &err);
+ *	...				(until SIGTERM, or capy_server_failed(srv))
+ *	capy_server_stop(srv, 10);	(stop accepting, let answers finish for up to 10 s)
+ *
+ * Endpoints: POST /v1/chat/completions, /v1/completions, /v1/responses, /v1/messages (also
+ * with ?beta=true), /v1/messages/count_tokens; GET /v1/models, /v1/models/{id}, /health
+ * (200 while the engine works, 503 after an engine-wide failure), /metrics (Prometheus
+ * text). docs/serving.md has the behaviour in full.
+ *
  * Text output (struct capy_textout): what a response's tokens become, in order —
  * streaming detokenization (whole UTF-8 characters, special tokens dropped), stop strings
  * (text that could still become one is held back; the first match ends the answer and is
@@ -12,8 +23,40 @@
 #ifndef CAPY_SERVE_H
 #define CAPY_SERVE_H
 
+#include "../engine/engine.h"
+#include "../model/assets.h"
+#include "../sched/sched.h"
 #include "../text/outparse.h"
 #include "../text/tokenizer.h"
+
+struct capy_server;
+
+/* Zero fields take the defaults shown (the HTTP layer's, for its limits). */
+struct capy_server_opts {
+	const char *model_id;          /* the id /v1/models lists and OpenAI requests must name */
+	const char *host;              /* 127.0.0.1 */
+	int port;                      /* 8080 ... 0 picks a free one (capy_server_port) */
+	const char *const *api_keys;   /* none: no authentication */
+	size_t n_api_keys;
+	uint64_t max_body;             /* bytes of a request body: 32 MiB */
+	unsigned max_connections;      /* 64 */
+	unsigned request_timeout_ms;   /* a request must arrive within: 30 s */
+	unsigned idle_timeout_ms;      /* keep-alive connections: 75 s */
+	size_t max_messages, max_tools; /* per request: 100,000 and 4,096 */
+	uint64_t max_tokens;           /* a request's max_tokens is clamped to this (0: the context) */
+	bool log_prompts;              /* put the rendered prompt into the request log */
+	void (*log)(void *arg, const char *line, size_t len); /* a JSON line per request */
+	void *log_arg;
+};
+
+int capy_server_start(struct capy_server **out, const struct capy_server_opts *o, struct capy_engine *e,
+		      struct capy_sched *sched, const struct capy_assets *as, struct capy_err *err);
+int capy_server_port(const struct capy_server *srv);
+/* The scheduler hit an engine-wide failure: /health answers 503; the tool should exit 2. */
+bool capy_server_failed(const struct capy_server *srv);
+/* Stop accepting, wait up to timeout_s for answers in flight, cancel the rest, free. The
+ * scheduler and engine stay the caller's. */
+void capy_server_stop(struct capy_server *srv, double timeout_s);
 
 struct capy_textout;
 

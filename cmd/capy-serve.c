@@ -1,0 +1,314 @@
+/* capy-serve - the OpenAI- and Anthropic-compatible HTTP server: a model on an engine, the
+ * scheduler's batch and prefix cache, and the API endpoints (libcore/serve). */
+#include "tool/tool.h"
+#include "artifact/artifact.h"
+#include "engine/engine.h"
+#include "model/assets.h"
+#include "sched/sched.h"
+#include "serve/serve.h"
+#include "util/file.h"
+#include "util/log.h"
+
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+static const char *const usage[] = {
+	"capy-serve <model.capy> [--profile <name>] [<options>]",
+	NULL,
+};
+
+/* Tested flag sets; --profile NAME puts its flags where it stands, so later flags win. */
+static const struct profile {
+	const char *name;
+	const char *const args[16];
+} profiles[] = {
+	{ "agent", { "--max-context", "65536", "--max-concurrency", "4", "--cache-mib", "4096", "--prefill-chunk",
+		     "256", "--snapshot-interval", "2048", NULL } },
+	{ "small", { "--max-context", "8192", "--max-concurrency", "2", "--cache-mib", "256", "--prefill-chunk", "128",
+		     NULL } },
+	{ "throughput", { "--max-context", "16384", "--max-concurrency", "16", "--cache-mib", "2048", "--prefill-chunk",
+			  "512", NULL } },
+	{ "test", { "--max-context", "4096", "--max-concurrency", "8", "--cache-mib", "64", "--prefill-chunk", "64",
+		    "--snapshot-interval", "256", "--threads", "2", NULL } },
+};
+
+static const char *opt_host = "127.0.0.1", *opt_model_id, *opt_api_key, *opt_api_key_file, *opt_profile,
+		  *opt_template, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg;
+static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, opt_queue = 256, opt_chunk = 256,
+	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
+	       opt_max_tokens;
+static double opt_cache_mib = 1024, opt_request_timeout = 30, opt_idle_timeout = 75, opt_shutdown = 10;
+static uint64_t opt_max_body = 32u << 20;
+static bool opt_log_prompts;
+
+static const struct capy_opt opts[] = {
+	CAPY_OPT_GROUP("Listening"),
+	CAPY_OPT_STRING(0, "host", &opt_host, "addr", "address to listen on (default 127.0.0.1)"),
+	CAPY_OPT_INT(0, "port", &opt_port, "n", "port (default 8080; 0 picks a free one, printed)", 0, 65535),
+	CAPY_OPT_STRING(0, "model-id", &opt_model_id, "id", "the model's name in the API (default: the file's name)"),
+	CAPY_OPT_STRING(0, "api-key", &opt_api_key, "key", "require this key (Bearer or x-api-key); also CAPY_API_KEY"),
+	CAPY_OPT_STRING(0, "api-key-file", &opt_api_key_file, "file", "require one of the keys in file (one per line)"),
+	CAPY_OPT_GROUP("Capacity"),
+	CAPY_OPT_STRING(0, "profile", &opt_profile, "name", "a tested set of the flags below (see Profiles)"),
+	CAPY_OPT_INT(0, "max-context", &opt_max_context, "n", "prompt + answer tokens of a request (default 32768)", 16,
+		     1 << 24),
+	CAPY_OPT_INT(0, "max-concurrency", &opt_concurrency, "n", "requests in the batch at once (default 8)", 1, 256),
+	CAPY_OPT_INT(0, "max-queue", &opt_queue, "n", "requests waiting beyond those; more get 503 (default 256)", 1,
+		     1 << 20),
+	CAPY_OPT_INT(0, "prefill-chunk", &opt_chunk, "n", "prompt tokens of one request per step (default 256)", 1,
+		     1 << 16),
+	CAPY_OPT_DOUBLE(0, "cache-mib", &opt_cache_mib, "mib", "prefix cache budget in MiB; 0 turns it off (default 1024)",
+			0, 1 << 24),
+	CAPY_OPT_INT(0, "snapshot-interval", &opt_snapshot, "n", "prefix-cache snapshot every n prompt tokens (default 4096)",
+		     1, 1 << 24),
+	CAPY_OPT_INT(0, "max-tokens", &opt_max_tokens, "n", "clamp a request's max_tokens to n (default: the context)", 0,
+		     1 << 24),
+	CAPY_OPT_GROUP("Limits"),
+	CAPY_OPT_SIZE(0, "max-body", &opt_max_body, "size", "largest request body (default 32M)"),
+	CAPY_OPT_INT(0, "max-connections", &opt_connections, "n", "open connections served (default 64)", 1, 65536),
+	CAPY_OPT_INT(0, "max-messages", &opt_max_messages, "n", "messages per request (default 100000)", 0, 1e9),
+	CAPY_OPT_INT(0, "max-tools", &opt_max_tools, "n", "tools per request (default 4096)", 0, 1e9),
+	CAPY_OPT_DOUBLE(0, "request-timeout", &opt_request_timeout, "s", "a request must arrive within s seconds (30)",
+			0.1, 86400),
+	CAPY_OPT_DOUBLE(0, "idle-timeout", &opt_idle_timeout, "s", "close idle keep-alive connections after s (75)",
+			0.1, 86400),
+	CAPY_OPT_DOUBLE(0, "shutdown-timeout", &opt_shutdown, "s", "on SIGTERM, let answers finish for s (10)", 0, 86400),
+	CAPY_OPT_GROUP("Model and engine"),
+	CAPY_OPT_STRING(0, "chat-template", &opt_template, "file", "chat template (instead of the model's)"),
+	CAPY_OPT_STRING(0, "device", &opt_device, "cpu", "where to run (cpu)"),
+	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
+	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "attention cache type (default bf16)"),
+	CAPY_OPT_FLAG(0, "log-prompts", &opt_log_prompts, "put rendered prompts into the request log"),
+	CAPY_OPT_GROUP("Profiles (--profile NAME puts these flags where it stands; later flags override):\n"
+		       "    agent                     --max-context 65536 --max-concurrency 4 --cache-mib 4096\n"
+		       "                              --prefill-chunk 256 --snapshot-interval 2048\n"
+		       "    small                     --max-context 8192 --max-concurrency 2 --cache-mib 256\n"
+		       "                              --prefill-chunk 128\n"
+		       "    throughput                --max-context 16384 --max-concurrency 16 --cache-mib 2048\n"
+		       "                              --prefill-chunk 512\n"
+		       "    test                      --max-context 4096 --max-concurrency 8 --cache-mib 64\n"
+		       "                              --prefill-chunk 64 --snapshot-interval 256 --threads 2"),
+	CAPY_OPT_END(),
+};
+
+/* argv with every "--profile NAME" (or --profile=NAME) replaced by the profile's flags. */
+static char **expand_profiles(int argc, char **argv, int *out_argc)
+{
+	char **out = calloc((size_t)argc * 16 + 1, sizeof(char *));
+	int n = 0;
+
+	if (!out)
+		capy_die("out of memory");
+	for (int i = 0; i < argc; i++) {
+		const char *name = NULL;
+		size_t p;
+		if (!strcmp(argv[i], "--"))
+			while (i < argc) /* the rest is positional */
+				out[n++] = argv[i++];
+		if (i >= argc)
+			break;
+		if (!strcmp(argv[i], "--profile") && i + 1 < argc)
+			name = argv[++i];
+		else if (!strncmp(argv[i], "--profile=", 10))
+			name = argv[i] + 10;
+		if (!name) {
+			out[n++] = argv[i];
+			continue;
+		}
+		for (p = 0; p < ARRAY_SIZE(profiles) && strcmp(profiles[p].name, name); p++)
+			;
+		if (p == ARRAY_SIZE(profiles))
+			capy_usage_error(usage, opts, "--profile: '%s' is not agent, small, throughput or test", name);
+		for (const char *const *a = profiles[p].args; *a; a++)
+			out[n++] = (char *)*a;
+		opt_profile = profiles[p].name;
+	}
+	*out_argc = n;
+	return out;
+}
+
+static enum capy_kv_dtype parse_kv(void)
+{
+	if (!strcmp(opt_kv, "bf16"))
+		return CAPY_KV_BF16;
+	if (!strcmp(opt_kv, "f32"))
+		return CAPY_KV_F32;
+	if (!strcmp(opt_kv, "int8"))
+		return CAPY_KV_INT8;
+	capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);
+}
+
+/* The keys: --api-key, CAPY_API_KEY and the lines of --api-key-file (blank lines and lines
+ * starting with # skipped). */
+static size_t load_keys(const char ***keys)
+{
+	static const char *list[1024];
+	size_t n = 0;
+	const char *env = getenv("CAPY_API_KEY");
+
+	if (opt_api_key && *opt_api_key)
+		list[n++] = opt_api_key;
+	if (env && *env)
+		list[n++] = env;
+	if (opt_api_key_file) {
+		struct capy_err err = { 0 };
+		char *text, *line, *save = NULL;
+		size_t len;
+		if (capy_read_file(opt_api_key_file, 1u << 20, &text, &len, &err) < 0)
+			capy_die("%s", err.msg);
+		for (line = strtok_r(text, "\r\n", &save); line && n < ARRAY_SIZE(list); line = strtok_r(NULL, "\r\n", &save))
+			if (*line && *line != '#')
+				list[n++] = line; /* text is kept for the life of the process */
+		if (n == 0 || (n == (size_t)(!!(opt_api_key && *opt_api_key) + !!(env && *env))))
+			capy_die("'%s': no API key in the file", opt_api_key_file);
+	}
+	*keys = list;
+	return n;
+}
+
+static void log_request(void *arg, const char *line, size_t len)
+{
+	(void)arg;
+	/* One line per request: a single write keeps lines of concurrent requests whole. */
+	char *buf = malloc(len + 1);
+	if (!buf)
+		return;
+	memcpy(buf, line, len);
+	buf[len] = '\n';
+	if (write(STDERR_FILENO, buf, len + 1) < 0) {
+		/* nothing to do: stderr is gone */
+	}
+	free(buf);
+}
+
+static char *default_model_id(const char *path)
+{
+	const char *base = strrchr(path, '/');
+	char *id = strdup(base ? base + 1 : path);
+	size_t n;
+
+	if (!id)
+		capy_die("out of memory");
+	n = strlen(id);
+	if (n > 5 && !strcmp(id + n - 5, ".capy"))
+		id[n - 5] = 0;
+	return id;
+}
+
+int cmd_main(int argc, char **argv)
+{
+	struct capy_err err = { 0 };
+	struct capy_artifact *a;
+	struct capy_assets as;
+	struct capy_engine *e;
+	struct capy_sched *sched;
+	struct capy_server *srv;
+	struct capy_server_opts so = { 0 };
+	struct capy_engine_opts eo = { 0 };
+	struct capy_sched_opts sco = { 0 };
+	char **args, *model_id, wbytes[32], cache[32], page[32], state[32];
+	const char **keys;
+	sigset_t sigs;
+	int nargs, n, sig, rc = CAPY_EXIT_OK;
+
+	args = expand_profiles(argc, argv, &nargs);
+	n = capy_opt_parse(nargs, args, usage, opts);
+	if (n != 1)
+		capy_usage_error(usage, opts, n ? "unexpected argument '%s'" : "no model given", n ? args[1] : "");
+	if (!capy_engine_device_available(opt_device))
+		capy_usage_error(usage, opts, "--device: '%s' is not available in this build (cpu is)", opt_device);
+	so.n_api_keys = load_keys(&keys);
+	so.api_keys = keys;
+
+	/* Signals go to sigtimedwait below, in this thread only: block them before any thread
+	 * starts, so every thread inherits the mask. */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGHUP);
+	pthread_sigmask(SIG_BLOCK, &sigs, NULL);
+	signal(SIGPIPE, SIG_IGN);
+
+	if (capy_artifact_open(&a, args[0], &err) < 0 || capy_assets_from_artifact(&as, a, &err) < 0)
+		capy_die("%s", err.msg);
+	if (opt_template) {
+		struct capy_assets extra;
+		if (capy_assets_from_files(&extra, NULL, opt_template, NULL, &err) < 0)
+			capy_die("%s", err.msg);
+		capy_tmpl_free(as.tmpl);
+		as.tmpl = extra.tmpl;
+		extra.tmpl = NULL;
+		capy_assets_release(&extra);
+	}
+	eo.threads = (int)opt_threads;
+	eo.kv = parse_kv();
+	eo.step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency;
+	eo.device = opt_device;
+	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */
+	if (capy_engine_new(&e, a, &eo, &err) < 0)
+		capy_die("%s", err.msg);
+	sco.max_concurrency = (int)opt_concurrency;
+	sco.max_queue = (uint64_t)opt_queue;
+	sco.max_context = (uint64_t)opt_max_context;
+	sco.prefill_chunk = (uint64_t)opt_chunk;
+	sco.cache_bytes = (uint64_t)(opt_cache_mib * 1048576.0);
+	sco.snapshot_interval = (uint64_t)opt_snapshot;
+	if (capy_sched_new(&sched, e, &sco, &err) < 0)
+		capy_die("%s", err.msg);
+	model_id = opt_model_id ? strdup(opt_model_id) : default_model_id(args[0]);
+	so.model_id = model_id;
+	so.host = opt_host;
+	so.port = (int)opt_port;
+	so.max_body = opt_max_body;
+	so.max_connections = (unsigned)opt_connections;
+	so.request_timeout_ms = (unsigned)(opt_request_timeout * 1000);
+	so.idle_timeout_ms = (unsigned)(opt_idle_timeout * 1000);
+	so.max_messages = (size_t)opt_max_messages;
+	so.max_tools = (size_t)opt_max_tools;
+	so.max_tokens = (uint64_t)opt_max_tokens;
+	so.log_prompts = opt_log_prompts;
+	so.log = log_request;
+	if (capy_server_start(&srv, &so, e, sched, &as, &err) < 0)
+		capy_die("%s", err.msg);
+
+	capy_human_bytes(wbytes, sizeof(wbytes), (double)capy_engine_weight_bytes(e));
+	capy_human_bytes(cache, sizeof(cache), (double)sco.cache_bytes);
+	capy_human_bytes(page, sizeof(page), (double)capy_engine_page_bytes(e));
+	capy_human_bytes(state, sizeof(state), (double)capy_engine_state_bytes(e));
+	fprintf(stderr,
+		"%s: serving '%s' (%s, %s read per token) on http://%s%s%s:%d on %s with %d threads%s%s\n"
+		"%s: context %" PRId64 " tokens, %" PRId64 " requests at once (%" PRId64 " more queued), prompt pieces of "
+		"%" PRId64 ", prefix cache %s (snapshots of %s each, every %" PRId64 " tokens), KV pages of %" PRIu64
+		" tokens (%s), %s\n",
+		capy_tool_name, model_id, capy_family_name(capy_engine_config(e)->family), wbytes,
+		strchr(opt_host, ':') ? "[" : "", opt_host, strchr(opt_host, ':') ? "]" : "", capy_server_port(srv),
+		capy_engine_device(e), capy_engine_threads(e), opt_profile ? ", profile " : "",
+		opt_profile ? opt_profile : "", capy_tool_name, opt_max_context, opt_concurrency, opt_queue, opt_chunk,
+		sco.cache_bytes ? cache : "off", state, opt_snapshot, capy_engine_page_tokens(e), page,
+		so.n_api_keys ? "API key required" : "no API key");
+	fflush(stderr);
+
+	for (;;) {
+		struct timespec tick = { 0, 200 * 1000000L };
+		sig = sigtimedwait(&sigs, NULL, &tick);
+		if (sig > 0) {
+			capy_log_info("signal %d: stopping (answers in flight get %.0f s)", sig, opt_shutdown);
+			break;
+		}
+		if (capy_server_failed(srv)) {
+			/* 2, not 1: a supervisor (systemd Restart=on-failure) should start us again. */
+			capy_error("the engine failed; stopping (exit 2)");
+			rc = 2;
+			break;
+		}
+	}
+	capy_server_stop(srv, opt_shutdown);
+	capy_sched_free(sched, 0);
+	capy_engine_free(e);
+	capy_assets_release(&as);
+	capy_artifact_close(a);
+	free(model_id);
+	free(args);
+	return rc;
+}
