@@ -169,6 +169,7 @@ UNIT_TESTS += u-template
 UNIT_TESTS += u-tokenizer
 UNIT_TESTS += u-util
 
+TEST_HELPERS += capy-serve-scripted
 TEST_HELPERS += capy-test-tool
 
 FUZZERS += fuzz-artifact
@@ -211,7 +212,7 @@ $(O)/bin/%: $(O)/cmd/%.o $(LIB)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # unit tests, test helpers and benchmarks: one source file each, linked with the library
-$(UNIT_BINS) $(HELPER_BINS) $(BENCH_BINS): $(O)/%: $(O)/%.o $(LIB)
+$(UNIT_BINS) $(filter-out %/capy-serve-scripted,$(HELPER_BINS)) $(BENCH_BINS): $(O)/%: $(O)/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
@@ -223,6 +224,11 @@ $(O)/libcore/backend/cpu/%.o: OPT = -O3
 $(O)/t/helper/%: $(O)/t/helper/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
+
+# capy-serve with the scripted test backend (t/helper/scripted-backend.c).
+$(O)/t/helper/capy-serve-scripted: $(O)/t/helper/capy-serve-scripted.o $(O)/t/helper/scripted-backend.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # --- tests ----------------------------------------------------------------------
 # `make test`: C unit tests, BATS tests of every tool, the man pages and the headers.
