@@ -314,10 +314,13 @@ int attention_forward(struct cpu_engine *e, const struct layer_w *l, const float
 		for (size_t i = 0; i < bt->n_items; i++)
 			qsa_update_blocks(e, bt->items[i].seq, l, bt->items[i].seq->len,
 					  bt->items[i].seq->len + bt->items[i].n);
-		par_for(e, T, qsa_select, &qj);
+		par_for_work(e, T, T * (e->s.pos[T - 1] / c->indexer_compress_ratio + 1) * ni * ih, qsa_select, &qj);
 		job.sel = e->s.sel;
 	}
-	par_for(e, T * nkv, attn_heads, &job);
+	uint64_t work = 0;
+	for (uint64_t t = 0; t < T; t++)
+		work += (e->s.pos[t] + 1) * 2 * nq * hd;
+	par_for_work(e, T * nkv, work, attn_heads, &job);
 	par_linear(e, &a->o, att, T, out);
 	return 0;
 }

@@ -224,6 +224,11 @@ static inline float dot16(const float *a, const float *b, uint64_t n)
  * thread's index (for per-thread scratch). */
 typedef void (*range_fn)(void *ctx, uint64_t begin, uint64_t end, int ith);
 void par_for(struct cpu_engine *e, uint64_t n, range_fn fn, void *ctx);
+/* Work (multiply-adds, roughly) below which one thread does it all: handing it to the others
+ * costs more (a pool round trip is 10-60 us on a VM). Results never depend on the split. */
+#define CPU_SMALL_WORK (1u << 17)
+/* par_for, on the calling thread alone when `work` is below CPU_SMALL_WORK. */
+void par_for_work(struct cpu_engine *e, uint64_t n, uint64_t work, range_fn fn, void *ctx);
 
 /* y[m][w->n] = x[m][w->k] W^T over all threads (rows split). */
 void par_linear(struct cpu_engine *e, const struct capy_linear *w, const float *x, uint64_t m, float *y);

@@ -305,7 +305,7 @@ void gdn_forward(struct cpu_engine *e, const struct layer_w *l, const float *xn,
 		beta[t] = sigmoidf_(bb[t]);
 		g[t] = w->neg_a[t % nv] * softplusf_(aa[t] + w->dt_bias[t % nv]);
 	}
-	par_for(e, bt->n_items * nv, gdn_heads, &job);
+	par_for_work(e, bt->n_items * nv, T * nv * c->linear_key_head_dim * dv * 4, gdn_heads, &job);
 	gated_norm(e, w, o, z, T);
 	par_linear(e, &w->out, o, T, out);
 }

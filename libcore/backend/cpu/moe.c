@@ -145,7 +145,11 @@ void moe_forward(struct cpu_engine *e, const struct moe_w *m, const float *xn, u
 	for (uint64_t i = 0; i < T * k; i++)
 		s->moe_rows[s->moe_count[s->moe_ids[i]]++] = (int32_t)i;
 	job.n_active = n;
-	capy_pool_run(e->pool, expert_worker, &job);
+	/* Whole experts per thread; a step too small to share runs on this thread. */
+	if (T * k * 3 * H * c->moe_intermediate_size < CPU_SMALL_WORK)
+		expert_worker(&job, 0, 1);
+	else
+		capy_pool_run(e->pool, expert_worker, &job);
 
 	mlp_forward(e, &m->shared, xn, T, shared, s->big3);
 	par_linear(e, &m->shared_gate, xn, T, gate);

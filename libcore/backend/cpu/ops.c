@@ -23,11 +23,16 @@ static void par_worker(void *p, int ith, int nth)
 
 void par_for(struct cpu_engine *e, uint64_t n, range_fn fn, void *ctx)
 {
+	par_for_work(e, n, UINT64_MAX, fn, ctx);
+}
+
+void par_for_work(struct cpu_engine *e, uint64_t n, uint64_t work, range_fn fn, void *ctx)
+{
 	struct par_ctx c = { n, fn, ctx };
 
 	if (n == 0)
 		return;
-	if (e->nth == 1 || n == 1) {
+	if (e->nth == 1 || n == 1 || work < CPU_SMALL_WORK) {
 		fn(ctx, 0, n, 0);
 		return;
 	}
@@ -54,7 +59,7 @@ void par_linear(struct cpu_engine *e, const struct capy_linear *w, const float *
 	if (capy_linear_input_bytes(w, m) > e->s.lin_ws_bytes)
 		CAPY_BUG("linear workspace too small: %zu > %zu", capy_linear_input_bytes(w, m), e->s.lin_ws_bytes);
 	capy_linear_prepare(w, x, m, e->s.lin_ws, (struct capy_linear_input **)&c.in);
-	par_for(e, w->n, lin_rows, &c);
+	par_for_work(e, w->n, w->n * w->k * m, lin_rows, &c);
 }
 
 void rmsnorm_1p(const float *x, const float *w1p, float *y, uint64_t n, uint64_t group, float eps)
