@@ -191,7 +191,7 @@ BENCH_BINS = $(addprefix $(O)/bench/,$(BENCHES))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h libcore/*/*/*.h)) libcore/core.h
 
-.PHONY: all test check unit bats check-docs check-headers fuzz bench deps install clean help demo
+.PHONY: all test test-only test-deps check unit bats check-docs check-headers fuzz bench deps install clean help demo serve
 .DEFAULT_GOAL := all
 
 all: $(BINS)
@@ -231,8 +231,12 @@ $(O)/t/helper/capy-serve-scripted: $(O)/t/helper/capy-serve-scripted.o $(O)/t/he
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
 
 # --- tests ----------------------------------------------------------------------
-# `make test`: C unit tests, BATS tests of every tool, the man pages and the headers.
-test: all unit bats check-docs check-headers
+# `make test`: installs what the tests need (test-deps), then the C unit tests, the BATS
+# tests of every tool, the man pages and the headers.
+test: test-deps
+	$(QUIET)$(MAKE) --no-print-directory test-only
+
+test-only: all unit bats check-docs check-headers
 
 unit: $(UNIT_BINS)
 	$(QUIET)set -e; for t in $(UNIT_BINS); do echo "*** $$t"; $$t; done
@@ -242,7 +246,7 @@ bats: all $(UNIT_BINS) $(HELPER_BINS)
 
 # `make check`: the same tests built with AddressSanitizer and UBSan.
 check:
-	$(MAKE) O=build/san SAN=1 OPT=-O1 CUDA=0 test
+	$(MAKE) O=build/san SAN=1 OPT=-O1 CUDA=0 test-only
 
 check-docs:
 	$(QUIET)set -e; for m in $(MANS); do \
@@ -269,20 +273,49 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py).
-DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
+DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev curl iproute2 util-linux \
 	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev nettle-dev zstd \
 	python3 python3-jinja2
 
+# Installs only what is missing; without root it prints the one command to run and fails.
 deps:
-	@if [ "$$(id -u)" = 0 ]; then \
-		apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $(DEPS_APT); \
-	else echo "sudo apt-get install -y $(DEPS_APT)"; fi
+	@missing=$$(for p in $(DEPS_APT); do dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -z "$$missing" ]; then :; \
+	elif [ "$$(id -u)" = 0 ]; then \
+		echo "    APT $$missing"; apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	else echo "capy needs these Debian packages; run:"; echo "    sudo apt-get install -y" $$missing; exit 1; fi
+
+# The npm packages of the tests, pinned by the lockfiles in t/*/ (the Hugging Face tokenizers
+# oracle, the official API clients, the agent CLIs); `npm ci` again only when a lockfile changed.
+NPM_LOCKS = $(wildcard t/*/package-lock.json)
+
+test-deps: deps
+	@command -v node >/dev/null && command -v npm >/dev/null || \
+		{ echo "the tests need Node.js (20 or later) and npm on PATH"; exit 1; }
+	$(QUIET)set -e; for lock in $(NPM_LOCKS); do d=$$(dirname $$lock); \
+		if [ ! -f $$d/node_modules/.capy-npm-ci ] || [ $$lock -nt $$d/node_modules/.capy-npm-ci ]; then \
+			echo "    NPM $$d"; (cd $$d && npm ci --no-audit --no-fund --loglevel=error); \
+			touch $$d/node_modules/.capy-npm-ci; \
+		fi; done
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/share/man/man1 $(DESTDIR)$(PREFIX)/share/man/man7
 	install -m 755 $(BINS) $(DESTDIR)$(PREFIX)/bin/
 	install -m 644 $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 $(wildcard man/man7/*.7) $(DESTDIR)$(PREFIX)/share/man/man7/
+
+# `make serve`: the server on a bundled tiny model (random weights: its answers are noise) at
+# SERVE_HOST:SERVE_PORT, after installing and building what it needs.
+SERVE_HOST ?= 127.0.0.1
+SERVE_PORT ?= 8080
+SERVE_MODEL = $(O)/serve/capy-demo.capy
+
+serve: deps
+	$(QUIET)$(MAKE) --no-print-directory all
+	@mkdir -p $(O)/serve
+	$(QUIET)[ -f $(SERVE_MODEL) ] || $(O)/bin/capy-convert -q -m t/fixtures/qwen3_5_moe -o $(SERVE_MODEL)
+	@sh examples/serving/hello.sh $(SERVE_HOST) $(SERVE_PORT) capy-demo
+	exec $(O)/bin/capy-serve $(SERVE_MODEL) --host $(SERVE_HOST) --port $(SERVE_PORT) --model-id capy-demo
 
 # `make demo`: convert a bundled tiny model and chat with it (random weights: the text is noise).
 demo: all
@@ -296,7 +329,8 @@ clean:
 
 help:
 	@echo "make            build libcore.a and the tools into $(O)/"
-	@echo "make test       unit tests, BATS tests, man pages and headers (CPU only)"
+	@echo "make serve      install, build and serve a bundled tiny model on 127.0.0.1:8080"
+	@echo "make test       install the test dependencies, then unit tests, BATS tests, man pages and headers (CPU only)"
 	@echo "make check      the tests again under ASan + UBSan (build/san/)"
 	@echo "make fuzz       build the libFuzzer targets (build/fuzz/)"
 	@echo "make bench      build the benchmark programs (build/bench/)"
