@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # fake-run.sh [AGENT [MODE]] - run the agent runners against t/helper/fake-llm-server.py, which
 # plays scripts/AGENT.json: proves the runners and their scripts without capy-serve, and
-# re-captures what the CLIs send (FAKE_CAPTURE=DIR: requests in DIR/AGENT-MODE/). With no
+# re-captures what the CLIs send (FAKE_CAPTURE=DIR: requests in DIR/AGENT-MODE/; the runner is
+# then told the model, CAPY_MODEL=qwen3-fake, so that only the CLI's requests are there). With no
 # AGENT, every runner in every mode. AGENT: claude, opencode, codex or qwen.
 # Exit status: 0 when every run passed, 1 when one failed, 2 on bad usage.
 set -u
 dir=$(cd "$(dirname "$0")" && pwd)
+scripts=${FAKE_SCRIPTS:-$dir/scripts}
 all="claude:full claude:bare opencode:chat opencode:anthropic opencode:responses codex:responses
 qwen:openai qwen:openai-responses qwen:anthropic"
 if [ $# = 0 ]; then
@@ -24,9 +26,12 @@ for r in $runs; do
 	agent=${r%%:*} mode=${r#*:}
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/capy-fake.XXXXXX")
 	cap=()
-	[ -n "${FAKE_CAPTURE:-}" ] && cap=(--capture-dir "$FAKE_CAPTURE/$agent-$mode")
+	if [ -n "${FAKE_CAPTURE:-}" ]; then
+		cap=(--capture-dir "$FAKE_CAPTURE/$agent-$mode")
+		export CAPY_MODEL=qwen3-fake
+	fi
 	python3 "$dir/../helper/fake-llm-server.py" --port 0 --port-file "$tmp/port" \
-		--script "$dir/scripts/$agent.json" --api-key "$CAPY_API_KEY" "${cap[@]}" \
+		--script "$scripts/$agent.json" --api-key "$CAPY_API_KEY" "${cap[@]}" \
 		--max-seconds $((${AGENT_TIMEOUT:-180} + 60)) 2>"$tmp/server.log" &
 	server=$!
 	for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
