@@ -32,7 +32,7 @@ for r in $runs; do
 	fi
 	python3 "$dir/../helper/fake-llm-server.py" --port 0 --port-file "$tmp/port" \
 		--script "$scripts/$agent.json" --api-key "$CAPY_API_KEY" "${cap[@]}" \
-		--max-seconds $((${AGENT_TIMEOUT:-180} + 60)) 2>"$tmp/server.log" &
+		${FAKE_SERVER_ARGS:-} --max-seconds $((${AGENT_TIMEOUT:-180} + 60)) 2>"$tmp/server.log" &
 	server=$!
 	for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
 	[ "$agent" = codex ] && mode=
