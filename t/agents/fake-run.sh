@@ -21,7 +21,8 @@ else
 fi
 : "${CAPY_API_KEY:=sk-capy-test}"
 export CAPY_API_KEY
-failed=0
+failed=0 server='' tmp=''
+trap '[ -n "$server" ] && kill "$server" 2>/dev/null; [ -n "$tmp" ] && rm -rf "$tmp"' EXIT
 for r in $runs; do
 	agent=${r%%:*} mode=${r#*:}
 	tmp=$(mktemp -d "${TMPDIR:-/tmp}/capy-fake.XXXXXX")
@@ -30,21 +31,30 @@ for r in $runs; do
 		cap=(--capture-dir "$FAKE_CAPTURE/$agent-$mode")
 		export CAPY_MODEL=qwen3-fake
 	fi
+	# shellcheck disable=SC2086 # FAKE_SERVER_ARGS: several words
 	python3 "$dir/../helper/fake-llm-server.py" --port 0 --port-file "$tmp/port" \
 		--script "$scripts/$agent.json" --api-key "$CAPY_API_KEY" "${cap[@]}" \
 		${FAKE_SERVER_ARGS:-} --max-seconds $((${AGENT_TIMEOUT:-180} + 60)) 2>"$tmp/server.log" &
 	server=$!
 	for _ in $(seq 50); do [ -s "$tmp/port" ] && break; sleep 0.1; done
+	if [ ! -s "$tmp/port" ]; then
+		echo "fake-run.sh: the fake server did not start" >&2
+		cat "$tmp/server.log" >&2
+		exit 1
+	fi
 	[ "$agent" = codex ] && mode=
+	# shellcheck disable=SC2086
 	CAPY_URL=http://127.0.0.1:$(cat "$tmp/port") bash "$dir/run-$agent.sh" $mode
 	rc=$?
 	kill "$server" 2>/dev/null
 	wait "$server" 2>/dev/null
+	server=
 	if [ $rc != 0 ]; then
 		failed=1
 		echo "--- fake server log" >&2
 		cat "$tmp/server.log" >&2
 	fi
 	rm -rf "$tmp"
+	tmp=
 done
 exit $failed

@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034
 # t/agents/lib.sh - what the run-*.sh agent runners share; sourced, not run.
 #
 # A runner drives one agent CLI through a task that needs one tool round against a server
@@ -44,8 +45,7 @@ private_netns() {
 }
 
 wait_file() {
-	local i
-	for i in $(seq 100); do
+	for _ in $(seq 100); do
 		[ -e "$1" ] && return 0
 		sleep 0.1
 	done
@@ -131,7 +131,8 @@ agent_model() {
 }
 
 # agent_run VAR=VALUE... -- CLI ARGS...: the CLI in the work directory with only the listed
-# environment (plus PATH, HOME, locale and TMPDIR), stdin from /dev/null, under the timeout;
+# environment (plus PATH, the scratch HOME and TMPDIR, LANG, TERM=dumb, USER, SHELL, NO_COLOR),
+# stdin from /dev/null, under the timeout;
 # stdout to $AGENT_SCRATCH/out, stderr to $AGENT_SCRATCH/err. Returns the CLI's status.
 agent_run() {
 	local envs=()
@@ -149,14 +150,11 @@ agent_run() {
 # agent_check STATUS KIND: the verdict on the run, from the CLI's status and check-run.py.
 agent_check() {
 	local why
-	if [ "$1" != 0 ]; then
-		why="the CLI exited $1$([ "$1" = 124 ] && echo " (timed out after $AGENT_TIMEOUT s)")"
-	elif ! why=$(python3 "$AGENTS_DIR/check-run.py" "$2" "$AGENT_SCRATCH/out" "$AGENT_MARKER" "$AGENT_DONE"); then
-		:
-	else
+	if [ "$1" = 0 ] && why=$(python3 "$AGENTS_DIR/check-run.py" "$2" "$AGENT_SCRATCH/out" "$AGENT_MARKER" "$AGENT_DONE"); then
 		agent_say "ok ($why)"
 		exit 0
 	fi
+	[ "$1" = 0 ] || why="the CLI exited $1$([ "$1" = 124 ] && echo " (timed out after $AGENT_TIMEOUT s)")"
 	agent_say "FAIL: $why"
 	echo "--- stdout (last 40 lines)" >&2
 	tail -n 40 "$AGENT_SCRATCH/out" >&2

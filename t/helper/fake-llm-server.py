@@ -30,7 +30,8 @@ then tool calls in the XML form of share/chat_templates/qwen3_5.jinja
 (or the hermes form <tool_call>{"name": ..., "arguments": {...}}</tool_call>). A value is kept as
 a string unless the request's schema for that parameter allows no string, then it is read as
 JSON. Each API gets the reply in its own shape: reasoning_content / thinking blocks / reasoning
-items, text, and tool calls (function calls; Responses custom tools get custom_tool_call items).
+items, text, and tool calls (function calls; a call of a Responses custom tool becomes a
+custom_tool_call item whose input is the call's one parameter value).
 
 With --model (repeatable; default qwen3-fake) only those models are served: another is a 404.
 With --api-key a request without that key (Authorization: Bearer, x-api-key or api-key) is a
@@ -44,6 +45,7 @@ The server exits by itself after --max-seconds (default 120) or --max-requests r
 Exit status: 0 after a time or request limit, 2 on bad usage.
 """
 import argparse
+import base64
 import gzip
 import http.server
 import itertools
@@ -235,7 +237,10 @@ def parse_reply(raw, tools):
             name = obj.get("name")
             args = obj.get("arguments", obj.get("parameters")) or {}
             if isinstance(args, str):
-                args = json.loads(args or "{}")
+                try:
+                    args = json.loads(args or "{}")
+                except ValueError:
+                    continue
         calls.append({"name": name, "args": args, "kind": tools.get(name, ("function",))[0]})
     text = CALL_RE.sub("", content).strip()
     return {"reasoning": reasoning, "text": text, "calls": calls}
@@ -651,7 +656,7 @@ class Handler(http.server.BaseHTTPRequestHandler):
             except ValueError:
                 body = raw.decode("utf-8", "replace")
         else:
-            body = {"undecoded_base64": __import__("base64").b64encode(undecoded).decode()}
+            body = {"undecoded_base64": base64.b64encode(undecoded).decode()}
         n = self.capture(body)
         path = self.route()
         api = {"/chat/completions": "chat", "/responses": "responses", "/messages": "anthropic",

@@ -117,7 +117,7 @@ function checkResponse(r) {
 	check(isId(r.id), "no id");
 	check(r.status === "completed", `status ${show(r.status)}`);
 	check(Array.isArray(r.output) && r.output.length > 0, `output ${show(r.output)}`);
-	for (const it of r.output) check(isId(it.id) || it.type === "function_call", `output item without id: ${show(it)}`);
+	for (const it of r.output) check(isId(it.id), `output item without an id: ${show(it)}`);
 	const u = r.usage;
 	check(u && isInt(u.input_tokens) && isInt(u.output_tokens) && isInt(u.total_tokens), `usage ${show(u)}`);
 	check(u.total_tokens === u.input_tokens + u.output_tokens, "total_tokens is not the sum");
