@@ -3,7 +3,7 @@
 #
 #   bench/engine-bench.sh [DIR] [THREADS]
 #
-# Writes (once) DIR/flash.capy: qwen4_exp, hidden 2048, 8 layers (6 Gated DeltaNet, 2 QSA),
+# Writes (once) DIR/flash.capy from bench/flash-synth.json: qwen4_exp, hidden 2048, 8 layers (6 Gated DeltaNet, 2 QSA),
 # 512 experts top-10 with NVFP4 experts, hyper-connections (4 streams), one PLE layer, vocab
 # 248320, BF16 elsewhere (10.5 GB). Then measures decode (32-token prompt, 64 tokens), prefill
 # of 512 and 4096 tokens, and prints the weight bytes one decode step reads, so decode speed
@@ -13,16 +13,7 @@ dir=${1:-/tmp/capy-engine-bench}
 threads=${2:-0}
 bin=${CAPY_BIN:-$(cd "$(dirname "$0")/.." && pwd)/build/bin}
 mkdir -p "$dir"
-cat >"$dir/config.json" <<'JSON'
-{"model_type": "qwen4_exp", "text_config": {"vocab_size": 248320, "hidden_size": 2048, "num_hidden_layers": 8,
- "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
- "rope_parameters": {"rope_theta": 10000000, "partial_rotary_factor": 0.25, "rope_type": "default"},
- "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
- "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
- "hc_count": 4, "hc_lowrank": 320, "ple_layer_ids": [1], "ngram_vocab_size_base": 100000, "heads_per_ngram": 8,
- "indexer_n_heads": 16, "indexer_kv_heads": 1, "indexer_head_dim": 128, "indexer_budget": 2048,
- "indexer_compress_ratio": 16, "eos_token_id": [248046, 248044]}}
-JSON
+cp "$(dirname "$0")/flash-synth.json" "$dir/config.json"
 [ -f "$dir/flash.capy" ] || "$bin/capy-convert" --synthetic "$dir/config.json" --quantize-experts nvfp4 -o "$dir/flash.capy"
 python3 -c 'import random; random.seed(1); print(" ".join(str(random.randrange(1000, 200000)) for _ in range(4096)))' >"$dir/ids"
 ids() { tr ' ' '\n' <"$dir/ids" | head -n "$1" | tr '\n' ' '; }

@@ -34,7 +34,7 @@ static const struct profile {
 };
 
 static const char *opt_host = "127.0.0.1", *opt_model_id, *opt_api_key, *opt_api_key_file, *opt_profile,
-		  *opt_template, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg;
+		  *opt_template, *opt_tokenizer, *opt_tokcfg, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg;
 static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, opt_queue = 256, opt_chunk = 256,
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
 	       opt_max_tokens;
@@ -76,6 +76,8 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_DOUBLE(0, "shutdown-timeout", &opt_shutdown, "s", "on SIGTERM, let answers finish for s (10)", 0, 86400),
 	CAPY_OPT_GROUP("Model and engine"),
 	CAPY_OPT_STRING(0, "chat-template", &opt_template, "file", "chat template (instead of the model's)"),
+	CAPY_OPT_STRING(0, "tokenizer", &opt_tokenizer, "file", "tokenizer.json (instead of the model's)"),
+	CAPY_OPT_STRING(0, "tokenizer-config", &opt_tokcfg, "file", "tokenizer_config.json (special tokens)"),
 	CAPY_OPT_STRING(0, "device", &opt_device, "cpu", "where to run (cpu)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "attention cache type (default bf16)"),
@@ -232,13 +234,28 @@ int cmd_main(int argc, char **argv)
 
 	if (capy_artifact_open(&a, args[0], &err) < 0 || capy_assets_from_artifact(&as, a, &err) < 0)
 		capy_die("%s", err.msg);
-	if (opt_template) {
+	if (opt_template || opt_tokenizer || opt_tokcfg) {
+		/* Files given on the command line replace the artifact's (a synthetic benchmark
+		 * model has none). */
 		struct capy_assets extra;
-		if (capy_assets_from_files(&extra, NULL, opt_template, NULL, &err) < 0)
+		if (capy_assets_from_files(&extra, opt_tokenizer, opt_template, opt_tokcfg, &err) < 0)
 			capy_die("%s", err.msg);
-		capy_tmpl_free(as.tmpl);
-		as.tmpl = extra.tmpl;
-		extra.tmpl = NULL;
+		if (extra.tmpl) {
+			capy_tmpl_free(as.tmpl);
+			as.tmpl = extra.tmpl;
+			extra.tmpl = NULL;
+		}
+		if (extra.tok) {
+			capy_tokenizer_free(as.tok);
+			as.tok = extra.tok;
+			extra.tok = NULL;
+		}
+		if (extra.tokenizer_config) {
+			free(as.tokenizer_config);
+			as.tokenizer_config = extra.tokenizer_config;
+			as.tokenizer_config_len = extra.tokenizer_config_len;
+			extra.tokenizer_config = NULL;
+		}
 		capy_assets_release(&extra);
 	}
 	eo.threads = (int)opt_threads;

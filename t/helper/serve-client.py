@@ -20,13 +20,16 @@ import urllib.parse
 TIMEOUT = 120
 
 
-def post_stream(url, body, on_first=None):
-    """POST a streamed chat request; returns (text, usage, n_chunks). Raises on any error."""
+def post_stream(url, body, on_first=None, times=None):
+    """POST a streamed chat (or, with "prompt" in the body, completions) request; returns (text,
+    usage, n_chunks); times, if given, gets the monotonic times of the first text and the end.
+    Raises on any error."""
     u = urllib.parse.urlsplit(url)
     conn = http.client.HTTPConnection(u.hostname, u.port, timeout=TIMEOUT)
+    path = "/v1/completions" if "prompt" in body else "/v1/chat/completions"
     try:
         data = json.dumps(body).encode()
-        conn.request("POST", "/v1/chat/completions", data, {"Content-Type": "application/json"})
+        conn.request("POST", path, data, {"Content-Type": "application/json"})
         r = conn.getresponse()
         if r.status != 200:
             raise RuntimeError("status %d: %s" % (r.status, r.read()[:300]))
@@ -47,16 +50,20 @@ def post_stream(url, body, on_first=None):
                 usage = chunk["usage"]
             for ch in chunk.get("choices", []):
                 d = ch.get("delta", {})
-                piece = (d.get("reasoning_content") or "") + (d.get("content") or "")
+                piece = (d.get("reasoning_content") or "") + (d.get("content") or "") + (ch.get("text") or "")
                 for tc in d.get("tool_calls") or []:
                     f = tc.get("function", {})
                     piece += (f.get("name") or "") + (f.get("arguments") or "")
                 if piece and on_first:
                     on_first()
                     on_first = None
+                if piece and times is not None and not times:
+                    times.append(time.monotonic())
                 text.append(piece)
         if not done:
             raise RuntimeError("the stream ended without [DONE]")
+        if times is not None:
+            times.append(time.monotonic())
         return "".join(text), usage, n
     finally:
         conn.close()
@@ -89,8 +96,10 @@ def concurrent(url, n, bodies):
 
     def run(i):
         try:
-            text, usage, _ = post_stream(url, bodies[i % len(bodies)])
-            results[i] = {"text": text, "completion_tokens": usage["completion_tokens"] if usage else None}
+            times = []
+            text, usage, _ = post_stream(url, bodies[i % len(bodies)], times=times)
+            results[i] = {"text": text, "completion_tokens": usage["completion_tokens"] if usage else None,
+                          "first": times[0] if len(times) > 1 else None, "end": times[-1]}
         except Exception as e:  # noqa: BLE001
             errors.append(str(e))
 
@@ -101,9 +110,19 @@ def concurrent(url, n, bodies):
     for t in threads:
         t.join(TIMEOUT + 10)
     secs = time.monotonic() - t0
-    tokens = sum(r["completion_tokens"] or 0 for r in results if r)
+    done = [r for r in results if r]
+    tokens = sum(r["completion_tokens"] or 0 for r in done)
+    # Decode rate: tokens after each request's first, over the time from the last first token
+    # (all are generating by then) to the last end.
+    firsts = [r["first"] for r in done if r["first"]]
+    span = max(r["end"] for r in done) - max(firsts) if firsts else 0
+    after_first = sum(max((r["completion_tokens"] or 0) - 1, 0) for r in done)
+    for r in done:
+        r.pop("first", None)
+        r.pop("end", None)
     return {"seconds": round(secs, 3), "results": results, "errors": len(errors), "error_examples": errors[:5],
-            "completion_tokens": tokens, "tokens_per_second": round(tokens / secs, 2) if secs else 0}
+            "completion_tokens": tokens, "tokens_per_second": round(tokens / secs, 2) if secs else 0,
+            "decode_tokens_per_second": round(after_first / span, 2) if span > 0 else 0}
 
 
 def load(url, clients, seconds, body):
