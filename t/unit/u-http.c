@@ -1160,6 +1160,12 @@ static void test_limits(void)
 		CHECK(rc < 0 || r.status == 431);
 		tr_release(&r);
 		tc_close(c);
+		if (rc == 0) {
+			char *line = wait_log("\"error\":\"refused by libmicrohttpd\"", 2000);
+			CHECK(line && strstr(line, "\"status\":431") &&
+			      strstr(line, "\"aborted\":false") && strstr(line, "\"method\":null"));
+			free(line);
+		}
 	}
 	capy_buf_release(&big);
 	/* still serving */
