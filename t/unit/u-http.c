@@ -989,45 +989,32 @@ static void test_auth(void)
 	CHECK(r.body.data && strstr(r.body.data, "\"code\":\"invalid_api_key\""));
 	CHECK(tr_header(&r, "WWW-Authenticate", v, sizeof(v)) && !strcmp(v, "Bearer"));
 	tr_release(&r);
-	CHECK_EQ_INT(request(port, "GET /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-on\r\n\r\n",
-			     &r),
-		     0);
-	CHECK_EQ_INT(r.status, 401);
-	CHECK(r.body.data && strstr(r.body.data, "invalid API key"));
-	tr_release(&r);
-	CHECK_EQ_INT(request(port, "GET /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-one1\r\n\r\n",
-			     &r),
-		     0);
-	CHECK_EQ_INT(r.status, 401);
-	tr_release(&r);
-	CHECK_EQ_INT(request(port, "GET /echo HTTP/1.1\r\nHost: x\r\nAuthorization: sk-one\r\n\r\n", &r),
-		     0);
-	CHECK_EQ_INT(r.status, 401); /* no scheme */
-	tr_release(&r);
-	CHECK_EQ_INT(request(port, "GET /echo HTTP/1.1\r\nHost: x\r\nx-api-key: sk-two\r\n\r\n", &r),
-		     0);
-	CHECK_EQ_INT(r.status, 401);
-	tr_release(&r);
-	CHECK_EQ_INT(request(port, "GET /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer sk-two-longer\r\n\r\n",
-			     &r),
-		     0);
-	CHECK_EQ_INT(r.status, 200);
-	tr_release(&r);
-	CHECK_EQ_INT(request(port, "GET /echo HTTP/1.1\r\nHost: x\r\nauthorization: bearer   sk-one  \r\n\r\n",
-			     &r),
-		     0);
-	CHECK_EQ_INT(r.status, 200);
-	tr_release(&r);
-	CHECK_EQ_INT(request(port, "GET /echo HTTP/1.1\r\nHost: x\r\nX-Api-Key: sk-one\r\n\r\n", &r), 0);
-	CHECK_EQ_INT(r.status, 200);
-	tr_release(&r);
-	/* one good credential is enough */
-	CHECK_EQ_INT(request(port, "GET /echo HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer nope\r\n"
-				   "x-api-key: sk-two-longer\r\n\r\n",
-			     &r),
-		     0);
-	CHECK_EQ_INT(r.status, 200);
-	tr_release(&r);
+	{
+		static const struct {
+			const char *headers;
+			int status;
+		} cases[] = {
+			{ "Authorization: Bearer sk-on\r\n", 401 },   /* a prefix */
+			{ "Authorization: Bearer sk-one1\r\n", 401 }, /* longer */
+			{ "Authorization: sk-one\r\n", 401 },         /* no scheme */
+			{ "x-api-key: sk-two\r\n", 401 },
+			{ "Authorization: Bearer sk-two-longer\r\n", 200 },
+			{ "authorization: bearer   sk-one  \r\n", 200 },
+			{ "X-Api-Key: sk-one\r\n", 200 },
+			/* one good credential is enough */
+			{ "Authorization: Bearer nope\r\nx-api-key: sk-two-longer\r\n", 200 },
+		};
+		for (size_t i = 0; i < ARRAY_SIZE(cases); i++) {
+			char req[256];
+			snprintf(req, sizeof(req), "GET /echo HTTP/1.1\r\nHost: x\r\n%s\r\n",
+				 cases[i].headers);
+			CHECK_EQ_INT(request(port, req, &r), 0);
+			CHECK_MSG(r.status == cases[i].status, "case %zu: %d", i, r.status);
+			if (cases[i].status == 401)
+				CHECK(r.body.data && strstr(r.body.data, "invalid API key"));
+			tr_release(&r);
+		}
+	}
 	/* open path */
 	CHECK_EQ_INT(request(port, "GET /health HTTP/1.1\r\nHost: x\r\n\r\n", &r), 0);
 	CHECK_EQ_INT(r.status, 200);
