@@ -104,7 +104,9 @@ static const char *serving(struct capy_http *h, struct http_conn *c, int64_t now
 	if (x->drop) {
 		why = x->fate ? x->fate : "client too slow";
 	} else {
-		if (!c->hup && !atomic_load(&x->gone))
+		/* once a stream has handed its last byte over, a hang-up is the client done
+		 * reading, not a departure (a failed send still reports one) */
+		if (!c->hup && !atomic_load(&x->gone) && !x->ended)
 			*ev = POLLRDHUP;
 		/* a stream whose bytes wait for a client that takes none (while the handler
 		 * still runs, they wait for it instead) */
@@ -209,8 +211,14 @@ static void *watch_main(void *arg)
 					c->hup = true; /* libmicrohttpd is closing it */
 			} else if (c->phase == HTTP_SERVING && c->x &&
 				   (re & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL))) {
+				bool ended;
+
+				pthread_mutex_lock(&c->x->mu);
+				ended = c->x->ended;
+				pthread_mutex_unlock(&c->x->mu);
 				c->hup = true;
-				doom(&w, c->x, "client gone");
+				if (!ended)
+					doom(&w, c->x, "client gone");
 			}
 		}
 		pthread_mutex_unlock(&h->lock);

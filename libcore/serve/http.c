@@ -543,9 +543,15 @@ static void on_completed(void *cls, struct MHD_Connection *mc, void **con_cls,
 
 	pthread_mutex_lock(&x->mu);
 	x->t_end_ms = now;
-	/* an answer libmicrohttpd gave itself (400 for a malformed header, 431) */
-	if (!x->status && (ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_HTTP_STATUS)))
+	/* an answer libmicrohttpd gave itself (400 for a malformed header, 431): the request
+	 * never reached us, and nobody aborted it */
+	if (!x->status && (ci = MHD_get_connection_info(mc, MHD_CONNECTION_INFO_HTTP_STATUS))) {
 		x->status = (int)ci->http_status;
+		if (!x->started && x->status >= 400) {
+			x->fate = "refused by libmicrohttpd";
+			toe = MHD_REQUEST_TERMINATED_COMPLETED_OK;
+		}
+	}
 	x->mc = NULL;
 	pthread_mutex_unlock(&x->mu);
 	if (toe != MHD_REQUEST_TERMINATED_COMPLETED_OK) {
