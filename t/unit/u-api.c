@@ -785,6 +785,10 @@ static void test_refused_common(void)
 			"request body is not valid JSON (line 1, column 1): unexpected end of input");
 		REFUSED(apis[i], "[1]", 400, IR, "", "request body must be a JSON object, not a list");
 		REFUSED(apis[i], "{\"model\":5}", 400, IR, "model", "model must be a string, not a number");
+		REFUSED(apis[i], "{\"tools\":[{\"p\":{\"max\":1e400}}]}", 400, IR, "tools[0].p.max",
+			"tools[0].p.max is not a finite number");
+		REFUSED(apis[i], "{\"temperature\":NaN}", 400, IR, "temperature",
+			"temperature is not a finite number");
 	}
 }
 
