@@ -888,7 +888,7 @@ static void test_refused_chat(void)
 	REFUSED(C, CHAT(",\"chat_template_kwargs\":[]"), 400, IR, "chat_template_kwargs",
 		"chat_template_kwargs must be an object, not a list");
 	REFUSED(C, CHAT(",\"reasoning_effort\":\"extreme\""), 400, IR, "reasoning_effort",
-		"reasoning_effort must be none, minimal, low, medium, high or xhigh, not 'extreme'");
+		"reasoning_effort must be none, minimal, low, medium, high, xhigh or max, not 'extreme'");
 	REFUSED(C, CHAT(",\"response_format\":{\"type\":\"yaml\"}"), 400, IR, "response_format.type",
 		"response_format.type must be text, json_object or json_schema, not 'yaml'");
 	/* limits */
@@ -963,7 +963,7 @@ static void test_refused_responses(void)
 	REFUSED(C, "{\"input\":\"hi\",\"prompt\":{\"id\":\"p\"}}", 400, IR, "prompt",
 		"prompt templates are not supported");
 	REFUSED(C, "{\"input\":\"hi\",\"reasoning\":{\"effort\":\"lots\"}}", 400, IR, "reasoning.effort",
-		"reasoning.effort must be none, minimal, low, medium, high or xhigh, not 'lots'");
+		"reasoning.effort must be none, minimal, low, medium, high, xhigh or max, not 'lots'");
 	REFUSED(C, "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"xml\"}}}", 400, IR, "text.format.type",
 		"text.format.type must be text, json_object or json_schema, not 'xml'");
 	REFUSED(C, "{\"input\":\"hi\",\"tools\":[{\"type\":\"function\"}]}", 400, IR, "tools[0].name",
