@@ -184,7 +184,7 @@ static bool api_of_path(const char *path, enum capy_api *api)
 /* A capture: {method, path, headers, body}; the body as JSON text (numbers kept). */
 struct capture {
 	enum capy_api api;
-	char *body;
+	char *body; /* NULL: an endpoint capy does not serve (Gemini's, say) */
 };
 
 static bool load_capture(const char *file, struct capture *c)
@@ -194,12 +194,16 @@ static bool load_capture(const char *file, struct capture *c)
 	struct capy_err err = { 0 };
 	size_t len;
 	char *text = read_text(file, &len);
+	const char *path;
 	bool ok = false;
 
 	c->body = NULL;
 	if (text && !capy_tdoc_parse_json(doc, text, len, file, &root, &err) &&
-	    api_of_path(capy_tval_strv(capy_tval_get(root, "path"), NULL), &c->api))
-		ok = !capy_tval_to_json(capy_tval_get(root, "body"), &c->body, NULL, &err);
+	    (path = capy_tval_strv(capy_tval_get(root, "path"), NULL))) {
+		ok = true;
+		if (api_of_path(path, &c->api))
+			ok = !capy_tval_to_json(capy_tval_get(root, "body"), &c->body, NULL, &err);
+	}
 	free(text);
 	capy_tdoc_free(doc);
 	return ok;
@@ -213,7 +217,7 @@ static struct capy_api_request capture_req(const char *rel)
 	char path[4096];
 
 	snprintf(path, sizeof(path), "%s/t/serve/captured/%s", srcdir(), rel);
-	if (!load_capture(path, &c)) {
+	if (!load_capture(path, &c) || !c.body) {
 		CHECK_MSG(false, "cannot load %s", path);
 		return req;
 	}
@@ -279,8 +283,9 @@ static void test_captured_all(void)
 		free(sub[i]);
 	}
 	free(sub);
-	/* 26 captures of the shared reference, 18 of Codex and Qwen Code */
-	CHECK_MSG(files >= 44, "%d captured bodies", files);
+	/* 26 captures of the shared reference, 39 of Claude Code, opencode, Codex and Qwen Code
+	 * made with t/helper/fake-llm-server.py */
+	CHECK_MSG(files >= 65, "%d captured bodies", files);
 	CHECK(apis[CAPY_API_CHAT] && apis[CAPY_API_RESPONSES] && apis[CAPY_API_MESSAGES]);
 }
 
@@ -749,6 +754,16 @@ static void test_captured_details(void)
 	CHECK(r.tools_json && strstr(r.tools_json, "\"name\": \"multi_agent_v1__spawn_agent\""));
 	CHECK_EQ_INT(r.n_tools, 12);
 	CHECK_EQ_INT(r.thinking, -1);
+	capy_api_request_release(&r);
+
+	/* A reasoning round (Claude Code, thinking blocks sent back with an empty signature):
+	 * the reasoning after the last user query is rendered back, as it was generated */
+	r = capture_req("claude-code-reasoning-toolround-full/002_POST_v1_messages.json");
+	out = render(tmpl_share, &r, &err);
+	CHECK(out && strstr(out, "<|im_start|>assistant\n<think>\nThe user wants the secret word, so I "
+				 "read hello.txt.\n</think>\n\nI will read the file first.\n\n<tool_call>\n"
+				 "<function=Read>\n"));
+	free(out);
 	capy_api_request_release(&r);
 
 	/* Qwen Code: tool results as lists of parts; a budget next to max_tokens */
