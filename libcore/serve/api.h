@@ -51,9 +51,10 @@
  *
  * Errors: functions return 0 or a negative CAPY_E* code. capy_api_parse fails with
  * CAPY_EINVAL (the client's mistake: status 400) or CAPY_ENOMEM (status 500), both with err
- * filled. Writers fail with CAPY_ENOMEM or CAPY_EINVAL (calls out of order), with a struct
- * capy_err. Messages follow git's style and name the field ("messages[2].content must be a
- * string or a list of content parts").
+ * filled; its messages follow git's style and name the field ("messages[2].content must be a
+ * string or a list of content parts"). The write calls return CAPY_ENOMEM (what buf holds is
+ * then incomplete) or CAPY_EINVAL (calls out of order); capy_api_writer_new fills a struct
+ * capy_err.
  * Thread-safety: a request and a writer belong to one thread at a time; independent requests
  * and writers may be used from different threads.
  */
