@@ -172,6 +172,7 @@ UNIT_TESTS += u-util
 TEST_HELPERS += capy-serve-scripted
 TEST_HELPERS += capy-test-tool
 
+FUZZERS += fuzz-api
 FUZZERS += fuzz-artifact
 FUZZERS += fuzz-hfconfig
 FUZZERS += fuzz-outparse

@@ -150,7 +150,7 @@ int effort_thinking(struct api_parse *p, const char *effort, const char *at)
 		if (!strcmp(effort, on[i]))
 			return 1;
 	pfail(p, "invalid_value", at,
-	      "%s must be none, minimal, low, medium, high or xhigh, not '%s'", at, effort);
+	      "%s must be none, minimal, low, medium, high, xhigh or max, not '%s'", at, effort);
 }
 
 /* response_format {type, json_schema:{schema}}: recorded, not enforced. */

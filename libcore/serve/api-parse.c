@@ -479,6 +479,40 @@ void check_messages_limit(struct api_parse *p, const struct capy_tval *list, con
 
 /* --- the entry point ---------------------------------------------------------------------- */
 
+/* NaN, Infinity and numbers past the double range (1e400) are Python's, not JSON's: they
+ * could not be written back into tools_json, echoes or tool-call arguments. */
+static void check_finite(struct api_parse *p, const struct capy_tval *v, const char *path)
+{
+	char at[API_PATH_MAX];
+	size_t i, n;
+
+	switch (capy_tval_kind(v)) {
+	case CAPY_TVAL_FLOAT:
+		if (!isfinite(capy_tval_numv(v)))
+			pfail(p, "invalid_value", path, "%s is not a finite number", path[0] ? path : "body");
+		return;
+	case CAPY_TVAL_LIST:
+		n = capy_tval_len(v);
+		for (i = 0; i < n; i++) {
+			ppath_i(at, path, i);
+			check_finite(p, capy_tval_at(v, i), at);
+		}
+		return;
+	case CAPY_TVAL_DICT:
+		n = capy_tval_dict_len(v);
+		for (i = 0; i < n; i++) {
+			struct capy_tval *e;
+			const char *key = capy_tval_dict_entry(v, i, NULL, &e);
+
+			ppath(at, path, key);
+			check_finite(p, e, at);
+		}
+		return;
+	default:
+		return;
+	}
+}
+
 /* "request body:3:7: msg" -> "request body is not valid JSON (line 3, column 7): msg" */
 static void json_error(struct api_parse *p, const char *msg)
 {
@@ -532,6 +566,7 @@ int capy_api_parse(enum capy_api api, const char *body, size_t len,
 	if (capy_tval_kind(root) != CAPY_TVAL_DICT)
 		pfail(&p, "invalid_type", NULL, "request body must be a JSON object, not %s",
 		      kind_name(root));
+	check_finite(&p, root, "");
 	req->body = root;
 	req->model = popt_str(&p, root, "model", "");
 	switch (api) {

@@ -2,9 +2,9 @@
  * (message_start, ping, content blocks, message_delta, message_stop; as in
  * reference/captured/sse_examples/anthropic_stream*.txt) and the message body.
  *
- * Thinking blocks carry a signature, which clients keep and send back with the block:
- * @anthropic-ai/sdk sets it from signature_delta, and the AI SDK (opencode) only sends a
- * thinking block back when it has one. capy verifies nothing, so it is a plain name of the
+ * Thinking blocks carry a signature, as Anthropic's do: @anthropic-ai/sdk sets it from
+ * signature_delta, and Claude Code and opencode send thinking blocks back with it in the next
+ * request (Qwen Code sends them without). capy verifies nothing, so it is a plain name of the
  * block, "capy.<id>.<index>". The thinking text is always sent, also when the request asked
  * for display "omitted": a local server has no reason to hide it, and without the text the
  * reasoning could not be rendered back into the next turn's prompt.

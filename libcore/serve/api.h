@@ -45,15 +45,17 @@
  * non-streamed request gets nothing until capy_api_write_end appends the whole JSON body. For
  * CAPY_API_COMPLETIONS the raw generated text comes as CAPY_OUTPARSE_CONTENT events. Text in
  * events must be whole UTF-8 (outparse guarantees it); it is passed through unsplit.
- * Ids are derived from meta.id: "chatcmpl-ID", "cmpl-ID", "resp_ID", "msg_ID", "rs_ID", and
- * for the n-th tool call (from 0) "call_ID_n" (chat and Responses call_id), "fc_ID_n"
- * (Responses item id), "toolu_ID_n" (Anthropic); the event's own id is not used.
+ * Ids are derived from meta.id: "chatcmpl-ID", "cmpl-ID", "resp_ID", "msg_ID", "rs_ID" (later
+ * Responses message/reasoning items "msg_ID_1", ...), and for the n-th tool call (from 0)
+ * "call_ID_n" (chat and Responses call_id), "fc_ID_n" / "ctc_ID_n" (Responses function /
+ * custom call item), "toolu_ID_n" (Anthropic); the event's own id is not used.
  *
  * Errors: functions return 0 or a negative CAPY_E* code. capy_api_parse fails with
  * CAPY_EINVAL (the client's mistake: status 400) or CAPY_ENOMEM (status 500), both with err
- * filled. Writers fail with CAPY_ENOMEM or CAPY_EINVAL (calls out of order), with a struct
- * capy_err. Messages follow git's style and name the field ("messages[2].content must be a
- * string or a list of content parts").
+ * filled; its messages follow git's style and name the field ("messages[2].content must be a
+ * string or a list of content parts"). The write calls return CAPY_ENOMEM (what buf holds is
+ * then incomplete) or CAPY_EINVAL (calls out of order); capy_api_writer_new fills a struct
+ * capy_err.
  * Thread-safety: a request and a writer belong to one thread at a time; independent requests
  * and writers may be used from different threads.
  */

@@ -184,7 +184,7 @@ static bool api_of_path(const char *path, enum capy_api *api)
 /* A capture: {method, path, headers, body}; the body as JSON text (numbers kept). */
 struct capture {
 	enum capy_api api;
-	char *body;
+	char *body; /* NULL: an endpoint capy does not serve (Gemini's, say) */
 };
 
 static bool load_capture(const char *file, struct capture *c)
@@ -194,12 +194,16 @@ static bool load_capture(const char *file, struct capture *c)
 	struct capy_err err = { 0 };
 	size_t len;
 	char *text = read_text(file, &len);
+	const char *path;
 	bool ok = false;
 
 	c->body = NULL;
 	if (text && !capy_tdoc_parse_json(doc, text, len, file, &root, &err) &&
-	    api_of_path(capy_tval_strv(capy_tval_get(root, "path"), NULL), &c->api))
-		ok = !capy_tval_to_json(capy_tval_get(root, "body"), &c->body, NULL, &err);
+	    (path = capy_tval_strv(capy_tval_get(root, "path"), NULL))) {
+		ok = true;
+		if (api_of_path(path, &c->api))
+			ok = !capy_tval_to_json(capy_tval_get(root, "body"), &c->body, NULL, &err);
+	}
 	free(text);
 	capy_tdoc_free(doc);
 	return ok;
@@ -213,7 +217,7 @@ static struct capy_api_request capture_req(const char *rel)
 	char path[4096];
 
 	snprintf(path, sizeof(path), "%s/t/serve/captured/%s", srcdir(), rel);
-	if (!load_capture(path, &c)) {
+	if (!load_capture(path, &c) || !c.body) {
 		CHECK_MSG(false, "cannot load %s", path);
 		return req;
 	}
@@ -279,8 +283,9 @@ static void test_captured_all(void)
 		free(sub[i]);
 	}
 	free(sub);
-	/* 26 captures of the shared reference, 18 of Codex and Qwen Code */
-	CHECK_MSG(files >= 44, "%d captured bodies", files);
+	/* 26 captures of the shared reference, 39 of Claude Code, opencode, Codex and Qwen Code
+	 * made with t/helper/fake-llm-server.py */
+	CHECK_MSG(files >= 65, "%d captured bodies", files);
 	CHECK(apis[CAPY_API_CHAT] && apis[CAPY_API_RESPONSES] && apis[CAPY_API_MESSAGES]);
 }
 
@@ -751,6 +756,16 @@ static void test_captured_details(void)
 	CHECK_EQ_INT(r.thinking, -1);
 	capy_api_request_release(&r);
 
+	/* A reasoning round (Claude Code, thinking blocks sent back with an empty signature):
+	 * the reasoning after the last user query is rendered back, as it was generated */
+	r = capture_req("claude-code-reasoning-toolround-full/002_POST_v1_messages.json");
+	out = render(tmpl_share, &r, &err);
+	CHECK(out && strstr(out, "<|im_start|>assistant\n<think>\nThe user wants the secret word, so I "
+				 "read hello.txt.\n</think>\n\nI will read the file first.\n\n<tool_call>\n"
+				 "<function=Read>\n"));
+	free(out);
+	capy_api_request_release(&r);
+
 	/* Qwen Code: tool results as lists of parts; a budget next to max_tokens */
 	r = capture_req("qwen-code-toolround/002_POST_v1_chat_completions.json");
 	CHECK(str_is(capy_tval_get(capy_tval_at(r.messages, 3), "role"), "tool"));
@@ -785,6 +800,10 @@ static void test_refused_common(void)
 			"request body is not valid JSON (line 1, column 1): unexpected end of input");
 		REFUSED(apis[i], "[1]", 400, IR, "", "request body must be a JSON object, not a list");
 		REFUSED(apis[i], "{\"model\":5}", 400, IR, "model", "model must be a string, not a number");
+		REFUSED(apis[i], "{\"tools\":[{\"p\":{\"max\":1e400}}]}", 400, IR, "tools[0].p.max",
+			"tools[0].p.max is not a finite number");
+		REFUSED(apis[i], "{\"temperature\":NaN}", 400, IR, "temperature",
+			"temperature is not a finite number");
 	}
 }
 
@@ -884,7 +903,7 @@ static void test_refused_chat(void)
 	REFUSED(C, CHAT(",\"chat_template_kwargs\":[]"), 400, IR, "chat_template_kwargs",
 		"chat_template_kwargs must be an object, not a list");
 	REFUSED(C, CHAT(",\"reasoning_effort\":\"extreme\""), 400, IR, "reasoning_effort",
-		"reasoning_effort must be none, minimal, low, medium, high or xhigh, not 'extreme'");
+		"reasoning_effort must be none, minimal, low, medium, high, xhigh or max, not 'extreme'");
 	REFUSED(C, CHAT(",\"response_format\":{\"type\":\"yaml\"}"), 400, IR, "response_format.type",
 		"response_format.type must be text, json_object or json_schema, not 'yaml'");
 	/* limits */
@@ -959,7 +978,7 @@ static void test_refused_responses(void)
 	REFUSED(C, "{\"input\":\"hi\",\"prompt\":{\"id\":\"p\"}}", 400, IR, "prompt",
 		"prompt templates are not supported");
 	REFUSED(C, "{\"input\":\"hi\",\"reasoning\":{\"effort\":\"lots\"}}", 400, IR, "reasoning.effort",
-		"reasoning.effort must be none, minimal, low, medium, high or xhigh, not 'lots'");
+		"reasoning.effort must be none, minimal, low, medium, high, xhigh or max, not 'lots'");
 	REFUSED(C, "{\"input\":\"hi\",\"text\":{\"format\":{\"type\":\"xml\"}}}", 400, IR, "text.format.type",
 		"text.format.type must be text, json_object or json_schema, not 'xml'");
 	REFUSED(C, "{\"input\":\"hi\",\"tools\":[{\"type\":\"function\"}]}", 400, IR, "tools[0].name",
