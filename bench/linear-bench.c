@@ -380,8 +380,10 @@ int main(int argc, char **argv)
 	for (int isa = isa_hi; isa >= isa_lo; isa--) {
 		capy_isa_set((enum capy_isa)isa);
 		for (int kind = 0; kind < 2; kind++) {
-			static const uint64_t ms[] = { 1, 4, 16 };
-			for (size_t mi = 0; mi < (kind ? 1 : ARRAY_SIZE(ms)); mi++) {
+			/* NVFP4: the decode shapes of experts; BF16: batched decode of m sequences. */
+			static const uint64_t ms_fp4[] = { 1, 4, 16 }, ms_bf16[] = { 1, 4, 8, 16 };
+			const uint64_t *ms = kind ? ms_bf16 : ms_fp4;
+			for (size_t mi = 0; mi < (kind ? ARRAY_SIZE(ms_bf16) : ARRAY_SIZE(ms_fp4)); mi++) {
 				uint64_t m = ms[mi];
 				if (isa == CAPY_ISA_SCALAR && m > 1)
 					continue;

@@ -91,6 +91,8 @@ INLINE T512 void tile(const struct capy_linear *w, const float *x, float *y, uin
 }
 
 #define PLAIN_T T512
+#define PLAIN_R 4
 #define PLAIN_M 4
+#define PLAIN_R_FEW 4
 #define PLAIN_ENTRY capy_plain_avx512
 #include "plain-impl.h"
