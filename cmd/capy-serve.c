@@ -67,8 +67,8 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_GROUP("Limits"),
 	CAPY_OPT_SIZE(0, "max-body", &opt_max_body, "size", "largest request body (default 32M)"),
 	CAPY_OPT_INT(0, "max-connections", &opt_connections, "n", "open connections served (default 64)", 1, 65536),
-	CAPY_OPT_INT(0, "max-messages", &opt_max_messages, "n", "messages per request (default 100000)", 0, 1e9),
-	CAPY_OPT_INT(0, "max-tools", &opt_max_tools, "n", "tools per request (default 4096)", 0, 1e9),
+	CAPY_OPT_INT(0, "max-messages", &opt_max_messages, "n", "messages per request (default 100000)", 1, 1e9),
+	CAPY_OPT_INT(0, "max-tools", &opt_max_tools, "n", "tools per request (default 4096)", 1, 1e9),
 	CAPY_OPT_DOUBLE(0, "request-timeout", &opt_request_timeout, "s", "a request must arrive within s seconds (30)",
 			0.1, 86400),
 	CAPY_OPT_DOUBLE(0, "idle-timeout", &opt_idle_timeout, "s", "close idle keep-alive connections after s (75)",
@@ -320,7 +320,11 @@ int cmd_main(int argc, char **argv)
 			break;
 		}
 	}
-	capy_server_stop(srv, opt_shutdown);
+	/* New connections are refused at once; answers in flight get --shutdown-timeout to finish,
+	 * then end with the API's error event; then the connections close. */
+	capy_server_quiesce(srv);
+	capy_sched_stop(sched, opt_shutdown);
+	capy_server_stop(srv, 2);
 	capy_sched_free(sched, 0);
 	capy_engine_free(e);
 	capy_assets_release(&as);

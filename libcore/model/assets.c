@@ -41,6 +41,9 @@ static int load_generation_config(struct capy_assets *as, const char *text, size
 	capy_json_get_double(g, "min_p", false, &as->min_p, what, NULL);
 	capy_json_get_double(g, "repetition_penalty", false, &as->repetition_penalty, what, NULL);
 	capy_json_get_i64(g, "top_k", false, &as->top_k, what, NULL);
+	/* transformers decodes greedily when do_sample is false, whatever the temperature says. */
+	if (cJSON_IsFalse(cJSON_GetObjectItemCaseSensitive(g, "do_sample")))
+		as->temperature = 0;
 	cJSON_Delete(g);
 	return 0;
 }

@@ -41,7 +41,7 @@ struct capy_sched {
 	struct req *q_head, *q_tail;  /* waiting, in order (under the mutex) */
 	uint64_t n_queued;
 	struct req *all;              /* not ended (under the mutex) */
-	bool closing, failed, stop_now;
+	bool closing, failed, stop_now, joined;
 	double deadline;
 	uint64_t next_id;
 	struct capy_sched_stats st;   /* under the mutex */
@@ -513,9 +513,9 @@ fail:
 	return rc;
 }
 
-void capy_sched_free(struct capy_sched *s, double drain_s)
+void capy_sched_stop(struct capy_sched *s, double drain_s)
 {
-	if (!s)
+	if (s->joined)
 		return;
 	pthread_mutex_lock(&s->mu);
 	s->closing = true;
@@ -523,6 +523,14 @@ void capy_sched_free(struct capy_sched *s, double drain_s)
 	pthread_cond_broadcast(&s->cv);
 	pthread_mutex_unlock(&s->mu);
 	pthread_join(s->thread, NULL);
+	s->joined = true;
+}
+
+void capy_sched_free(struct capy_sched *s, double drain_s)
+{
+	if (!s)
+		return;
+	capy_sched_stop(s, drain_s);
 	prefix_free(s->pc);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);

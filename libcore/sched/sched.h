@@ -115,8 +115,12 @@ struct capy_sched_stats {
 
 int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct capy_sched_opts *opts,
 		   struct capy_err *err);
-/* Stop taking requests; let the running ones finish for up to drain_s seconds, end the rest
- * with CAPY_FINISH_SHUTDOWN (their callbacks still get END), stop the engine thread, free. */
+/* Stop taking requests (capy_sched_submit fails with CAPY_EBUSY from now on); let the running
+ * ones finish for up to drain_s seconds, end the rest with CAPY_FINISH_SHUTDOWN (their callbacks
+ * still get END) and stop the engine thread. The scheduler stays valid (stats, cancel) until
+ * freed. Once; later calls return at once. */
+void capy_sched_stop(struct capy_sched *s, double drain_s);
+/* capy_sched_stop (if it was not called) and free. */
 void capy_sched_free(struct capy_sched *s, double drain_s);
 
 /* Queue a request; *id names it. Fails with CAPY_EINVAL (empty prompt, a prompt that leaves

@@ -332,7 +332,7 @@ void parse_tool_choice_openai(struct api_parse *p, const struct capy_tval *body,
 			named_choice(p, popt_str(p, tc, "name", "tool_choice"), "tool_choice");
 	} else if (type && !strcmp(type, "allowed_tools")) {
 		/* {mode, tools}: the mode is kept, the subset is not enforced (all tools stay
-		 * in the prompt); docs/serving-api.md */
+		 * in the prompt); docs/serving.md */
 		struct capy_tval *at = pget(tc, "allowed_tools");
 		struct capy_tval *holder = capy_tval_kind(at) == CAPY_TVAL_DICT ? at : tc;
 		const char *mode = popt_str(p, holder, "mode", "tool_choice");

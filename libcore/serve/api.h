@@ -11,7 +11,7 @@
  *
  * Parsing normalizes every chat API into what the chat template renders (messages in the
  * OpenAI-chat shape of the Qwen templates, tools in the OpenAI function shape, template kwargs)
- * plus the generation settings; docs/serving-api.md has the field-by-field mapping, what is
+ * plus the generation settings; docs/serving.md ("Requests in detail") has the field-by-field mapping, what is
  * ignored and what is refused. A request the server cannot serve fails with a struct
  * capy_api_error carrying the HTTP status and the message, rendered in the API's own error
  * shape by capy_api_error_body:
@@ -178,7 +178,7 @@ struct capy_api_request {
 	int64_t thinking_budget;
 	bool encrypted_reasoning; /* Responses include has "reasoning.encrypted_content" */
 
-	enum capy_api_format response_format; /* accepted, not enforced (docs/serving-api.md) */
+	enum capy_api_format response_format; /* accepted, not enforced (docs/serving.md) */
 	struct capy_tval *response_schema;
 
 	/* Responses: the functions the model sees that are not plain function tools, by name:

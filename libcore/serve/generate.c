@@ -38,6 +38,8 @@ struct job {
 	struct capy_http_stream *st;
 	bool ended, failed;
 	bool think_open;              /* the prompt (before a forced start) ends inside <think> */
+	bool seen_reasoning, reasoning_done; /* the answer's reasoning began, ended */
+	uint64_t reasoning_tokens;    /* tokens generated before the answer left its reasoning */
 	int status;                   /* of a non-streamed answer */
 	enum capy_gen_finish finish;
 	double queue_s, prefill_s, decode_s;
@@ -102,6 +104,8 @@ static void respond_error(struct capy_http_exchange *x, enum capy_api api, int s
 	va_end(ap);
 	capy_api_error_set(&e, status, NULL, "%s", msg);
 	e.code = code;
+	if (code) /* OpenAI's coded refusals (model_not_found, context_length_exceeded) */
+		e.type = "invalid_request_error";
 	respond_api_error(x, api, &e);
 }
 
@@ -137,6 +141,10 @@ static int on_parse_event(void *ud, const struct capy_outparse_event *ev)
 {
 	struct job *j = ud;
 
+	if (ev->type == CAPY_OUTPARSE_REASONING)
+		j->seen_reasoning = true;
+	else
+		j->reasoning_done = true;
 	return capy_api_write_event(j->w, ev, &j->out);
 }
 
@@ -183,7 +191,8 @@ static int begin_answer(struct job *j, uint64_t cached)
 
 static void end_answer(struct job *j, const struct capy_gen_event *ev)
 {
-	struct capy_api_usage u = { (int64_t)j->prompt_tokens, (int64_t)ev->cached_tokens, (int64_t)ev->generated_tokens, 0 };
+	struct capy_api_usage u = { (int64_t)j->prompt_tokens, (int64_t)ev->cached_tokens, (int64_t)ev->generated_tokens,
+				    (int64_t)j->reasoning_tokens };
 	struct capy_api_error ae = { 0 };
 	const char *stop = NULL;
 	enum capy_api_finish fin = CAPY_API_FINISH_EOS;
@@ -281,6 +290,10 @@ static int on_gen(void *ud, const struct capy_gen_event *ev)
 			add_logprobs(j, ev);
 		if (capy_textout_token(j->to, ev->token, on_parse_event, j, &stopped, &j->err) < 0)
 			j->failed = true;
+		/* Counted up to the first text after the reasoning (text the parser still holds
+		 * back, such as the whitespace after </think>, counts with the reasoning). */
+		if (!j->reasoning_done && (j->seen_reasoning || j->think_open))
+			j->reasoning_tokens++;
 		ret = stopped || j->failed;
 		break;
 	case CAPY_GEN_END:
@@ -521,6 +534,8 @@ static void serve(struct capy_http_exchange *x, struct capy_server *srv, enum ca
 	}
 	if (srv->o.log_prompts && text)
 		log_str(x, "prompt", text, text_len);
+	else if (srv->o.log_prompts && api == CAPY_API_COMPLETIONS && j->req.prompt)
+		log_str(x, "prompt", j->req.prompt, j->req.prompt_len);
 	capy_api_outparse_opts(&j->req, j->think_open ? CAPY_OUTPARSE_THINK_OPEN : 0, &po);
 	to.tok = srv->as->tok;
 	to.stop = j->req.stop;

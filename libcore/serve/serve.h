@@ -54,6 +54,12 @@ int capy_server_start(struct capy_server **out, const struct capy_server_opts *o
 int capy_server_port(const struct capy_server *srv);
 /* The scheduler hit an engine-wide failure: /health answers 503; the tool should exit 2. */
 bool capy_server_failed(const struct capy_server *srv);
+/* Stop accepting connections (requests on open ones are still answered). Shut down with
+ *	capy_server_quiesce(srv);
+ *	capy_sched_stop(sched, drain_s);	(answers finish, or end with the API's error event)
+ *	capy_server_stop(srv, 2);
+ * so that answers still running at the deadline get a final event rather than a cut. */
+void capy_server_quiesce(struct capy_server *srv);
 /* Stop accepting, wait up to timeout_s for answers in flight, cancel the rest, free. The
  * scheduler and engine stay the caller's. */
 void capy_server_stop(struct capy_server *srv, double timeout_s);

@@ -35,10 +35,14 @@ static void log_line(void *arg, const char *line, size_t len)
 	const cJSON *status = cJSON_GetObjectItemCaseSensitive(j, "status");
 
 	if (cJSON_IsString(path) && cJSON_IsNumber(status)) {
-		const char *ep = path->valuestring;
-		if (strncmp(ep, "/v1/", 4) && strcmp(ep, "/health") && strcmp(ep, "/metrics"))
-			ep = "other"; /* unknown paths are not a label each */
-		else if (!strncmp(ep, "/v1/models/", 11))
+		static const char *const known[] = { "/v1/chat/completions", "/v1/completions", "/v1/responses",
+						     "/v1/messages", "/v1/messages/count_tokens", "/v1/models",
+						     "/health", "/metrics" };
+		const char *ep = "other"; /* unknown paths are not a label each */
+		for (size_t k = 0; k < ARRAY_SIZE(known); k++)
+			if (!strcmp(path->valuestring, known[k]))
+				ep = known[k];
+		if (!strncmp(path->valuestring, "/v1/models/", 11))
 			ep = "/v1/models/{id}";
 		pthread_mutex_lock(&srv->mu);
 		size_t i = 0;
@@ -96,6 +100,7 @@ static void models(struct capy_http_exchange *x, void *arg)
 			capy_api_error_set(&e, 404, NULL, "the model '%s' does not exist (this server has '%s')", path + 11,
 					   srv->model_id);
 			e.code = "model_not_found";
+			e.type = "invalid_request_error";
 			capy_api_error_body(CAPY_API_CHAT, &e, &b);
 			capy_http_respond(x, 404, NULL, b.data, b.len);
 			capy_buf_release(&b);
@@ -153,7 +158,7 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	metric(&b, "capy_decode_seconds_total", "counter", "Engine time in steps that only generated.", st.decode_s);
 	metric(&b, "capy_prefill_tokens_per_second", "gauge", "Prompt tokens computed per second of prefill steps.",
 	       st.prefill_s > 0 ? (double)st.prefill_tokens / st.prefill_s : 0);
-	metric(&b, "capy_decode_tokens_per_second", "gauge", "Tokens generated per second of decode-only steps.",
+	metric(&b, "capy_decode_tokens_per_second", "gauge", "Tokens generated per second of engine time (all steps).",
 	       st.decode_s > 0 ? (double)st.generated_tokens / (st.decode_s + st.prefill_s) : 0);
 	metric(&b, "capy_engine_steps_total", "counter", "Engine steps run.", (double)st.steps);
 	metric(&b, "capy_queue_depth", "gauge", "Requests waiting for a place in the batch.", (double)st.queued);
@@ -203,8 +208,8 @@ int capy_server_start(struct capy_server **out, const struct capy_server_opts *o
 		goto fail;
 	}
 	if (!as->tok || !as->tmpl) {
-		rc = capy_err_set(err, CAPY_EINVAL, "the model has no %s (give one with --chat-template)",
-				  as->tok ? "chat template" : "tokenizer");
+		rc = capy_err_set(err, CAPY_EINVAL, "the model has no %s (give one with %s)",
+				  as->tok ? "chat template" : "tokenizer", as->tok ? "--chat-template" : "--tokenizer");
 		goto fail;
 	}
 	if (as->tokenizer_config) {
@@ -255,6 +260,11 @@ fail:
 int capy_server_port(const struct capy_server *srv)
 {
 	return capy_http_port(srv->http);
+}
+
+void capy_server_quiesce(struct capy_server *srv)
+{
+	capy_http_quiesce(srv->http);
 }
 
 void capy_server_stop(struct capy_server *srv, double timeout_s)

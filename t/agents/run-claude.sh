@@ -2,7 +2,7 @@
 # run-claude.sh [full|bare] - Claude Code (`claude -p`) through one tool round against CAPY_URL's
 # Anthropic API (/v1/messages?beta=true). full: Claude Code's own system prompt and tools; bare:
 # --bare (a short system prompt, three tools). The model's side is scripts/claude.json: it
-# calls Bash to cat hello.txt, then answers the tool result. See lib.sh for the environment.
+# calls Read on hello.txt, then answers the tool result. See lib.sh for the environment.
 . "$(dirname "$0")/lib.sh"
 mode=${1:-full}
 case $mode in

@@ -376,18 +376,26 @@ static void test_queue_and_shutdown(void)
 	int32_t p[20];
 	uint64_t id;
 	int refused = 0;
+	bool accepted[6];
 
 	make_prompt(p, 20, 1);
 	for (int i = 0; i < 6; i++) {
 		struct capy_gen_request q = { p, 20, sp, 350, NULL, 0, -1, 0, on_event, &r[i] };
 		result_init(&r[i]);
-		if (capy_sched_submit(s, &q, &id, &err) == CAPY_EBUSY)
-			refused++;
+		accepted[i] = capy_sched_submit(s, &q, &id, &err) == 0;
+		refused += !accepted[i];
 	}
 	CHECK(refused >= 1);
 	CHECK_CONTAINS(err.msg, "already waiting");
-	capy_sched_free(s, 0.05);
-	for (int i = 0; i < 6 - refused; i++) {
+	/* Stopped, the scheduler refuses and still answers stats. */
+	capy_sched_stop(s, 0.05);
+	struct capy_gen_request q = { p, 20, sp, 3, NULL, 0, -1, 0, on_event, &r[0] };
+	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EBUSY);
+	CHECK_CONTAINS(err.msg, "shutting down");
+	capy_sched_free(s, 0);
+	for (int i = 0; i < 6; i++) {
+		if (!accepted[i])
+			continue;
 		CHECK(r[i].ended);
 		CHECK(r[i].finish == CAPY_FINISH_SHUTDOWN || r[i].finish == CAPY_FINISH_LENGTH);
 	}

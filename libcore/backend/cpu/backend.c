@@ -161,14 +161,31 @@ static uint64_t linear_bytes(const struct capy_linear *l)
 	return l->n * l->k * capy_dtype_size(l->dtype);
 }
 
+static uint64_t hc_bytes(const struct hc_w *h)
+{
+	return linear_bytes(&h->down) + linear_bytes(&h->up) + (h->has_inject ? linear_bytes(&h->inject) : 0);
+}
+
+/* What a decode step reads: every matrix once, k of each layer's experts, and, of the PLE
+ * tables, one token's rows (not the embedding row, which is tiny). */
 static uint64_t cpu_weight_bytes(const struct capy_engine *core)
 {
 	const struct cpu_engine *e = core->be;
 	const struct capy_model_config *c = &e->c;
 	uint64_t b = linear_bytes(&e->w.lm_head);
+	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
 
+	if (q4)
+		b += hc_bytes(&e->w.hc_final);
 	for (uint64_t i = 0; i < c->n_layers; i++) {
 		const struct layer_w *l = &e->w.layers[i];
+		if (q4)
+			b += hc_bytes(&l->hc_attn) + hc_bytes(&l->hc_mlp);
+		if (l->has_ple)
+			b += linear_bytes(&l->ple.key) + linear_bytes(&l->ple.value) +
+			     (c->ngram_size - 1) * c->heads_per_ngram * l->ple.hd * capy_dtype_size(l->ple.table_dtype);
+		if (l->attn.qsa)
+			b += linear_bytes(&l->attn.idx_qk);
 		if (l->type == CAPY_LAYER_LINEAR)
 			b += linear_bytes(&l->gdn.qkv) + linear_bytes(&l->gdn.z) + linear_bytes(&l->gdn.b) +
 			     linear_bytes(&l->gdn.a) + linear_bytes(&l->gdn.out);
