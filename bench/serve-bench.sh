@@ -68,23 +68,43 @@ gen_prompt_s() {
 	done | sort -n | awk '{ a[NR] = $1 } END { print a[int((NR + 1) / 2)] }'
 }
 
+# The overhead, two ways: against capy-gen's prompt time for the same ids (medians of REPEAT
+# runs each), and per request: the client's time to first token minus the engine's own prefill
+# time of that request, from its log line (immune to the drift of a long prefill's duration).
 overhead() {
 	local name=$1 model=$2 vocab=$3; shift 3
-	local prompt body gen http
+	local prompt body gen
 	prompt=$(ids 32 7 "$vocab")
 	body=$dir/ttft.json
 	printf '{"model":"m","prompt":%s,"max_tokens":1,"temperature":0,"stream":true}' "$(json_ids 32 7 "$vocab")" >"$body"
 	gen=$(gen_prompt_s "$model" "$prompt")
 	start "$model" --model-id m --cache-mib 0 "$@"
 	python3 "$client" ttft "$url" "$body" 2 >/dev/null # warm up
-	http=$(python3 "$client" ttft "$url" "$body" "$repeat" | python3 -c 'import json, sys; print(json.load(sys.stdin)["median_s"])')
-	awk -v n="$name" -v g="$gen" -v h="$http" 'BEGIN { printf "%s: 32-token prompt, capy-gen prompt %.2f ms, HTTP first token %.2f ms, overhead %.2f ms\n", n, g * 1000, h * 1000, (h - g) * 1000 }'
+	python3 "$client" ttft "$url" "$body" "$repeat" >"$dir/ttft.out"
+	report_ttft "$name: 32-token completions prompt" "$gen"
 	if [ "$name" = fixture ]; then
 		printf '{"model":"m","messages":[{"role":"user","content":"Tell me about capybaras, briefly."}],"max_tokens":1,"temperature":0,"stream":true}' >"$dir/chat.json"
-		http=$(python3 "$client" ttft "$url" "$dir/chat.json" "$repeat" | python3 -c 'import json, sys; print(json.load(sys.stdin)["median_s"])')
-		awk -v n="$name" -v h="$http" 'BEGIN { printf "%s: chat request (template + tokenizer), HTTP first token %.2f ms\n", n, h * 1000 }'
+		python3 "$client" ttft "$url" "$dir/chat.json" "$repeat" >"$dir/ttft.out"
+		report_ttft "$name: chat request (template + tokenizer)" ""
 	fi
 	stop
+}
+
+# report_ttft LABEL [CAPY_GEN_S]: from ttft.out (the client's times, in request order) and the
+# last REPEAT log lines of the server.
+report_ttft() {
+	python3 - "$1" "$2" "$dir/ttft.out" "$dir/serve.log" "$repeat" <<'PY'
+import json, statistics, sys
+label, gen, out, log, n = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4], int(sys.argv[5])
+t = json.load(open(out))["ttft_order"]
+lines = [json.loads(l) for l in open(log) if l.startswith("{") and '"prefill_ms"' in l][-n:]
+per = [ti - (l["queue_ms"] + l["prefill_ms"]) / 1000 for ti, l in zip(t, lines)]
+msg = "%s: first token %.2f ms (median of %d); server overhead per request %.2f ms (median; min %.2f)" % (
+    label, 1000 * statistics.median(t), n, 1000 * statistics.median(per), 1000 * min(per))
+if gen:
+    msg += "; capy-gen prompt %.2f ms, difference of medians %.2f ms" % (1000 * float(gen), 1000 * (statistics.median(t) - float(gen)))
+print(msg)
+PY
 }
 
 concurrency() {

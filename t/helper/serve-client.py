@@ -159,8 +159,9 @@ def ttft(url, body, repeat):
         first = []
         post_stream(url, body, on_first=lambda: first.append(time.monotonic()))
         times.append((first[0] if first else time.monotonic()) - t0)
+    order = list(times)
     times.sort()
-    return {"ttft_s": times, "median_s": times[len(times) // 2]}
+    return {"ttft_s": times, "ttft_order": order, "median_s": times[len(times) // 2]}
 
 
 def main(argv):
