@@ -268,10 +268,11 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-# python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py).
+# python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py);
+# curl and jq: the capy-serve tests' client and their JSON reader (t/helper/serve.bash).
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev \
 	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev nettle-dev zstd \
-	python3 python3-jinja2
+	python3 python3-jinja2 curl jq
 
 deps:
 	@if [ "$$(id -u)" = 0 ]; then \
