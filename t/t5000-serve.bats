@@ -245,7 +245,7 @@ human_mib() {
 	for path in /v1/chat/completions /v1/completions /v1/responses; do
 		api POST "$path" "$body"
 		[ "$CODE" = 401 ]
-		[ "$(jv '.error.type')" = authentication_error ]
+		[ "$(jq -c '[.error.type, .error.code]' "$R")" = '["authentication_error","invalid_api_key"]' ]
 		[[ "$(jv '.error.message')" == "missing API key"* ]]
 		[ "$(header WWW-Authenticate)" = Bearer ]
 	done
@@ -262,8 +262,7 @@ human_mib() {
 	for h in '' 'x-api-key: nope' 'Authorization: Bearer nope'; do
 		api POST /v1/messages "$mbody" ${h:+-H "$h"}
 		[ "$CODE" = 401 ]
-		[ "$(jv '.type')" = error ]
-		[ "$(jv '.error.type')" = authentication_error ]
+		[ "$(jq -c '[.type, .error.type, (.error | keys)]' "$R")" = '["error","authentication_error",["message","type"]]' ]
 		api POST /v1/messages/count_tokens "$mbody" ${h:+-H "$h"}
 		[ "$CODE" = 401 ]
 		[ "$(jv '.type')" = error ]
