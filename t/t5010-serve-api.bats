@@ -75,7 +75,8 @@ anth_error() {
 # --- chat completions ------------------------------------------------------------------------
 
 @test "chat: an answer with its id, object, model, finish_reason and usage" {
-	api POST /v1/chat/completions "$(chat_body 'say hello' '"model":"fixture"')"
+	# with the fields agents and SDKs send besides
+	api POST /v1/chat/completions "$(chat_body 'say hello' '"model":"fixture","user":"u1","store":false,"metadata":{"a":"b"},"service_tier":"auto","prompt_cache_key":"k","parallel_tool_calls":false,"logit_bias":{"1":2},"stream_options":null')"
 	[ "$CODE" = 200 ]
 	[[ "$(header Content-Type)" == application/json* ]]
 	[ "$(jv .object)" = chat.completion ]
@@ -779,8 +780,9 @@ EOF2
 	api POST /v1/responses "@$BATS_TEST_TMPDIR/big.json" -H 'Transfer-Encoding: chunked'
 	[ "$CODE" = 413 ]
 	health_ok
-	api POST /v1/chat/completions "$(chat_body 'say hello')"
+	api POST /v1/chat/completions "$(chat_body 'say hello')" -H 'Transfer-Encoding: chunked'
 	[ "$CODE" = 200 ]
+	[ "$(jv .choices[0].message.content)" = "Hello from capy." ]
 }
 
 @test "--max-messages and --max-tools refuse longer lists with 400, in each API's shape" {
