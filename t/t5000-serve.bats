@@ -170,6 +170,18 @@ human_mib() {
 	[ "$(jq -c '[.stop_reason, .usage.output_tokens]' "$R")" = '["max_tokens",3]' ]
 }
 
+@test "--max-context bounds prompt and answer together: the answer stops at the context, a prompt that fills it is refused" {
+	CAPY_SCRIPT=$SCRIPTS/api.json serve_start capy-serve-scripted "$ART" --max-context 64
+	body=$(chat_body 'count to ten, then eleven twelve thirteen fourteen fifteen sixteen')
+	api POST /v1/chat/completions "$body"
+	[ "$CODE" = 200 ]
+	[ "$(jq -c '[.choices[0].finish_reason, .usage.total_tokens]' "$R")" = '["length",64]' ]
+	api POST /v1/chat/completions "$(chat_body "count to ten $(printf 'and %.0s' {1..40})")"
+	[ "$CODE" = 400 ]
+	[ "$(jq -c '[.error.code, .error.type]' "$R")" = '["context_length_exceeded","invalid_request_error"]' ]
+	[[ "$(jv .error.message)" == *"this server's context is 64 tokens (--max-context)"* ]]
+}
+
 @test "a second server on a busy port is refused with a clear message and exit 1; the first serves on" {
 	serve_start capy-serve "$ART" --threads 1
 	run --separate-stderr timeout 20 capy-serve "$ART" --threads 1 --port "$PORT"
