@@ -273,10 +273,12 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-# python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py).
-DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev curl iproute2 util-linux \
+# python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py);
+# curl and jq: the capy-serve tests' client and their JSON reader (t/helper/serve.bash); iproute2
+# and util-linux: the agent tests' loopback-only network namespace (ip, unshare).
+DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev iproute2 util-linux \
 	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev nettle-dev zstd \
-	python3 python3-jinja2
+	python3 python3-jinja2 curl jq
 
 # Installs only what is missing; without root it prints the one command to run and fails.
 deps:

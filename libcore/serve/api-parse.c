@@ -615,4 +615,6 @@ void capy_api_outparse_opts(const struct capy_api_request *req, unsigned flags_e
 		opts->flags |= CAPY_OUTPARSE_NO_TOOL_CALLS;
 	if (!req->stream)
 		opts->flags |= CAPY_OUTPARSE_HOLD_CALLS;
+	if (req->continue_final_message)
+		opts->flags |= CAPY_OUTPARSE_CONTINUE;
 }

@@ -200,7 +200,7 @@ void capy_api_request_release(struct capy_api_request *req);
 
 /* Options for the output parser that fit the request: the tools (none when tool_choice is
  * none), CAPY_OUTPARSE_NO_TOOL_CALLS when there are none, CAPY_OUTPARSE_HOLD_CALLS when not
- * streaming. flags_extra (CAPY_OUTPARSE_THINK_OPEN when the prompt ends inside <think>) is
+ * streaming, CAPY_OUTPARSE_CONTINUE when the answer continues the final message (prefill). flags_extra (CAPY_OUTPARSE_THINK_OPEN when the prompt ends inside <think>) is
  * or-ed in. opts points into req. */
 void capy_api_outparse_opts(const struct capy_api_request *req, unsigned flags_extra,
 			    struct capy_outparse_opts *opts);

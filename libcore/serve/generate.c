@@ -37,6 +37,7 @@ struct job {
 	struct capy_buf out;          /* bytes not yet sent (stream) or the body */
 	struct capy_http_stream *st;
 	bool ended, failed;
+	bool gone;                    /* a stream write failed: the client left (or we stop) */
 	bool think_open;              /* the prompt (before a forced start) ends inside <think> */
 	bool seen_reasoning, reasoning_done; /* the answer's reasoning began, ended */
 	uint64_t reasoning_tokens;    /* tokens generated before the answer left its reasoning */
@@ -249,7 +250,9 @@ static void log_job(struct job *j, struct capy_http_exchange *x)
 	static const char *const why[] = { "stop", "length", "stop_string", "cancelled", "shutdown", "error" };
 	const char *f = why[j->finish];
 
-	if (j->finish == CAPY_FINISH_STOPPED && !capy_textout_stop_string(j->to))
+	if (j->finish == CAPY_FINISH_STOPPED && j->gone)
+		f = why[CAPY_FINISH_CANCELLED]; /* stopped because the stream could not be written */
+	else if (j->finish == CAPY_FINISH_STOPPED && !capy_textout_stop_string(j->to))
 		f = "stop";
 	log_u64(x, "prompt_tokens", j->prompt_tokens);
 	log_u64(x, "cached_tokens", j->cached);
@@ -302,8 +305,10 @@ static int on_gen(void *ud, const struct capy_gen_event *ev)
 		break;
 	}
 	if (j->st) {
-		if (j->out.len && capy_http_stream_write(j->st, j->out.data, j->out.len) < 0)
-			ret = 1; /* the client is gone */
+		if (j->out.len && capy_http_stream_write(j->st, j->out.data, j->out.len) < 0) {
+			j->gone = true; /* the client is gone */
+			ret = 1;
+		}
 		capy_buf_reset(&j->out);
 		if (j->ended) {
 			log_job(j, capy_http_stream_exchange(j->st));

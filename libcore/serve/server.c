@@ -23,6 +23,8 @@ static void error_body(void *arg, const char *path, int status, const char *mess
 
 	(void)arg;
 	capy_api_error_set(&e, status, NULL, "%s", message);
+	if (status == 401)
+		e.code = "invalid_api_key"; /* OpenAI's code (its shape only: Anthropic's has none) */
 	capy_api_error_body(serve_api_of_path(path), &e, out);
 }
 

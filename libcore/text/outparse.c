@@ -321,6 +321,8 @@ int capy_outparse_new(struct capy_outparse **out, const struct capy_outparse_opt
 		op_buf_init(&p->chan[i].ws, &p->failed);
 		p->chan[i].at_start = true;
 	}
+	if (opts->flags & CAPY_OUTPARSE_CONTINUE) /* the text so far is the prompt's */
+		p->chan[p->mode == OP_REASONING ? 0 : 1].at_start = false;
 	op_buf_init(&p->out, &p->failed);
 	op_buf_init(&p->raw, &p->failed);
 	op_buf_init(&p->refeed, &p->failed);

@@ -37,6 +37,8 @@
  *   output stays reasoning). `</think>` elsewhere and `<think>` after the start are text.
  * - Reasoning and each run of content are trimmed of ASCII whitespace where they touch the
  *   start, the end or a tag (the template puts newlines there); inner whitespace is kept.
+ *   With CAPY_OUTPARSE_CONTINUE the output continues text of the prompt (a prefill), so
+ *   whitespace at its very start is text too (" jumps" after "The quick brown fox").
  * - XML argument values lose exactly one leading and one trailing newline. A parameter whose
  *   schema type is only "string" stays a string ("007", "1e3", "true" included); other typed
  *   parameters are JSON-decoded when the value is exactly one valid JSON value (a union with
@@ -74,6 +76,8 @@ enum capy_outparse_flags {
 	CAPY_OUTPARSE_THINK_OPEN = 1 << 0,    /* the prompt ended with `<think>`: start in reasoning */
 	CAPY_OUTPARSE_HOLD_CALLS = 1 << 1,    /* hold each call's events until it is well formed */
 	CAPY_OUTPARSE_NO_TOOL_CALLS = 1 << 2, /* `<tool_call>` is plain text (request has no tools) */
+	CAPY_OUTPARSE_CONTINUE = 1 << 3,      /* the output continues the prompt's last text: keep
+					       * whitespace at its start */
 };
 
 struct capy_outparse_opts {

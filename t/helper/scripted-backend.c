@@ -14,6 +14,11 @@
  * reply that starts with "<think>\n" loses that opening when the prompt already ends with it.
  * token_delay_ms slows every step down (tests of disconnects and load).
  *
+ * Failure mode (tests of an engine-wide failure): a rule may carry "fail": "message" instead
+ * of a reply; a step that would start playing that rule fails with the message, as a broken
+ * device would, and the scheduler then stops the whole engine (/health 503, capy-serve exits
+ * 2). Only this test backend can fail on request; the real backends fail only for real.
+ *
  * Per sequence the backend keeps the reply it is playing and where it started; it notices a
  * new prompt when the history stops following that reply (as after a prefix-cache hit).
  */
@@ -26,7 +31,7 @@
 #include <time.h>
 
 struct rule {
-	char *when, *reply;
+	char *when, *reply, *fail;
 };
 
 struct script {
@@ -61,6 +66,7 @@ static void script_close(struct capy_engine *e)
 	for (size_t i = 0; i < sc->n_rules; i++) {
 		free(sc->rules[i].when);
 		free(sc->rules[i].reply);
+		free(sc->rules[i].fail);
 	}
 	free(sc->rules);
 	free(sc->fallback);
@@ -105,9 +111,11 @@ static int script_open(struct capy_engine *e, struct capy_err *err)
 		struct rule *ru = &sc->rules[sc->n_rules++];
 		ru->when = dup_string(r, "when_last_user_contains");
 		ru->reply = dup_string(r, "reply");
-		if (!ru->when || !ru->reply) {
-			rc = capy_err_set(err, CAPY_EFORMAT, "'%s': rules[%zu] needs when_last_user_contains and reply",
-					  path, sc->n_rules - 1);
+		ru->fail = dup_string(r, "fail");
+		if (!ru->when || (!ru->reply && !ru->fail)) {
+			rc = capy_err_set(err, CAPY_EFORMAT,
+					  "'%s': rules[%zu] needs when_last_user_contains and reply (or fail)", path,
+					  sc->n_rules - 1);
 			goto fail;
 		}
 	}
@@ -189,8 +197,8 @@ static void script_state_copy(struct capy_engine *e, void *dst, const void *src)
 	d->planned = s->planned;
 }
 
-/* The reply for a prompt text. */
-static const char *choose(const struct script *sc, const char *text)
+/* The rule for a prompt text, or NULL for the default. */
+static const struct rule *choose(const struct script *sc, const char *text)
 {
 	const char *user = NULL, *p = text, *end;
 	size_t n;
@@ -206,9 +214,9 @@ static const char *choose(const struct script *sc, const char *text)
 	for (size_t i = 0; i < sc->n_rules; i++) {
 		const char *hit = strstr(user, sc->rules[i].when);
 		if (hit && (size_t)(hit - user) < n)
-			return sc->rules[i].reply;
+			return &sc->rules[i];
 	}
-	return sc->fallback;
+	return NULL;
 }
 
 static int plan(struct script *sc, struct play *pl, const int32_t *hist, uint64_t L, struct capy_err *err)
@@ -216,12 +224,18 @@ static int plan(struct script *sc, struct play *pl, const int32_t *hist, uint64_
 	struct capy_tokens ids = { 0 };
 	char *text;
 	size_t len;
+	const struct rule *ru;
 	const char *reply;
 	int rc;
 
 	if ((rc = capy_tokenizer_decode(sc->as.tok, hist, L, 0, &text, &len, err)) < 0)
 		return rc;
-	reply = choose(sc, text);
+	ru = choose(sc, text);
+	if (ru && ru->fail) {
+		free(text);
+		return capy_err_set(err, CAPY_EIO, "%s", ru->fail);
+	}
+	reply = ru ? ru->reply : sc->fallback;
 	if (len >= 8 && !memcmp(text + len - 8, "<think>\n", 8) && !strncmp(reply, "<think>\n", 8))
 		reply += 8;
 	free(text);

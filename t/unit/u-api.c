@@ -642,6 +642,12 @@ static void test_outparse_opts(void)
 	CHECK(!o.tools_json);
 	CHECK_EQ_INT(o.flags, CAPY_OUTPARSE_NO_TOOL_CALLS | CAPY_OUTPARSE_HOLD_CALLS);
 	capy_api_request_release(&r);
+	/* a prefill the answer continues: its leading whitespace is kept */
+	PARSE_OK(CAPY_API_MESSAGES, "{\"max_tokens\":8,\"messages\":[{\"role\":\"user\",\"content\":\"q\"},"
+				    "{\"role\":\"assistant\",\"content\":\"The quick\"}],\"stream\":true}", &r);
+	capy_api_outparse_opts(&r, 0, &o);
+	CHECK_EQ_INT(o.flags, CAPY_OUTPARSE_NO_TOOL_CALLS | CAPY_OUTPARSE_CONTINUE);
+	capy_api_request_release(&r);
 }
 
 /* Prefill: the prompt ends right after the assistant's text. */

@@ -110,6 +110,35 @@ static void test_reasoning(void)
 	capy_outparse_result_release(&x.r);
 }
 
+/* A continued prefill: the output's leading whitespace belongs to the text it continues. */
+static void test_continue(void)
+{
+	struct capy_outparse_opts cont = { .flags = CAPY_OUTPARSE_CONTINUE }, plain = { 0 };
+	struct capy_outparse_opts cont_think = { .flags = CAPY_OUTPARSE_CONTINUE | CAPY_OUTPARSE_THINK_OPEN };
+	struct res x;
+
+	x = parse(" jumps over the dog.\n", &cont);
+	CHECK_EQ_INT(x.rc, 0);
+	CHECK_STR(str_or(x.r.content), " jumps over the dog.");
+	capy_outparse_result_release(&x.r);
+
+	x = parse(" jumps over the dog.\n", &plain);
+	CHECK_STR(str_or(x.r.content), "jumps over the dog.");
+	capy_outparse_result_release(&x.r);
+
+	/* inside reasoning: the reasoning goes on; the answer after </think> is trimmed as usual */
+	x = parse(" and more.\n</think>\n\n Answer.", &cont_think);
+	CHECK_STR(str_or(x.r.reasoning), " and more.");
+	CHECK_STR(str_or(x.r.content), "Answer.");
+	capy_outparse_result_release(&x.r);
+
+	/* only the start: a run before a tool call is still trimmed where it touches the tag */
+	x = parse("\n\nok \n<tool_call>\n{\"name\": \"f\", \"arguments\": {}}\n</tool_call>", &cont);
+	CHECK_STR(str_or(x.r.content), "\n\nok");
+	CHECK_EQ_INT(x.r.n_calls, 1);
+	capy_outparse_result_release(&x.r);
+}
+
 static void test_reasoning_tool_call(void)
 {
 	struct capy_outparse_opts o = { .flags = CAPY_OUTPARSE_THINK_OPEN, .tools_json = TOOLS_TYPES };
@@ -1029,6 +1058,7 @@ static void test_callback_stop(void)
 int main(void)
 {
 	RUN(test_reasoning);
+	RUN(test_continue);
 	RUN(test_reasoning_tool_call);
 	RUN(test_typing);
 	RUN(test_params);
