@@ -85,6 +85,7 @@ int cmd_main(int argc, char **argv)
 	struct capy_tokens toks = { 0 };
 	struct capy_err err = { 0 };
 	enum capy_kv_dtype kv;
+	int kv_type;
 	uint64_t V, N, scored = 0, prev_end = 0, *counts = NULL;
 	double nll_sum = 0, t0;
 	float *logits;
@@ -101,14 +102,9 @@ int cmd_main(int argc, char **argv)
 		opt_stride = opt_ctx;
 	if (opt_stride > opt_ctx)
 		capy_usage_error(usage, opts, "--stride %" PRId64 " is larger than --ctx %" PRId64, opt_stride, opt_ctx);
-	if (!strcmp(opt_kv, "bf16"))
-		kv = CAPY_KV_BF16;
-	else if (!strcmp(opt_kv, "f32"))
-		kv = CAPY_KV_F32;
-	else if (!strcmp(opt_kv, "int8"))
-		kv = CAPY_KV_INT8;
-	else
+	if ((kv_type = capy_kv_dtype_parse(opt_kv)) < 0)
 		capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);
+	kv = (enum capy_kv_dtype)kv_type;
 
 	if (capy_artifact_open(&a, argv[0], &err) < 0 || capy_assets_from_artifact(&as, a, &err) < 0)
 		capy_die("%s", err.msg);

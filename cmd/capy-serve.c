@@ -132,13 +132,11 @@ static char **expand_profiles(int argc, char **argv, int *out_argc)
 
 static enum capy_kv_dtype parse_kv(void)
 {
-	if (!strcmp(opt_kv, "bf16"))
-		return CAPY_KV_BF16;
-	if (!strcmp(opt_kv, "f32"))
-		return CAPY_KV_F32;
-	if (!strcmp(opt_kv, "int8"))
-		return CAPY_KV_INT8;
-	capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);
+	int kv = capy_kv_dtype_parse(opt_kv);
+
+	if (kv < 0)
+		capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);
+	return (enum capy_kv_dtype)kv;
 }
 
 /* The keys: --api-key, CAPY_API_KEY and the lines of --api-key-file (blank lines and lines

@@ -28,6 +28,16 @@ int capy_backend_add(const struct capy_backend_ops *ops)
 	return -1;
 }
 
+int capy_kv_dtype_parse(const char *name)
+{
+	static const char *const names[] = { [CAPY_KV_BF16] = "bf16", [CAPY_KV_F32] = "f32", [CAPY_KV_INT8] = "int8" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		if (!strcmp(name, names[i]))
+			return (int)i;
+	return -1;
+}
+
 bool capy_engine_device_available(const char *name)
 {
 	return capy_backend_find(name) != NULL;

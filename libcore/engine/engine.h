@@ -48,6 +48,9 @@ enum capy_kv_dtype {
 	CAPY_KV_INT8, /* int8 values with one float scale per 32 values */
 };
 
+/* "bf16", "f32", "int8" to the type; -1 for anything else. */
+int capy_kv_dtype_parse(const char *name);
+
 struct capy_engine_opts {
 	int threads;             /* <= 0: one per CPU */
 	enum capy_kv_dtype kv;

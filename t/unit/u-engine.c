@@ -4,6 +4,7 @@
  * qwen4_exp fixture, whose state has every kind (KV pages, QSA blocks, GDN, PLE), and the
  * batch tests on every family. */
 #include "test.h"
+#include "test-fixture.h"
 #include "artifact/artifact.h"
 #include "convert/convert.h"
 #include "engine/engine.h"
@@ -14,31 +15,11 @@ static struct capy_artifact *art;
 static struct capy_engine *eng;
 static uint64_t V;
 
-/* Convert a fixture into a temporary artifact and open it (the file is unlinked at once). */
-static struct capy_artifact *open_fixture(const char *name)
-{
-	char model[4096], out[256];
-	struct capy_convert_opts o = { 0 };
-	struct capy_convert_stats st;
-	struct capy_err err = { 0 };
-	struct capy_artifact *a = NULL;
-
-	test_fixture_path(name, model, sizeof(model));
-	snprintf(out, sizeof(out), "/tmp/u-engine-%d-%s.capy", (int)getpid(), name);
-	o.model_dir = model;
-	o.out_path = out;
-	o.threads = 1;
-	CHECK_EQ_INT(capy_convert(&o, &st, &err), 0);
-	CHECK_MSG(capy_artifact_open(&a, out, &err) == 0, "%s", err.msg);
-	unlink(out);
-	return a;
-}
-
 static void setup(void)
 {
 	struct capy_err err = { 0 };
 
-	art = open_fixture("qwen4_exp");
+	art = test_open_fixture("qwen4_exp");
 	CHECK_EQ_INT(capy_engine_new(&eng, art, &(struct capy_engine_opts){ .threads = 2 }, &err), 0);
 	CHECK_MSG(!err.msg[0], "%s", err.msg);
 	V = capy_engine_config(eng)->vocab_size;
@@ -195,7 +176,7 @@ static void batch_family(const char *name, int threads)
 {
 	static const uint64_t plen[NSEQ] = { 37, 1, 70, 9 };
 	struct capy_err err = { 0 };
-	struct capy_artifact *a = open_fixture(name);
+	struct capy_artifact *a = test_open_fixture(name);
 	struct capy_engine *e = NULL;
 	struct capy_seq *alone[NSEQ], *tog[NSEQ];
 	int32_t prompt[NSEQ][80], next[NSEQ][DECODE];

@@ -4,6 +4,7 @@
  * max_new_tokens, the context limit, cancellation, a full queue, shutdown, and the prefix
  * cache's budget. */
 #include "test.h"
+#include "test-fixture.h"
 #include "artifact/artifact.h"
 #include "convert/convert.h"
 #include "engine/engine.h"
@@ -78,25 +79,6 @@ static bool wait_end(struct result *r)
 	return ok;
 }
 
-static struct capy_artifact *open_fixture(const char *name)
-{
-	char model[4096], out[256];
-	struct capy_convert_opts o = { 0 };
-	struct capy_convert_stats st;
-	struct capy_err err = { 0 };
-	struct capy_artifact *a = NULL;
-
-	test_fixture_path(name, model, sizeof(model));
-	snprintf(out, sizeof(out), "/tmp/u-sched-%d-%s.capy", (int)getpid(), name);
-	o.model_dir = model;
-	o.out_path = out;
-	o.threads = 1;
-	CHECK_EQ_INT(capy_convert(&o, &st, &err), 0);
-	CHECK_MSG(capy_artifact_open(&a, out, &err) == 0, "%s", err.msg);
-	unlink(out);
-	return a;
-}
-
 static struct capy_artifact *art;
 static struct capy_engine *eng;
 static uint64_t V;
@@ -162,7 +144,7 @@ static void setup(void)
 {
 	struct capy_err err = { 0 };
 
-	art = open_fixture("qwen4_exp");
+	art = test_open_fixture("qwen4_exp");
 	CHECK_EQ_INT(capy_engine_new(&eng, art, &(struct capy_engine_opts){ .threads = 2, .step_tokens = 64 + 8 },
 				     &err), 0);
 	V = capy_engine_config(eng)->vocab_size;
