@@ -94,6 +94,14 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_END(),
 };
 
+/* The expanded argv, freed at exit (a usage error exits from deep inside the parsing). */
+static char **expanded_argv;
+
+static void free_expanded_argv(void)
+{
+	free(expanded_argv);
+}
+
 /* argv with every "--profile NAME" (or --profile=NAME) replaced by the profile's flags. */
 static char **expand_profiles(int argc, char **argv, int *out_argc)
 {
@@ -102,6 +110,8 @@ static char **expand_profiles(int argc, char **argv, int *out_argc)
 
 	if (!out)
 		capy_die("out of memory");
+	expanded_argv = out;
+	atexit(free_expanded_argv);
 	for (int i = 0; i < argc; i++) {
 		const char *name = NULL;
 		size_t p;
@@ -328,6 +338,5 @@ int cmd_main(int argc, char **argv)
 	capy_assets_release(&as);
 	capy_artifact_close(a);
 	free(model_id);
-	free(args);
 	return rc;
 }

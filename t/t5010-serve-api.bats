@@ -86,6 +86,7 @@ anth_error() {
 	[ "$(jv .choices[0].finish_reason)" = stop ]
 	[ "$(jv '.usage.total_tokens == .usage.prompt_tokens + .usage.completion_tokens')" = true ]
 	[ "$(jv '.usage.completion_tokens')" -gt 3 ]
+	[ "$(jv '.usage.completion_tokens_details.reasoning_tokens')" = 0 ]
 	[ "$(jv '.usage.prompt_tokens_details.cached_tokens')" -ge 0 ]
 	logged_prompt
 	[ "$PROMPT" = $'<|im_start|>user\nsay hello<|im_end|>\n<|im_start|>assistant\n' ]
@@ -127,6 +128,7 @@ anth_error() {
 @test "chat reasoning: reasoning_content in the message and the deltas; a history's reasoning_content is rendered" {
 	api POST /v1/chat/completions "$(chat_body 'think first')"
 	[ "$(jq -c '.choices[0].message | [.content, .reasoning_content]' "$R")" = '["The answer is 42.","Let me think about it."]' ]
+	[ "$(jv '.usage | .completion_tokens_details.reasoning_tokens > 0 and .completion_tokens_details.reasoning_tokens < .completion_tokens')" = true ]
 	api POST /v1/chat/completions "$(chat_body 'think first' '"stream":true')"
 	sse chat
 	[ "$(jq -c '[.reasoning, .content]' "$R.sum")" = '["Let me think about it.","The answer is 42."]' ]
@@ -418,6 +420,8 @@ gen() {
 @test "completions: a text prompt, token ids, echo and streaming; raw text, not parsed" {
 	api POST /v1/completions '{"prompt":"Once upon","max_tokens":32}'
 	[ "$CODE" = 200 ]
+	logged_prompt
+	[ "$PROMPT" = "Once upon" ]
 	[ "$(jv .object)" = text_completion ]
 	[[ "$(jv .id)" == cmpl-* ]]
 	[ "$(jq -c '.choices[0] | [.text, .finish_reason]' "$R")" = '[" a time, the end.","stop"]' ]
@@ -466,6 +470,7 @@ gen() {
 	[ "$(jq -c '[.output[] | .type]' "$R")" = '["reasoning","message"]' ]
 	[ "$(jv .output[0].content[0].text)" = "Let me think about it." ]
 	[ "$(jv .output[1].content[0].text)" = "The answer is 42." ]
+	[ "$(jv '.usage.output_tokens_details.reasoning_tokens > 0')" = true ]
 	api POST /v1/responses '{"input":"think first","stream":true}'
 	sse responses
 	[ "$(jq -c '.events[:2]' "$R.sum")" = '["response.created","response.in_progress"]' ]
@@ -612,7 +617,7 @@ gen() {
 	api GET /v1/models/fixture
 	[ "$(jq -c '[.id, .object, .max_model_len]' "$R")" = '["fixture","model",2048]' ]
 	api GET /v1/models/gpt-4o
-	[ "$(oai_error)" = "404 not_found_error model_not_found null" ]
+	[ "$(oai_error)" = "404 invalid_request_error model_not_found null" ]
 	api POST /v1/models ''
 	[ "$CODE" = 405 ]
 	[[ "$(header Allow)" == *GET* ]]
@@ -717,11 +722,11 @@ EOF2
 @test "an unknown model is 404 model_not_found on the OpenAI endpoints; /v1/messages takes any name" {
 	for path in /v1/chat/completions /v1/responses; do
 		api POST "$path" '{"model":"gpt-5","messages":[{"role":"user","content":"say hello"}],"input":"say hello"}'
-		[ "$(oai_error)" = "404 not_found_error model_not_found null" ] || { echo "$path: $(cat "$R")"; return 1; }
+		[ "$(oai_error)" = "404 invalid_request_error model_not_found null" ] || { echo "$path: $(cat "$R")"; return 1; }
 		[[ "$(jv .error.message)" == *"'gpt-5'"*"'fixture'"* ]]
 	done
 	api POST /v1/completions '{"model":"gpt-5","prompt":"x"}'
-	[ "$(oai_error)" = "404 not_found_error model_not_found null" ]
+	[ "$(oai_error)" = "404 invalid_request_error model_not_found null" ]
 	api POST /v1/chat/completions '{"model":"fixture","messages":[{"role":"user","content":"say hello"}]}'
 	[ "$CODE" = 200 ]
 	for model in claude-opus-4-1 gpt-5 ""; do
