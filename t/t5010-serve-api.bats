@@ -790,6 +790,18 @@ EOF2
 	[ "$(jv .choices[0].message.content)" = "Hello from capy." ]
 }
 
+@test "request headers over 64 KiB are 431 in each API's shape" {
+	big=$(head -c 70000 /dev/zero | tr '\0' a)
+	api POST /v1/chat/completions "$(chat_body 'say hello')" -H "X-Padding: $big"
+	[ "$(oai_error)" = "431 invalid_request_error null null" ]
+	[[ "$(jv .error.message)" == "request headers too large ("*" bytes, limit 65536)" ]]
+	api POST /v1/messages "$(anth 'say hello')" -H "X-Padding: $big"
+	[ "$(anth_error)" = "431 invalid_request_error" ]
+	api POST /v1/chat/completions "$(chat_body 'say hello')" -H "X-Padding: ${big:0:60000}"
+	[ "$CODE" = 200 ]
+	health_ok
+}
+
 @test "--max-messages and --max-tools refuse longer lists with 400, in each API's shape" {
 	m=$(printf '{"role":"user","content":"x"},%.0s' {1..41})
 	api POST /v1/chat/completions "{\"messages\":[${m%,}]}"
