@@ -894,7 +894,7 @@ EOF2
 	[ "$(jq -c '[.active, .queued]' "$R")" = '[1,1]' ]
 	api POST /v1/chat/completions "$(chat_body 'a short one')"
 	[ "$(oai_error)" = "503 server_error null null" ]
-	[[ "$(jv .error.message)" == *"already waiting"* ]]
+	[[ "$(jv .error.message)" == *"the queue is full"* ]]
 	api POST /v1/messages "$(anth 'a short one')"
 	[ "$(anth_error)" = "503 overloaded_error" ]
 	wait "${pids[@]}" || true # cut by --max-time: they leave, and are cancelled

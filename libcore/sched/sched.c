@@ -579,7 +579,7 @@ int capy_sched_submit(struct capy_sched *s, const struct capy_gen_request *r, ui
 	if (s->closing || s->failed)
 		rc = capy_err_set(err, CAPY_EBUSY, s->failed ? "the engine has failed" : "the server is shutting down");
 	else if (s->n_queued >= s->o.max_queue)
-		rc = capy_err_set(err, CAPY_EBUSY, "%" PRIu64 " requests are already waiting", s->n_queued);
+		rc = capy_err_set(err, CAPY_EBUSY, "the queue is full (%" PRIu64 " waiting)", s->n_queued);
 	if (rc == 0) {
 		q->id = ++s->next_id;
 		*id = q->id;

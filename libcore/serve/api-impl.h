@@ -102,6 +102,9 @@ int effort_thinking(struct api_parse *p, const char *effort, const char *at);
 /* A JSON text that must parse (tool-call arguments); refused with the path otherwise. */
 void check_json_text(struct api_parse *p, const char *s, size_t len, const char *at);
 void check_messages_limit(struct api_parse *p, const struct capy_tval *list, const char *key);
+/* The body's "messages" (msgs, NULL when absent): present, a non-empty list within the limit;
+ * returns its length. */
+size_t require_messages(struct api_parse *p, const struct capy_tval *msgs);
 
 /* Tools (api-tools.c): the normalized list from each API's shape, and tool_choice. */
 void parse_tools_chat(struct api_parse *p, const struct capy_tval *body);
@@ -117,6 +120,11 @@ const struct capy_tval *tool_mapped(const struct capy_api_request *req, const ch
 /* --- writing ------------------------------------------------------------------------------ */
 
 enum wpart_kind { WP_REASONING, WP_TEXT, WP_CALL };
+
+/* A part's text as a JSON string: the whole of it when full, else "" (the opening of a
+ * streamed part, whose text follows in deltas). */
+struct wpart;
+void wpart_text(const struct wpart *pt, bool full, struct capy_buf *d);
 
 struct wpart {
 	enum wpart_kind kind;

@@ -275,14 +275,7 @@ static void anthropic_messages(struct api_parse *p, const struct capy_tval *body
 	char at[API_PATH_MAX], cat[API_PATH_MAX];
 	size_t i, n, len;
 
-	if (!msgs)
-		pfail(p, "missing_required_parameter", "messages", "messages is required");
-	if (capy_tval_kind(msgs) != CAPY_TVAL_LIST)
-		pfail(p, "invalid_type", "messages", "messages must be a list, not %s", kind_name(msgs));
-	check_messages_limit(p, msgs, "messages");
-	n = capy_tval_len(msgs);
-	if (!n)
-		pfail(p, "invalid_value", "messages", "messages must not be empty");
+	n = require_messages(p, msgs);
 	r->messages = plist(p);
 	if ((sys = pget(body, "system"))) {
 		system_text(p, sys, "system");

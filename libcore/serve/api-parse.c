@@ -477,6 +477,18 @@ void check_messages_limit(struct api_parse *p, const struct capy_tval *list, con
 		      "%s has %zu entries, more than the limit of %zu", key, n, p->lim.max_messages);
 }
 
+size_t require_messages(struct api_parse *p, const struct capy_tval *msgs)
+{
+	if (!msgs)
+		pfail(p, "missing_required_parameter", "messages", "messages is required");
+	if (capy_tval_kind(msgs) != CAPY_TVAL_LIST)
+		pfail(p, "invalid_type", "messages", "messages must be a list, not %s", kind_name(msgs));
+	check_messages_limit(p, msgs, "messages");
+	if (!capy_tval_len(msgs))
+		pfail(p, "invalid_value", "messages", "messages must not be empty");
+	return capy_tval_len(msgs);
+}
+
 /* --- the entry point ---------------------------------------------------------------------- */
 
 /* NaN, Infinity and numbers past the double range (1e400) are Python's, not JSON's: they

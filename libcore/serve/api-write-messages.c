@@ -63,10 +63,7 @@ static void block_json(const struct capy_api_writer *w, const struct wpart *pt, 
 		return;
 	case WP_TEXT:
 		capy_buf_puts(d, "{\"type\":\"text\",\"text\":");
-		if (full)
-			capy_buf_json_str(d, pt->text.data, pt->text.len);
-		else
-			capy_buf_puts(d, "\"\"");
+		wpart_text(pt, full, d);
 		capy_buf_putc(d, '}');
 		return;
 	case WP_CALL:

@@ -72,18 +72,12 @@ static void text_part(const struct capy_api_writer *w, const struct wpart *pt, b
 {
 	if (pt->kind == WP_REASONING) {
 		capy_buf_puts(d, "{\"type\":\"reasoning_text\",\"text\":");
-		if (full)
-			capy_buf_json_str(d, pt->text.data, pt->text.len);
-		else
-			capy_buf_puts(d, "\"\"");
+		wpart_text(pt, full, d);
 		capy_buf_putc(d, '}');
 		return;
 	}
 	capy_buf_puts(d, "{\"type\":\"output_text\",\"text\":");
-	if (full)
-		capy_buf_json_str(d, pt->text.data, pt->text.len);
-	else
-		capy_buf_puts(d, "\"\"");
+	wpart_text(pt, full, d);
 	capy_buf_puts(d, ",\"annotations\":[],\"logprobs\":");
 	if (full)
 		wjson_logprob_list(w, d, pt->lp_from, pt->lp_to);
@@ -135,10 +129,7 @@ static void item_json(const struct capy_api_writer *w, const struct wpart *pt, b
 			return;
 		}
 		capy_buf_puts(d, ",\"arguments\":");
-		if (done)
-			capy_buf_json_str(d, pt->text.data, pt->text.len);
-		else
-			capy_buf_puts(d, "\"\"");
+		wpart_text(pt, done, d);
 		capy_buf_printf(d, ",\"status\":\"%s\"}", status);
 		return;
 	}

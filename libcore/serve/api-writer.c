@@ -514,3 +514,11 @@ void capy_api_writer_free(struct capy_api_writer *w)
 	capy_buf_release(&w->tmp);
 	free(w);
 }
+
+void wpart_text(const struct wpart *pt, bool full, struct capy_buf *d)
+{
+	if (full)
+		capy_buf_json_str(d, pt->text.data, pt->text.len);
+	else
+		capy_buf_puts(d, "\"\"");
+}

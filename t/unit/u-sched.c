@@ -368,7 +368,7 @@ static void test_queue_and_shutdown(void)
 		refused += !accepted[i];
 	}
 	CHECK(refused >= 1);
-	CHECK_CONTAINS(err.msg, "already waiting");
+	CHECK_CONTAINS(err.msg, "the queue is full");
 	/* Stopped, the scheduler refuses and still answers stats. */
 	capy_sched_stop(s, 0.05);
 	struct capy_gen_request q = { p, 20, sp, 3, NULL, 0, -1, 0, on_event, &r[0] };
