@@ -243,7 +243,7 @@ unit: $(UNIT_BINS)
 	$(QUIET)set -e; for t in $(UNIT_BINS); do echo "*** $$t"; $$t; done
 
 bats: all $(UNIT_BINS) $(HELPER_BINS)
-	$(QUIET)CAPY_BUILD=$(abspath $(O)) PATH="$(abspath $(O))/bin:$$PATH" bats t/
+	$(QUIET)CAPY_BUILD=$(abspath $(O)) CAPY_SAN=$(SAN) PATH="$(abspath $(O))/bin:$$PATH" bats t/
 
 # `make check`: the same tests built with AddressSanitizer and UBSan.
 check:

@@ -73,6 +73,8 @@ rss_kib() {
 	jq -e '.errors == 0 and .requests > 16' "$BATS_TEST_TMPDIR/load.out"
 	echo "# load: $(jq -r '"\(.requests) requests, \(.completion_tokens) tokens in \(.seconds) s"' "$BATS_TEST_TMPDIR/load.out"); RSS $before -> $after KiB" >&3
 	echo "RSS before $before KiB, after $after KiB"
-	[ "$after" -lt $((before * 105 / 100)) ]
+	# Under AddressSanitizer freed memory waits in its quarantine (256 MB), so RSS says nothing
+	# there; LeakSanitizer checks for leaks when the server exits instead.
+	[ "${CAPY_SAN:-0}" = 1 ] || [ "$after" -lt $((before * 105 / 100)) ]
 	health_ok
 }
