@@ -207,6 +207,8 @@ static void end_answer(struct job *j, const struct capy_gen_event *ev)
 	j->decode_s = ev->decode_s;
 	if (!j->w && (rc = begin_answer(j, ev->cached_tokens)) < 0)
 		goto broken;
+	if (j->failed && ev->finish != CAPY_FINISH_CANCELLED)
+		goto broken; /* the text pipeline failed on the way (out of memory): stopped there */
 	switch (ev->finish) {
 	case CAPY_FINISH_STOP_TOKEN:
 		break;
