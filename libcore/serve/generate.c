@@ -289,8 +289,10 @@ static int on_gen(void *ud, const struct capy_gen_event *ev)
 			j->failed = true;
 		break;
 	case CAPY_GEN_TOKEN:
-		if (j->failed)
+		if (j->failed) {
+			ret = 1; /* nothing more can be written: stop generating */
 			break;
+		}
 		if (j->req.logprobs >= 0)
 			add_logprobs(j, ev);
 		if (capy_textout_token(j->to, ev->token, on_parse_event, j, &stopped, &j->err) < 0)
