@@ -13,8 +13,7 @@ RTOOLS='[{"type":"function","name":"get_weather","description":"The weather of a
 ATOOLS='[{"name":"get_weather","description":"The weather of a city","input_schema":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]},"cache_control":{"type":"ephemeral"}}]'
 
 setup_file() {
-	export ART=$BATS_FILE_TMPDIR/fixture.capy
-	capy-convert -q -m "$FIX/qwen3_5_moe" -o "$ART"
+	serve_fixture
 	# the scripted engine: exact replies through the real parsing path
 	CAPY_SCRIPT=$SCRIPTS/api.json serve_start capy-serve-scripted "$ART" --log-prompts --max-context 2048 \
 		--max-body 256K --max-messages 40 --max-tools 6

@@ -9,8 +9,7 @@ load lib
 load helper/serve
 
 setup_file() {
-	export ART=$BATS_FILE_TMPDIR/m.capy
-	capy-convert -q -m "$FIX/qwen3_5_moe" -o "$ART"
+	serve_fixture
 }
 
 teardown() {

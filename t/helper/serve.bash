@@ -83,6 +83,12 @@ serve_stop() {
 	wait "$pid" 2>/dev/null || SERVER_RC=$?
 }
 
+# serve_fixture: (in setup_file) the qwen3_5_moe fixture converted to an artifact, path in ART.
+serve_fixture() {
+	export ART=$BATS_FILE_TMPDIR/fixture.capy
+	capy-convert -q -m "$FIX/qwen3_5_moe" -o "$ART"
+}
+
 # serve_kill_all DIR: kill every server started in that scope (teardown).
 serve_kill_all() {
 	local pids=$1/serve.pids pid
