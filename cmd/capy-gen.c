@@ -127,18 +127,7 @@ static void load_assets(const char *model, struct capy_artifact **a, struct capy
 			struct capy_assets extra;
 			if (capy_assets_from_files(&extra, NULL, opt_template, opt_tokcfg, &err) < 0)
 				capy_die("%s", err.msg);
-			if (extra.tmpl) {
-				capy_tmpl_free(as->tmpl);
-				as->tmpl = extra.tmpl;
-				extra.tmpl = NULL;
-			}
-			if (extra.tokenizer_config) {
-				free(as->tokenizer_config);
-				as->tokenizer_config = extra.tokenizer_config;
-				as->tokenizer_config_len = extra.tokenizer_config_len;
-				extra.tokenizer_config = NULL;
-			}
-			capy_assets_release(&extra);
+			capy_assets_override(as, &extra);
 		}
 		return;
 	}

@@ -248,23 +248,7 @@ int cmd_main(int argc, char **argv)
 		struct capy_assets extra;
 		if (capy_assets_from_files(&extra, opt_tokenizer, opt_template, opt_tokcfg, &err) < 0)
 			capy_die("%s", err.msg);
-		if (extra.tmpl) {
-			capy_tmpl_free(as.tmpl);
-			as.tmpl = extra.tmpl;
-			extra.tmpl = NULL;
-		}
-		if (extra.tok) {
-			capy_tokenizer_free(as.tok);
-			as.tok = extra.tok;
-			extra.tok = NULL;
-		}
-		if (extra.tokenizer_config) {
-			free(as.tokenizer_config);
-			as.tokenizer_config = extra.tokenizer_config;
-			as.tokenizer_config_len = extra.tokenizer_config_len;
-			extra.tokenizer_config = NULL;
-		}
-		capy_assets_release(&extra);
+		capy_assets_override(&as, &extra);
 	}
 	eo.threads = (int)opt_threads;
 	eo.kv = parse_kv();

@@ -176,3 +176,24 @@ bool capy_assets_is_eos(const struct capy_assets *as, int32_t id)
 			return true;
 	return false;
 }
+
+void capy_assets_override(struct capy_assets *as, struct capy_assets *extra)
+{
+	if (extra->tok) {
+		capy_tokenizer_free(as->tok);
+		as->tok = extra->tok;
+		extra->tok = NULL;
+	}
+	if (extra->tmpl) {
+		capy_tmpl_free(as->tmpl);
+		as->tmpl = extra->tmpl;
+		extra->tmpl = NULL;
+	}
+	if (extra->tokenizer_config) {
+		free(as->tokenizer_config);
+		as->tokenizer_config = extra->tokenizer_config;
+		as->tokenizer_config_len = extra->tokenizer_config_len;
+		extra->tokenizer_config = NULL;
+	}
+	capy_assets_release(extra);
+}

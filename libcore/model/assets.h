@@ -39,6 +39,10 @@ int capy_assets_from_files(struct capy_assets *as, const char *tokenizer_json, c
 
 void capy_assets_release(struct capy_assets *as);
 
+/* Take over what extra has (tokenizer, template, tokenizer_config text) in place of as's own
+ * (files given on a command line over an artifact's); extra is released. */
+void capy_assets_override(struct capy_assets *as, struct capy_assets *extra);
+
 /* True if id ends generation. */
 bool capy_assets_is_eos(const struct capy_assets *as, int32_t id);
 
