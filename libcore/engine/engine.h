@@ -54,7 +54,6 @@ int capy_kv_dtype_parse(const char *name);
 struct capy_engine_opts {
 	int threads;             /* <= 0: one per CPU */
 	enum capy_kv_dtype kv;
-	uint64_t max_tokens;     /* unused: sequences grow page by page */
 	uint64_t step_tokens;    /* tokens one step may carry over all its sequences (0: 512) */
 	const char *device;      /* backend name; NULL or "cpu": the CPU backend */
 	const char *backend_arg; /* backend-specific setting (NULL: none) */

@@ -41,7 +41,7 @@ struct capy_sched {
 	struct req *q_head, *q_tail;  /* waiting, in order (under the mutex) */
 	uint64_t n_queued;
 	struct req *all;              /* not ended (under the mutex) */
-	bool closing, failed, stop_now, joined;
+	bool closing, failed, joined;
 	double deadline;
 	uint64_t next_id;
 	struct capy_sched_stats st;   /* under the mutex */
@@ -348,7 +348,7 @@ static bool admit(struct capy_sched *s)
 	pthread_mutex_lock(&s->mu);
 	for (;;) {
 		closing = s->closing;
-		shutdown_now = s->stop_now || (closing && now() >= s->deadline);
+		shutdown_now = closing && now() >= s->deadline;
 		while (!closing && !s->failed && s->q_head && s->n_active + n_start < (size_t)s->o.max_concurrency &&
 		       n_start < ARRAY_SIZE(start_list)) {
 			q = s->q_head;

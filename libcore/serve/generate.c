@@ -18,7 +18,6 @@
 
 struct job {
 	struct capy_server *srv;
-	struct capy_http_exchange *x;
 	enum capy_api api;
 	struct capy_api_request req;
 	bool have_req;
@@ -477,7 +476,6 @@ static void serve(struct capy_http_exchange *x, struct capy_server *srv, enum ca
 	pthread_mutex_init(&j->mu, NULL);
 	pthread_cond_init(&j->cv, NULL);
 	j->srv = srv;
-	j->x = x;
 	j->api = api;
 	j->created = (int64_t)time(NULL);
 	random_id(j->id, sizeof(j->id));

@@ -32,7 +32,6 @@ struct capy_server {
 	pthread_mutex_t mu;              /* the counters below */
 	struct req_count counts[64];
 	size_t n_counts;
-	uint64_t in_flight;
 	struct capy_api_limits limits;
 };
 
