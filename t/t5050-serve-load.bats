@@ -64,7 +64,7 @@ rss_kib() {
 	printf '{"model":"m","messages":[{"role":"user","content":"Write about capybaras."}],"max_tokens":16,"temperature":0.8,"stream":true,"stream_options":{"include_usage":true}}' \
 		>"$BATS_TEST_TMPDIR/load.json"
 	# Warm up: threads, arenas and the prefix cache reach their working size.
-	python3 "$CLIENT" load "http://127.0.0.1:$PORT" 16 10 "$BATS_TEST_TMPDIR/load.json" >"$BATS_TEST_TMPDIR/warm.json"
+	python3 "$CLIENT" load "http://127.0.0.1:$PORT" 16 20 "$BATS_TEST_TMPDIR/load.json" >"$BATS_TEST_TMPDIR/warm.json"
 	before=$(rss_kib "$SERVER_PID")
 	python3 "$CLIENT" load "http://127.0.0.1:$PORT" 16 30 "$BATS_TEST_TMPDIR/load.json" >"$BATS_TEST_TMPDIR/load.out"
 	after=$(rss_kib "$SERVER_PID")
