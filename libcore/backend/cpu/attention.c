@@ -107,7 +107,7 @@ static void kv_next(struct kv_cursor *kc, uint64_t pos, uint64_t head, float *ou
 
 struct attn_job {
 	struct cpu_engine *e;
-	const struct layer_w *l;
+	const struct capy_layer_w *l;
 	const float *q;        /* [T][nq][hd] normed + rotated */
 	const float *gate;     /* [T][nq * 2 * hd] (the raw q_proj output) */
 	const uint8_t *sel;    /* QSA: [T][attn_cap] key allowed, or NULL for causal */
@@ -195,7 +195,7 @@ static float *qsa_block(const struct cpu_engine *e, const struct capy_seq *s, in
 }
 
 /* QSA: pool, norm and rotate every block that tokens [from, to) of s completed. */
-static void qsa_update_blocks(struct cpu_engine *e, const struct capy_seq *s, const struct layer_w *l,
+static void qsa_update_blocks(struct cpu_engine *e, const struct capy_seq *s, const struct capy_layer_w *l,
 			      uint64_t from, uint64_t to)
 {
 	const struct capy_model_config *c = &e->c;
@@ -218,7 +218,7 @@ static void qsa_update_blocks(struct cpu_engine *e, const struct capy_seq *s, co
 
 struct qsa_job {
 	struct cpu_engine *e;
-	const struct layer_w *l;
+	const struct capy_layer_w *l;
 	const float *iq;  /* [T][ni][ih] normed + rotated */
 	uint8_t *sel;
 };
@@ -264,12 +264,12 @@ static void qsa_select(void *p, uint64_t b, uint64_t end, int ith)
 	}
 }
 
-int attention_forward(struct cpu_engine *e, const struct layer_w *l, const float *xn, uint64_t T, float *out,
+int attention_forward(struct cpu_engine *e, const struct capy_layer_w *l, const float *xn, uint64_t T, float *out,
 		      struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	const struct capy_batch *bt = e->batch;
-	const struct attn_w *a = &l->attn;
+	const struct capy_attn_w *a = &l->attn;
 	uint64_t hd = c->head_dim, nq = c->n_heads, nkv = c->n_kv_heads;
 	float *qg = e->s.big1, *k = e->s.big2, *v = e->s.big3, *q = e->s.tmp, *att = e->s.mix;
 	float eps = (float)c->rms_norm_eps;

@@ -18,6 +18,15 @@ static uint64_t widest(const struct capy_model_config *c)
 	return w;
 }
 
+static void ws_need(const struct capy_linear *l, void *p)
+{
+	struct cpu_engine *e = p;
+	size_t need = capy_linear_input_bytes(l, e->s.tmax);
+
+	if (need > e->s.lin_ws_bytes)
+		e->s.lin_ws_bytes = need;
+}
+
 static int alloc_scratch(struct cpu_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
@@ -27,6 +36,8 @@ static int alloc_scratch(struct cpu_engine *e, struct capy_err *err)
 	bool ok;
 
 	e->wide = widest(c);
+	/* The activation workspace must fit the largest input any matrix gets. */
+	capy_weights_each_linear(&e->w, c, ws_need, e);
 	s->x = calloc(T * hh, sizeof(float));
 	s->xn = calloc(T * hh, sizeof(float));
 	s->blk = calloc(T * H, sizeof(float));
@@ -96,6 +107,7 @@ static void free_scratch(struct scratch *s, int nth)
 
 static void cpu_close(struct capy_engine *core);
 
+
 static int cpu_open(struct capy_engine *core, struct capy_err *err)
 {
 	struct cpu_engine *e = calloc(1, sizeof(*e));
@@ -112,7 +124,7 @@ static int cpu_open(struct capy_engine *core, struct capy_err *err)
 		goto fail;
 	e->nth = capy_pool_size(e->pool);
 	e->s.tmax = core->step_tokens;
-	if ((rc = weights_bind(e, err)) < 0 || (rc = alloc_scratch(e, err)) < 0 || (rc = cpu_pages_layout(e, err)) < 0)
+	if ((rc = capy_weights_bind(&e->w, e->a, &e->c, err)) < 0 || (rc = alloc_scratch(e, err)) < 0 || (rc = cpu_pages_layout(e, err)) < 0)
 		goto fail;
 	e->rot = (uint64_t)((double)e->c.head_dim * e->c.partial_rotary_factor);
 	e->rope_inv_freq = calloc(e->rot / 2 + 1, sizeof(float));
@@ -137,7 +149,7 @@ static void cpu_close(struct capy_engine *core)
 
 	if (!e)
 		return;
-	weights_release(e);
+	capy_weights_release(&e->w);
 	free_scratch(&e->s, e->nth);
 	cpu_pages_release(e);
 	free(e->rope_inv_freq);
@@ -161,7 +173,7 @@ static uint64_t linear_bytes(const struct capy_linear *l)
 	return l->n * l->k * capy_dtype_size(l->dtype);
 }
 
-static uint64_t hc_bytes(const struct hc_w *h)
+static uint64_t hc_bytes(const struct capy_hc_w *h)
 {
 	return linear_bytes(&h->down) + linear_bytes(&h->up) + (h->has_inject ? linear_bytes(&h->inject) : 0);
 }
@@ -178,7 +190,7 @@ static uint64_t cpu_weight_bytes(const struct capy_engine *core)
 	if (q4)
 		b += hc_bytes(&e->w.hc_final);
 	for (uint64_t i = 0; i < c->n_layers; i++) {
-		const struct layer_w *l = &e->w.layers[i];
+		const struct capy_layer_w *l = &e->w.layers[i];
 		if (q4)
 			b += hc_bytes(&l->hc_attn) + hc_bytes(&l->hc_mlp);
 		if (l->has_ple)

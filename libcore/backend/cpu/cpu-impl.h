@@ -5,82 +5,9 @@
 #define CAPY_BACKEND_CPU_IMPL_H
 
 #include "../../engine/backend.h"
+#include "../../model/weights.h"
 #include "../../cpu/linear.h"
 #include "../../util/thread.h"
-
-/* --- weights (pointers into the mapped artifact; small vectors converted to fp32) --- */
-
-struct attn_w {
-	struct capy_linear q, k, v, o; /* q: [nq * 2 * hd, H], per head [query | gate] */
-	float *q_norm, *k_norm;        /* [hd], stored as 1 + w */
-	bool qsa;
-	struct capy_linear idx_qk;     /* [(ni + 1) * idh, H]: ni query heads, then the key */
-	float *idx_q_norm, *idx_k_norm; /* [idh], 1 + w */
-};
-
-struct gdn_w {
-	struct capy_linear qkv, z, b, a, out;
-	float *conv;    /* [C][K] depthwise kernel */
-	float *neg_a;   /* [nv] -exp(A_log) */
-	float *dt_bias; /* [nv] */
-	float *norm;    /* [dv] plain weight of the gated norm */
-};
-
-struct mlp_w {
-	struct capy_linear gate_up, down; /* gate_up [2I, H]: gate rows then up rows */
-};
-
-struct moe_w {
-	struct capy_linear router;        /* [E, H] */
-	struct capy_linear *gate_up;      /* [E] slices of the expert stack */
-	struct capy_linear *down;         /* [E] */
-	struct mlp_w shared;
-	struct capy_linear shared_gate;   /* [1, H] */
-};
-
-struct hc_w {
-	float *norm;                      /* [hc * H], 1 + w, normalized per stream of H */
-	struct capy_linear down, up, inject; /* inject absent in the final mixer */
-	bool has_inject;
-};
-
-struct ple_w {
-	uint64_t index;                   /* among the PLE layers */
-	const uint8_t *table;             /* [rows][hd] in the mapped artifact */
-	enum capy_dtype table_dtype;
-	uint64_t table_offset, rows, hd;
-	int64_t mult[16];                 /* hash multipliers, ngram_size of them */
-	uint64_t vocab[64], offset[64];   /* per n-gram head */
-	struct capy_linear key, value;
-	float *norm_key, *norm_query, *norm_conv; /* [hc * H], 1 + w */
-	float *conv;                      /* [hc * H][K], dilation ngram_size */
-};
-
-struct layer_w {
-	enum capy_layer_type type;
-	bool moe, has_ple;
-	float *in_norm, *post_norm;       /* [H], 1 + w (not qwen4_exp) */
-	struct attn_w attn;
-	struct gdn_w gdn;
-	struct mlp_w mlp;
-	struct moe_w moe_w;
-	struct hc_w hc_attn, hc_mlp;      /* qwen4_exp */
-	struct ple_w ple;
-	int kv_slot, gdn_slot, ple_slot;  /* index into the sequence's per-kind state, or -1 */
-};
-
-struct weights {
-	const void *embed;                /* [V][H] */
-	enum capy_dtype embed_dtype;
-	float *final_norm;                /* [H], 1 + w (not qwen4_exp) */
-	struct hc_w hc_final;             /* qwen4_exp */
-	struct capy_linear lm_head;
-	struct layer_w *layers;
-	float *owned[4096];               /* fp32 copies to free */
-	size_t nowned;
-	struct capy_linear *owned_linears[2 * CAPY_MAX_LAYERS];
-	size_t nowned_linears;
-};
 
 /* --- engine ------------------------------------------------------------------------ */
 
@@ -133,11 +60,10 @@ struct cpu_engine {
 	const struct capy_artifact *a;
 	struct capy_model_config c;
 	struct capy_engine_opts opts;
-	struct weights w;
+	struct capy_weights w;
 	struct capy_pool *pool;
 	int nth;
 	struct scratch s;
-	int n_kv, n_gdn, n_ple;           /* layers with each kind of state */
 	uint64_t wide;                    /* widest activation row (floats) */
 	int artifact_fd;                  /* for PLE table reads */
 	float *rope_inv_freq;             /* [rot / 2] */
@@ -246,21 +172,17 @@ void to_f32(const void *p, enum capy_dtype dt, uint64_t n, float *out);
 
 /* Per-block steps (attention.c, gdn.c, moe.c, hc.c, ple.c): each reads the block input xn
  * [T][H] (or the streams for PLE/HC) and writes the block output. */
-int attention_forward(struct cpu_engine *e, const struct layer_w *l, const float *xn, uint64_t T,
+int attention_forward(struct cpu_engine *e, const struct capy_layer_w *l, const float *xn, uint64_t T,
 		      float *out, struct capy_err *err);
-void gdn_forward(struct cpu_engine *e, const struct layer_w *l, const float *xn, uint64_t T, float *out);
-void mlp_forward(struct cpu_engine *e, const struct mlp_w *m, const float *xn, uint64_t T, float *out,
+void gdn_forward(struct cpu_engine *e, const struct capy_layer_w *l, const float *xn, uint64_t T, float *out);
+void mlp_forward(struct cpu_engine *e, const struct capy_mlp_w *m, const float *xn, uint64_t T, float *out,
 		 float *act);
-void moe_forward(struct cpu_engine *e, const struct moe_w *m, const float *xn, uint64_t T, float *out);
+void moe_forward(struct cpu_engine *e, const struct capy_moe_w *m, const float *xn, uint64_t T, float *out);
 /* Hyper-connection mixer: from the streams X [T][hc*H] the block input mixed [T][H] and,
  * with inject, the per-stream injection weights inj [T][hc]. */
-void hc_mix(struct cpu_engine *e, const struct hc_w *h, const float *X, uint64_t T, float *mixed,
+void hc_mix(struct cpu_engine *e, const struct capy_hc_w *h, const float *X, uint64_t T, float *mixed,
 	    float *inj, float *xn_tmp);
-int ple_forward(struct cpu_engine *e, const struct layer_w *l, float *X, uint64_t T, struct capy_err *err);
-
-/* weights.c */
-int weights_bind(struct cpu_engine *e, struct capy_err *err);
-void weights_release(struct cpu_engine *e);
+int ple_forward(struct cpu_engine *e, const struct capy_layer_w *l, float *X, uint64_t T, struct capy_err *err);
 
 /* gdn.c */
 uint64_t gdn_chunk_floats(const struct capy_model_config *c);

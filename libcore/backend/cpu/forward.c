@@ -35,7 +35,7 @@ static void add_injected(float *X, const float *out, const float *inj, uint64_t 
 				X[(t * hc + s) * H + i] += out[t * H + i] * inj[t * hc + s];
 }
 
-static int mixer(struct cpu_engine *e, const struct layer_w *l, const float *in, uint64_t T, float *out,
+static int mixer(struct cpu_engine *e, const struct capy_layer_w *l, const float *in, uint64_t T, float *out,
 		 struct capy_err *err)
 {
 	if (l->type == CAPY_LAYER_LINEAR) {
@@ -45,7 +45,7 @@ static int mixer(struct cpu_engine *e, const struct layer_w *l, const float *in,
 	return attention_forward(e, l, in, T, out, err);
 }
 
-static void ffn(struct cpu_engine *e, const struct layer_w *l, const float *in, uint64_t T, float *out)
+static void ffn(struct cpu_engine *e, const struct capy_layer_w *l, const float *in, uint64_t T, float *out)
 {
 	if (l->moe)
 		moe_forward(e, &l->moe_w, in, T, out);
@@ -138,7 +138,7 @@ int cpu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_e
 	e->batch = b;
 	embed(e, sc->ids, T, sc->x);
 	for (uint64_t i = 0; i < c->n_layers; i++) {
-		const struct layer_w *l = &e->w.layers[i];
+		const struct capy_layer_w *l = &e->w.layers[i];
 		if (q4) {
 			if (l->has_ple && (rc = ple_forward(e, l, sc->x, T, err)) < 0)
 				return rc;

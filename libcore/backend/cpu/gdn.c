@@ -16,7 +16,7 @@
 
 struct gdn_job {
 	struct cpu_engine *e;
-	const struct gdn_w *w;
+	const struct capy_gdn_w *w;
 	struct gdn_state *st;
 	const float *conv;  /* [T][C] conv output after silu: q | k | v */
 	const float *beta;  /* [T][nv] */
@@ -238,7 +238,7 @@ static void gdn_heads(void *p, uint64_t b, uint64_t end, int ith)
 
 /* Gated RMSNorm per head: w * norm(o) * act(z), act = silu (or sigmoid for qwen4_exp configs
  * that ask for it). */
-static void gated_norm(const struct cpu_engine *e, const struct gdn_w *w, float *o, const float *z, uint64_t T)
+static void gated_norm(const struct cpu_engine *e, const struct capy_gdn_w *w, float *o, const float *z, uint64_t T)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t dv = c->linear_value_head_dim, heads = T * c->linear_value_heads;
@@ -259,7 +259,7 @@ static void gated_norm(const struct cpu_engine *e, const struct gdn_w *w, float 
 
 /* Causal depthwise conv of one sequence's rows over [window | new inputs], then silu; the
  * window keeps the last K - 1 inputs. */
-static void conv_rows(const struct gdn_w *w, struct gdn_state *st, const float *qkv, uint64_t T, uint64_t C,
+static void conv_rows(const struct capy_gdn_w *w, struct gdn_state *st, const float *qkv, uint64_t T, uint64_t C,
 		      uint64_t K, float *conv)
 {
 	for (uint64_t t = 0; t < T; t++) {
@@ -282,11 +282,11 @@ static void conv_rows(const struct gdn_w *w, struct gdn_state *st, const float *
 	}
 }
 
-void gdn_forward(struct cpu_engine *e, const struct layer_w *l, const float *xn, uint64_t T, float *out)
+void gdn_forward(struct cpu_engine *e, const struct capy_layer_w *l, const float *xn, uint64_t T, float *out)
 {
 	const struct capy_model_config *c = &e->c;
 	const struct capy_batch *bt = e->batch;
-	const struct gdn_w *w = &l->gdn;
+	const struct capy_gdn_w *w = &l->gdn;
 	uint64_t nv = c->linear_value_heads, dv = c->linear_value_head_dim, K = c->linear_conv_kernel;
 	uint64_t C = 2 * c->linear_key_heads * c->linear_key_head_dim + nv * dv;
 	float *qkv = e->s.big1, *conv = e->s.big2, *z = e->s.big3, *ba = e->s.tmp, *o = e->s.mix;

@@ -10,7 +10,7 @@
  */
 #include "cpu-impl.h"
 
-void hc_mix(struct cpu_engine *e, const struct hc_w *h, const float *X, uint64_t T, float *mixed,
+void hc_mix(struct cpu_engine *e, const struct capy_hc_w *h, const float *X, uint64_t T, float *mixed,
 	    float *inj, float *xn_tmp)
 {
 	const struct capy_model_config *c = &e->c;

@@ -19,7 +19,7 @@ static void swiglu_rows(float *act, uint64_t rows, uint64_t inter)
 	}
 }
 
-void mlp_forward(struct cpu_engine *e, const struct mlp_w *m, const float *xn, uint64_t T, float *out,
+void mlp_forward(struct cpu_engine *e, const struct capy_mlp_w *m, const float *xn, uint64_t T, float *out,
 		 float *act)
 {
 	par_linear(e, &m->gate_up, xn, T, act);
@@ -76,7 +76,7 @@ static void route(const struct cpu_engine *e, const float *logits, uint64_t T, i
 
 struct expert_job {
 	struct cpu_engine *e;
-	const struct moe_w *m;
+	const struct capy_moe_w *m;
 	const float *xn;
 	uint64_t n_active;
 	const int32_t *active;   /* expert ids with work, ascending */
@@ -117,7 +117,7 @@ static void expert_worker(void *p, int ith, int nth)
 	}
 }
 
-void moe_forward(struct cpu_engine *e, const struct moe_w *m, const float *xn, uint64_t T, float *out)
+void moe_forward(struct cpu_engine *e, const struct capy_moe_w *m, const float *xn, uint64_t T, float *out)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t E = c->n_experts, k = c->n_experts_per_tok, H = c->hidden_size;

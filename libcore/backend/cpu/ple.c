@@ -22,7 +22,7 @@ static int64_t pymod(int64_t a, int64_t m)
 }
 
 /* Table ids of all heads for the token at history index p. */
-static void ngram_ids(const struct cpu_engine *e, const struct ple_w *pl, const int32_t *hist, uint64_t p,
+static void ngram_ids(const struct cpu_engine *e, const struct capy_ple_w *pl, const int32_t *hist, uint64_t p,
 		      uint64_t *out)
 {
 	const struct capy_model_config *c = &e->c;
@@ -49,7 +49,7 @@ static void ngram_ids(const struct cpu_engine *e, const struct ple_w *pl, const 
 }
 
 /* The n-gram embeddings of one sequence's rows, from its token context; the context moves on. */
-static int ngram_rows(struct cpu_engine *e, const struct ple_w *pl, struct ple_state *st, const int32_t *ids,
+static int ngram_rows(struct cpu_engine *e, const struct capy_ple_w *pl, struct ple_state *st, const int32_t *ids,
 		      uint64_t T, float *emb, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
@@ -75,7 +75,7 @@ static int ngram_rows(struct cpu_engine *e, const struct ple_w *pl, struct ple_s
 
 /* Dilated causal depthwise conv of one sequence's rows over [window | new normed values],
  * silu, added with gv into X; the window keeps the last (K - 1) * dil inputs. */
-static void conv_rows(const struct cpu_engine *e, const struct ple_w *pl, struct ple_state *st, const float *gv,
+static void conv_rows(const struct cpu_engine *e, const struct capy_ple_w *pl, struct ple_state *st, const float *gv,
 		      const float *gvn, uint64_t T, float *X)
 {
 	const struct capy_model_config *c = &e->c;
@@ -101,11 +101,11 @@ static void conv_rows(const struct cpu_engine *e, const struct ple_w *pl, struct
 	}
 }
 
-int ple_forward(struct cpu_engine *e, const struct layer_w *l, float *X, uint64_t T, struct capy_err *err)
+int ple_forward(struct cpu_engine *e, const struct capy_layer_w *l, float *X, uint64_t T, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	const struct capy_batch *bt = e->batch;
-	const struct ple_w *pl = &l->ple;
+	const struct capy_ple_w *pl = &l->ple;
 	uint64_t H = c->hidden_size, hc = c->hc_count, hh = hc * H, dim = c->ple_embed_dim;
 	float *emb = e->s.ple_emb, *key = e->s.big1, *val = e->s.big2, *q = e->s.big3, *gv = e->s.tmp;
 	float *gvn = e->s.mix;

@@ -42,10 +42,10 @@ int cpu_pages_layout(struct cpu_engine *e, struct capy_err *err)
 	e->P = P;
 	e->core->page_tokens = P;
 	e->kv_row = n * kv_elem(e->opts.kv);
-	e->lay = calloc((size_t)e->n_kv + 1, sizeof(*e->lay));
+	e->lay = calloc((size_t)e->w.n_kv + 1, sizeof(*e->lay));
 	if (!e->lay)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-	for (int i = 0; i < e->n_kv; i++) {
+	for (int i = 0; i < e->w.n_kv; i++) {
 		struct kv_layout *l = &e->lay[i];
 		l->k = off;
 		off = CAPY_ALIGN_UP(off + P * e->kv_row, 64);
@@ -142,8 +142,8 @@ uint64_t cpu_state_bytes(const struct capy_engine *core)
 	const struct cpu_engine *e = core->be;
 	const struct capy_model_config *c = &e->c;
 
-	return sizeof(struct cpu_state) + (uint64_t)e->n_gdn * (gdn_conv_floats(c) + gdn_s_floats(c)) * sizeof(float) +
-	       (uint64_t)e->n_ple * (sizeof(struct ple_state) + ple_conv_floats(c) * sizeof(float));
+	return sizeof(struct cpu_state) + (uint64_t)e->w.n_gdn * (gdn_conv_floats(c) + gdn_s_floats(c)) * sizeof(float) +
+	       (uint64_t)e->w.n_ple * (sizeof(struct ple_state) + ple_conv_floats(c) * sizeof(float));
 }
 
 void cpu_state_free(struct capy_engine *core, void *p)
@@ -153,11 +153,11 @@ void cpu_state_free(struct capy_engine *core, void *p)
 
 	if (!st)
 		return;
-	for (int i = 0; st->gdn && i < e->n_gdn; i++) {
+	for (int i = 0; st->gdn && i < e->w.n_gdn; i++) {
 		free(st->gdn[i].conv);
 		free(st->gdn[i].S);
 	}
-	for (int i = 0; st->ple && i < e->n_ple; i++)
+	for (int i = 0; st->ple && i < e->w.n_ple; i++)
 		free(st->ple[i].conv);
 	free(st->gdn);
 	free(st->ple);
@@ -172,16 +172,16 @@ int cpu_state_new(struct capy_engine *core, void **out, struct capy_err *err)
 	bool ok = st;
 
 	if (ok) {
-		st->gdn = calloc((size_t)e->n_gdn + 1, sizeof(*st->gdn));
-		st->ple = calloc((size_t)e->n_ple + 1, sizeof(*st->ple));
+		st->gdn = calloc((size_t)e->w.n_gdn + 1, sizeof(*st->gdn));
+		st->ple = calloc((size_t)e->w.n_ple + 1, sizeof(*st->ple));
 		ok = st->gdn && st->ple;
 	}
-	for (int i = 0; ok && i < e->n_gdn; i++) {
+	for (int i = 0; ok && i < e->w.n_gdn; i++) {
 		st->gdn[i].conv = calloc(gdn_conv_floats(c) + 1, sizeof(float));
 		st->gdn[i].S = calloc(gdn_s_floats(c), sizeof(float));
 		ok = st->gdn[i].conv && st->gdn[i].S;
 	}
-	for (int i = 0; ok && i < e->n_ple; i++) {
+	for (int i = 0; ok && i < e->w.n_ple; i++) {
 		st->ple[i].conv = calloc(ple_conv_floats(c) + 1, sizeof(float));
 		ok = st->ple[i].conv != NULL;
 		for (uint64_t j = 0; j + 1 < c->ngram_size; j++)
@@ -202,11 +202,11 @@ void cpu_state_copy(struct capy_engine *core, void *dst, const void *src)
 	struct cpu_state *d = dst;
 	const struct cpu_state *s = src;
 
-	for (int i = 0; i < e->n_gdn; i++) {
+	for (int i = 0; i < e->w.n_gdn; i++) {
 		memcpy(d->gdn[i].conv, s->gdn[i].conv, gdn_conv_floats(c) * sizeof(float));
 		memcpy(d->gdn[i].S, s->gdn[i].S, gdn_s_floats(c) * sizeof(float));
 	}
-	for (int i = 0; i < e->n_ple; i++) {
+	for (int i = 0; i < e->w.n_ple; i++) {
 		memcpy(d->ple[i].ctx, s->ple[i].ctx, sizeof(d->ple[i].ctx));
 		memcpy(d->ple[i].conv, s->ple[i].conv, ple_conv_floats(c) * sizeof(float));
 	}

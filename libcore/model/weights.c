@@ -1,13 +1,21 @@
-/* weights.c - binding an artifact's tensors to the engine's per-layer structures,
- * checking every name, dtype and shape the configuration implies. Matrices stay in the
- * mapped file; norms, conv kernels and gate parameters are copied to fp32 (small). */
-#include "cpu-impl.h"
-#include "../../quant/floats.h"
+/* weights.c - binding an artifact's tensors to the per-layer structures every backend
+ * reads, checking every name, dtype and shape the configuration implies. Matrices stay in
+ * the mapped file; norms, conv kernels and gate parameters are copied to fp32 (small). */
+#include "weights.h"
+#include "../quant/floats.h"
+#include "../quant/nvfp4.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include <math.h>
 
 struct binder {
-	struct cpu_engine *e;
+	const struct capy_artifact *a;
+	const struct capy_model_config *c;
+	struct capy_weights *w;
 	struct capy_err *err;
 	int rc;
 };
@@ -25,9 +33,9 @@ static const struct capy_tensor_info *find(struct binder *b, const char *fmt, ..
 	va_start(ap, fmt);
 	vsnprintf(name, sizeof(name), fmt, ap);
 	va_end(ap);
-	t = capy_artifact_find(b->e->a, name);
+	t = capy_artifact_find(b->a, name);
 	if (!t)
-		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' is missing", b->e->a->path, name);
+		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' is missing", b->a->path, name);
 	return t;
 }
 
@@ -39,7 +47,7 @@ static bool shape_is(struct binder *b, const struct capy_tensor_info *t, int ndi
 		ok = t->shape[i] == shape[i];
 	if (!ok && b->rc == 0)
 		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' has an unexpected shape for this config",
-				     b->e->a->path, t->name);
+				     b->a->path, t->name);
 	return ok;
 }
 
@@ -48,7 +56,7 @@ static bool shape_is(struct binder *b, const struct capy_tensor_info *t, int ndi
 
 static float *own(struct binder *b, uint64_t n)
 {
-	struct weights *w = &b->e->w;
+	struct capy_weights *w = b->w;
 	float *p;
 
 	if (b->rc < 0)
@@ -72,6 +80,15 @@ static bool float_dtype(enum capy_dtype dt)
 }
 
 /* A small float tensor of n values copied to fp32; with one_plus, stored as 1 + w. */
+static void widen(const void *p, enum capy_dtype dt, uint64_t n, float *out)
+{
+	const uint16_t *h = p;
+
+	for (uint64_t i = 0; i < n; i++)
+		out[i] = dt == CAPY_DT_F32 ? ((const float *)p)[i] : dt == CAPY_DT_BF16 ? capy_bf16_to_f32(h[i])
+										: capy_f16_to_f32(h[i]);
+}
+
 static float *vec(struct binder *b, uint64_t n, bool one_plus, const char *name)
 {
 	const struct capy_tensor_info *t = find(b, "%s", name);
@@ -84,13 +101,13 @@ static float *vec(struct binder *b, uint64_t n, bool one_plus, const char *name)
 		count *= t->shape[i];
 	if (!float_dtype(t->dtype) || count != n) {
 		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' should hold %" PRIu64 " floats",
-				     b->e->a->path, name, n);
+				     b->a->path, name, n);
 		return NULL;
 	}
 	p = own(b, n);
 	if (!p)
 		return NULL;
-	to_f32(capy_artifact_data(b->e->a, t->offset), t->dtype, n, p);
+	widen(capy_artifact_data(b->a, t->offset), t->dtype, n, p);
 	if (one_plus)
 		for (uint64_t i = 0; i < n; i++)
 			p[i] = 1.0f + p[i];
@@ -104,19 +121,15 @@ static void linear_at(struct binder *b, struct capy_linear *l, const struct capy
 		return;
 	if (!float_dtype(t->dtype) && t->dtype != CAPY_DT_NVFP4) {
 		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' is %s, not a weight type",
-				     b->e->a->path, t->name, capy_dtype_name(t->dtype));
+				     b->a->path, t->name, capy_dtype_name(t->dtype));
 		return;
 	}
 	b->rc = capy_linear_init(l, t->dtype, n, k, t->dtype == CAPY_DT_NVFP4 ? t->nparts : 0, t->parts,
-				 capy_artifact_data(b->e->a, capy_tensor_slice_offset(t, slice)), b->err);
+				 capy_artifact_data(b->a, capy_tensor_slice_offset(t, slice)), b->err);
 	if (b->rc < 0) {
-		capy_err_prefix(b->err, "'%s': tensor '%s'", b->e->a->path, t->name);
+		capy_err_prefix(b->err, "'%s': tensor '%s'", b->a->path, t->name);
 		return;
 	}
-	/* The activation workspace must fit the largest input any matrix gets. */
-	size_t need = capy_linear_input_bytes(l, b->e->s.tmax);
-	if (need > b->e->s.lin_ws_bytes)
-		b->e->s.lin_ws_bytes = need;
 }
 
 static void linear(struct binder *b, struct capy_linear *l, uint64_t n, uint64_t k, const char *name)
@@ -127,9 +140,9 @@ static void linear(struct binder *b, struct capy_linear *l, uint64_t n, uint64_t
 		linear_at(b, l, t, 0, n, k);
 }
 
-static void bind_attention(struct binder *b, struct attn_w *a, const char *p, bool qsa)
+static void bind_attention(struct binder *b, struct capy_attn_w *a, const char *p, bool qsa)
 {
-	const struct capy_model_config *c = &b->e->c;
+	const struct capy_model_config *c = b->c;
 	uint64_t h = c->hidden_size, hd = c->head_dim;
 	char n[512];
 
@@ -150,9 +163,9 @@ static void bind_attention(struct binder *b, struct attn_w *a, const char *p, bo
 	}
 }
 
-static void bind_gdn(struct binder *b, struct gdn_w *g, const char *p)
+static void bind_gdn(struct binder *b, struct capy_gdn_w *g, const char *p)
 {
-	const struct capy_model_config *c = &b->e->c;
+	const struct capy_model_config *c = b->c;
 	uint64_t h = c->hidden_size, nv = c->linear_value_heads, dv = c->linear_value_head_dim;
 	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + nv * dv;
 	char n[512];
@@ -171,9 +184,9 @@ static void bind_gdn(struct binder *b, struct gdn_w *g, const char *p)
 			g->neg_a[i] = -expf(g->neg_a[i]);
 }
 
-static void bind_mlp(struct binder *b, struct mlp_w *m, const char *p, const char *mod, uint64_t inter)
+static void bind_mlp(struct binder *b, struct capy_mlp_w *m, const char *p, const char *mod, uint64_t inter)
 {
-	uint64_t h = b->e->c.hidden_size;
+	uint64_t h = b->c->hidden_size;
 	char n[512];
 
 	snprintf(n, sizeof(n), "%s%s.gate_up_proj.weight", p, mod);
@@ -182,9 +195,9 @@ static void bind_mlp(struct binder *b, struct mlp_w *m, const char *p, const cha
 	linear(b, &m->down, h, inter, n);
 }
 
-static void bind_moe(struct binder *b, struct moe_w *m, const char *p)
+static void bind_moe(struct binder *b, struct capy_moe_w *m, const char *p)
 {
-	const struct capy_model_config *c = &b->e->c;
+	const struct capy_model_config *c = b->c;
 	uint64_t h = c->hidden_size, e = c->n_experts, i = c->moe_intermediate_size;
 	const struct capy_tensor_info *gu, *dn;
 	char n[512];
@@ -200,8 +213,8 @@ static void bind_moe(struct binder *b, struct moe_w *m, const char *p)
 		b->rc = capy_err_set(b->err, CAPY_ENOMEM, "out of memory");
 		return;
 	}
-	b->e->w.owned_linears[b->e->w.nowned_linears++] = m->gate_up;
-	b->e->w.owned_linears[b->e->w.nowned_linears++] = m->down;
+	b->w->owned_linears[b->w->nowned_linears++] = m->gate_up;
+	b->w->owned_linears[b->w->nowned_linears++] = m->down;
 	for (uint64_t x = 0; x < e; x++) {
 		linear_at(b, &m->gate_up[x], gu, x, 2 * i, h);
 		linear_at(b, &m->down[x], dn, x, h, i);
@@ -210,9 +223,9 @@ static void bind_moe(struct binder *b, struct moe_w *m, const char *p)
 	linear(b, &m->shared_gate, 1, h, NAME("mlp.shared_expert_gate.weight"));
 }
 
-static void bind_hc(struct binder *b, struct hc_w *hc, const char *p, const char *mod, bool inject)
+static void bind_hc(struct binder *b, struct capy_hc_w *hc, const char *p, const char *mod, bool inject)
 {
-	const struct capy_model_config *c = &b->e->c;
+	const struct capy_model_config *c = b->c;
 	uint64_t hh = c->hc_count * c->hidden_size;
 	char n[512];
 
@@ -229,9 +242,9 @@ static void bind_hc(struct binder *b, struct hc_w *hc, const char *p, const char
 	}
 }
 
-static void bind_ple(struct binder *b, struct ple_w *pl, const char *p, uint64_t index)
+static void bind_ple(struct binder *b, struct capy_ple_w *pl, const char *p, uint64_t index)
 {
-	const struct capy_model_config *c = &b->e->c;
+	const struct capy_model_config *c = b->c;
 	uint64_t hh = c->hc_count * c->hidden_size, heads = (c->ngram_size - 1) * c->heads_per_ngram;
 	const struct capy_tensor_info *t;
 	uint64_t *voc, off = 0;
@@ -244,10 +257,10 @@ static void bind_ple(struct binder *b, struct ple_w *pl, const char *p, uint64_t
 	if (!t || !shape_is(b, t, 2, SHAPE(pl->rows, pl->hd)))
 		return;
 	if (!float_dtype(t->dtype)) {
-		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' is not a float table", b->e->a->path, t->name);
+		b->rc = capy_err_set(b->err, CAPY_EFORMAT, "'%s': tensor '%s' is not a float table", b->a->path, t->name);
 		return;
 	}
-	pl->table = capy_artifact_data(b->e->a, t->offset);
+	pl->table = capy_artifact_data(b->a, t->offset);
 	pl->table_offset = t->offset;
 	pl->table_dtype = t->dtype;
 	voc = malloc((index + 1) * heads * sizeof(*voc));
@@ -272,11 +285,10 @@ static void bind_ple(struct binder *b, struct ple_w *pl, const char *p, uint64_t
 }
 #undef NAME
 
-int weights_bind(struct cpu_engine *e, struct capy_err *err)
+int capy_weights_bind(struct capy_weights *w, const struct capy_artifact *a, const struct capy_model_config *c,
+		      struct capy_err *err)
 {
-	const struct capy_model_config *c = &e->c;
-	struct weights *w = &e->w;
-	struct binder b = { e, err, 0 };
+	struct binder b = { a, c, w, err, 0 };
 	const struct capy_tensor_info *t;
 	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
 	uint64_t ple_index = 0;
@@ -287,13 +299,13 @@ int weights_bind(struct cpu_engine *e, struct capy_err *err)
 	t = find(&b, "embed_tokens.weight");
 	if (t && shape_is(&b, t, 2, SHAPE(c->vocab_size, c->hidden_size))) {
 		if (!float_dtype(t->dtype))
-			b.rc = capy_err_set(err, CAPY_EUNSUPPORTED, "'%s': embed_tokens.weight is %s", e->a->path,
+			b.rc = capy_err_set(err, CAPY_EUNSUPPORTED, "'%s': embed_tokens.weight is %s", a->path,
 					    capy_dtype_name(t->dtype));
-		w->embed = capy_artifact_data(e->a, t->offset);
+		w->embed = capy_artifact_data(a, t->offset);
 		w->embed_dtype = t->dtype;
 	}
 	for (uint64_t i = 0; i < c->n_layers && b.rc == 0; i++) {
-		struct layer_w *l = &w->layers[i];
+		struct capy_layer_w *l = &w->layers[i];
 		char p[64];
 		snprintf(p, sizeof(p), "layers.%" PRIu64 ".", i);
 		l->type = (enum capy_layer_type)c->layer_types[i];
@@ -310,15 +322,15 @@ int weights_bind(struct cpu_engine *e, struct capy_err *err)
 			bind_hc(&b, &l->hc_mlp, p, "mlp_hyper_connection", true);
 			if (c->ple_layer[i]) {
 				l->has_ple = true;
-				l->ple_slot = e->n_ple++;
+				l->ple_slot = w->n_ple++;
 				bind_ple(&b, &l->ple, p, ple_index++);
 			}
 		}
 		if (l->type == CAPY_LAYER_LINEAR) {
-			l->gdn_slot = e->n_gdn++;
+			l->gdn_slot = w->n_gdn++;
 			bind_gdn(&b, &l->gdn, p);
 		} else {
-			l->kv_slot = e->n_kv++;
+			l->kv_slot = w->n_kv++;
 			bind_attention(&b, &l->attn, p, l->type == CAPY_LAYER_QSA);
 		}
 		if (l->moe)
@@ -330,16 +342,17 @@ int weights_bind(struct cpu_engine *e, struct capy_err *err)
 		bind_hc(&b, &w->hc_final, "", "hyper_connection_mixer", false);
 	else
 		w->final_norm = vec(&b, c->hidden_size, true, "norm.weight");
-	if (c->tie_word_embeddings && !capy_artifact_find(e->a, "lm_head.weight"))
+	if (c->tie_word_embeddings && !capy_artifact_find(a, "lm_head.weight"))
 		linear(&b, &w->lm_head, c->vocab_size, c->hidden_size, "embed_tokens.weight");
 	else
 		linear(&b, &w->lm_head, c->vocab_size, c->hidden_size, "lm_head.weight");
+	if (b.rc < 0)
+		capy_weights_release(w);
 	return b.rc;
 }
 
-void weights_release(struct cpu_engine *e)
+void capy_weights_release(struct capy_weights *w)
 {
-	struct weights *w = &e->w;
 
 	for (size_t i = 0; i < w->nowned; i++)
 		free(w->owned[i]);
@@ -347,4 +360,61 @@ void weights_release(struct cpu_engine *e)
 		free(w->owned_linears[i]);
 	free(w->layers);
 	memset(w, 0, sizeof(*w));
+}
+
+static void each_mlp(const struct capy_mlp_w *m, void (*fn)(const struct capy_linear *, void *), void *ctx)
+{
+	fn(&m->gate_up, ctx);
+	fn(&m->down, ctx);
+}
+
+static void each_hc(const struct capy_hc_w *h, void (*fn)(const struct capy_linear *, void *), void *ctx)
+{
+	fn(&h->down, ctx);
+	fn(&h->up, ctx);
+	if (h->has_inject)
+		fn(&h->inject, ctx);
+}
+
+void capy_weights_each_linear(const struct capy_weights *w, const struct capy_model_config *c,
+			      void (*fn)(const struct capy_linear *l, void *ctx), void *ctx)
+{
+	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
+
+	for (uint64_t i = 0; i < c->n_layers; i++) {
+		const struct capy_layer_w *l = &w->layers[i];
+		if (q4) {
+			each_hc(&l->hc_attn, fn, ctx);
+			each_hc(&l->hc_mlp, fn, ctx);
+		}
+		if (l->has_ple) {
+			fn(&l->ple.key, ctx);
+			fn(&l->ple.value, ctx);
+		}
+		if (l->type == CAPY_LAYER_LINEAR) {
+			const struct capy_linear *g[] = { &l->gdn.qkv, &l->gdn.z, &l->gdn.b, &l->gdn.a, &l->gdn.out };
+			for (size_t j = 0; j < ARRAY_SIZE(g); j++)
+				fn(g[j], ctx);
+		} else {
+			const struct capy_linear *g[] = { &l->attn.q, &l->attn.k, &l->attn.v, &l->attn.o };
+			for (size_t j = 0; j < ARRAY_SIZE(g); j++)
+				fn(g[j], ctx);
+			if (l->attn.qsa)
+				fn(&l->attn.idx_qk, ctx);
+		}
+		if (l->moe) {
+			fn(&l->moe_w.router, ctx);
+			for (uint64_t x = 0; x < c->n_experts; x++) {
+				fn(&l->moe_w.gate_up[x], ctx);
+				fn(&l->moe_w.down[x], ctx);
+			}
+			each_mlp(&l->moe_w.shared, fn, ctx);
+			fn(&l->moe_w.shared_gate, ctx);
+		} else {
+			each_mlp(&l->mlp, fn, ctx);
+		}
+	}
+	if (q4)
+		each_hc(&w->hc_final, fn, ctx);
+	fn(&w->lm_head, ctx);
 }

@@ -1,0 +1,99 @@
+/* weights.h - a model's weights bound by name: every tensor the configuration implies,
+ * checked for name, dtype and shape, gathered into per-layer structures that every backend
+ * reads. Matrices are described in place (struct capy_linear: pointers into the mapped
+ * artifact); norms, conv kernels and gate parameters are copied to fp32 (small), norms stored
+ * as 1 + w. A backend that keeps its weights elsewhere (a GPU) copies the structure and
+ * swaps the pointers.
+ */
+#ifndef CAPY_MODEL_WEIGHTS_H
+#define CAPY_MODEL_WEIGHTS_H
+
+#include "config.h"
+#include "../artifact/artifact.h"
+#include "../cpu/linear.h"
+
+
+struct capy_attn_w {
+	struct capy_linear q, k, v, o; /* q: [nq * 2 * hd, H], per head [query | gate] */
+	float *q_norm, *k_norm;        /* [hd], stored as 1 + w */
+	bool qsa;
+	struct capy_linear idx_qk;     /* [(ni + 1) * idh, H]: ni query heads, then the key */
+	float *idx_q_norm, *idx_k_norm; /* [idh], 1 + w */
+};
+
+struct capy_gdn_w {
+	struct capy_linear qkv, z, b, a, out;
+	float *conv;    /* [C][K] depthwise kernel */
+	float *neg_a;   /* [nv] -exp(A_log) */
+	float *dt_bias; /* [nv] */
+	float *norm;    /* [dv] plain weight of the gated norm */
+};
+
+struct capy_mlp_w {
+	struct capy_linear gate_up, down; /* gate_up [2I, H]: gate rows then up rows */
+};
+
+struct capy_moe_w {
+	struct capy_linear router;        /* [E, H] */
+	struct capy_linear *gate_up;      /* [E] slices of the expert stack */
+	struct capy_linear *down;         /* [E] */
+	struct capy_mlp_w shared;
+	struct capy_linear shared_gate;   /* [1, H] */
+};
+
+struct capy_hc_w {
+	float *norm;                      /* [hc * H], 1 + w, normalized per stream of H */
+	struct capy_linear down, up, inject; /* inject absent in the final mixer */
+	bool has_inject;
+};
+
+struct capy_ple_w {
+	uint64_t index;                   /* among the PLE layers */
+	const uint8_t *table;             /* [rows][hd] in the mapped artifact */
+	enum capy_dtype table_dtype;
+	uint64_t table_offset, rows, hd;
+	int64_t mult[16];                 /* hash multipliers, ngram_size of them */
+	uint64_t vocab[64], offset[64];   /* per n-gram head */
+	struct capy_linear key, value;
+	float *norm_key, *norm_query, *norm_conv; /* [hc * H], 1 + w */
+	float *conv;                      /* [hc * H][K], dilation ngram_size */
+};
+
+struct capy_layer_w {
+	enum capy_layer_type type;
+	bool moe, has_ple;
+	float *in_norm, *post_norm;       /* [H], 1 + w (not qwen4_exp) */
+	struct capy_attn_w attn;
+	struct capy_gdn_w gdn;
+	struct capy_mlp_w mlp;
+	struct capy_moe_w moe_w;
+	struct capy_hc_w hc_attn, hc_mlp;      /* qwen4_exp */
+	struct capy_ple_w ple;
+	int kv_slot, gdn_slot, ple_slot;  /* index into the sequence's per-kind state, or -1 */
+};
+
+struct capy_weights {
+	const void *embed;                /* [V][H] */
+	enum capy_dtype embed_dtype;
+	float *final_norm;                /* [H], 1 + w (not qwen4_exp) */
+	struct capy_hc_w hc_final;             /* qwen4_exp */
+	struct capy_linear lm_head;
+	struct capy_layer_w *layers;
+	int n_kv, n_gdn, n_ple;           /* layers with each kind of state */
+	float *owned[4096];               /* fp32 copies to free */
+	size_t nowned;
+	struct capy_linear *owned_linears[2 * CAPY_MAX_LAYERS];
+	size_t nowned_linears;
+};
+
+/* Bind every tensor of a (whose configuration is c) into w; on failure w holds nothing to
+ * release and err names the artifact and the tensor. */
+int capy_weights_bind(struct capy_weights *w, const struct capy_artifact *a, const struct capy_model_config *c,
+		      struct capy_err *err);
+void capy_weights_release(struct capy_weights *w);
+
+/* Call fn on every matrix of w (each expert of a stack once). */
+void capy_weights_each_linear(const struct capy_weights *w, const struct capy_model_config *c,
+			      void (*fn)(const struct capy_linear *l, void *ctx), void *ctx);
+
+#endif
