@@ -180,6 +180,9 @@ FUZZERS += fuzz-safetensors
 FUZZERS += fuzz-template
 FUZZERS += fuzz-tokenizer
 
+# GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one source file each in t/cuda/.
+CUDA_TESTS += u-cuda-model
+
 BENCHES += linear-bench
 BENCHES += tokenizer-bench
 
@@ -189,13 +192,16 @@ BINS = $(addprefix $(O)/bin/,$(PROGRAMS))
 UNIT_BINS = $(addprefix $(O)/t/unit/,$(UNIT_TESTS))
 HELPER_BINS = $(addprefix $(O)/t/helper/,$(TEST_HELPERS))
 BENCH_BINS = $(addprefix $(O)/bench/,$(BENCHES))
+CUDA_TEST_BINS = $(if $(filter 1,$(CUDA)),$(addprefix $(O)/t/cuda/,$(CUDA_TESTS)))
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h libcore/*/*/*.h)) libcore/core.h
 
-.PHONY: all test test-only test-deps check unit bats check-docs check-headers fuzz bench deps install clean help demo serve
+.PHONY: all test test-cuda test-only test-deps check unit bats check-docs check-headers fuzz bench deps install clean help demo serve
 .DEFAULT_GOAL := all
 
-all: $(BINS)
+# With CUDA, `all` builds the GPU tests too: CI compiles every kernel and test for both
+# targets even though it cannot run them.
+all: $(BINS) $(CUDA_TEST_BINS)
 
 $(O)/%.o: %.c
 	@mkdir -p $(dir $@)
@@ -218,6 +224,11 @@ $(UNIT_BINS) $(filter-out %/capy-serve-scripted,$(HELPER_BINS)) $(BENCH_BINS): $
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 $(O)/t/unit/%.o: CPPFLAGS += -It/unit
+$(O)/t/cuda/%.o: CPPFLAGS += -It/unit -Ikernels
+
+$(CUDA_TEST_BINS): $(O)/%: $(O)/%.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # The backend's loops vectorize at -O3 (GCC 12's -O2 only vectorizes loops without a remainder).
 $(O)/libcore/backend/cpu/%.o: OPT = -O3
@@ -244,6 +255,11 @@ unit: $(UNIT_BINS)
 
 bats: all $(UNIT_BINS) $(HELPER_BINS)
 	$(QUIET)CAPY_BUILD=$(abspath $(O)) CAPY_SAN=$(SAN) PATH="$(abspath $(O))/bin:$$PATH" bats t/
+
+# `make test-cuda`: every GPU test on this machine's first GPU (CAPY_GPU picks another).
+test-cuda: all
+	$(QUIET)if [ "$(CUDA)" != 1 ]; then echo "make test-cuda: this build has no CUDA (nvcc not found, or CUDA=0)"; exit 2; fi
+	$(QUIET)set -e; for t in $(CUDA_TEST_BINS); do echo "*** $$t"; $$t; done
 
 # `make check`: the same tests built with AddressSanitizer and UBSan.
 check:
@@ -342,6 +358,6 @@ help:
 	@echo "make install    install the tools and man pages under PREFIX=$(PREFIX)"
 	@echo "options: V=1 (verbose)  CUDA=0|1  SAN=1  O=<dir>"
 
--include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d $(O)/bench/*.d
+-include $(OBJS:.o=.d) $(O)/cmd/*.d $(O)/t/unit/*.d $(O)/t/cuda/*.d $(O)/t/helper/*.d $(O)/t/fuzz/*.d $(O)/bench/*.d
 
 .SECONDARY:

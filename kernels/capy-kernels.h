@@ -1,0 +1,268 @@
+/* capy-kernels.h - the CUDA kernels of the CUDA backend (libcore/backend/cuda), as plain C
+ * entry points. The kernels live in kernels/*.cu (CUDA C++); nothing else includes CUDA
+ * headers for them, and this header includes none.
+ *
+ * Conventions, everywhere below:
+ * - Every pointer is a device pointer unless the comment says "host".
+ * - Activations are fp32, row-major: a [T][n] matrix is T rows of n floats, tightly packed
+ *   unless a stride is given (in floats).
+ * - `stream` is a cudaStream_t. Entry points only enqueue work: they never allocate,
+ *   synchronize or copy to the host, so a step can be captured in a CUDA graph.
+ * - Each returns 0, or a negative cudaError_t (-(int)cudaGetLastError()) if the launch
+ *   failed; arguments the caller got wrong are bugs (the host checks shapes when it binds).
+ * - Numerics follow the CPU backend (libcore/backend/cpu), the oracle: the same formula in
+ *   fp32, in the order the comment gives where a result must be reproducible. Every
+ *   reduction has a fixed order per output element (no atomics), which depends neither on
+ *   the number of rows nor on the other rows of the step: a sequence's results do not
+ *   change with the sequences batched with it (DESIGN §5).
+ */
+#ifndef CAPY_KERNELS_H
+#define CAPY_KERNELS_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* --- the step: token rows and batch items ------------------------------------------ */
+
+/* What every per-sequence kernel needs to know about a step, as device arrays the host
+ * uploads once per step. Rows of the step are the tokens of all items stacked: item i owns
+ * rows [t0[i], t0[i] + n[i]), at positions len[i] .. len[i] + n[i] - 1 of its sequence.
+ * Attention pages: page id p's bytes are pages + p * page_bytes; item i's block table is
+ * block_table + bt_off[i] (page ids in token order: the page of position pos is entry
+ * pos / page_tokens). */
+struct ck_step {
+	uint64_t T;                 /* token rows */
+	uint32_t n_items;
+	const int32_t *ids;         /* [T] token ids */
+	const int64_t *pos;         /* [T] position of each row in its sequence */
+	const int32_t *item;        /* [T] the item of each row */
+	const int64_t *t0, *n, *len; /* [n_items] */
+	const uint32_t *bt_off;     /* [n_items] */
+	const uint32_t *block_table;
+	uint8_t *pages;
+	uint64_t page_bytes, page_tokens;
+	float *const *gdn_state;    /* [n_items] the item's GDN state block (see ck_gdn_*), or NULL */
+	float *const *ple_state;    /* [n_items] the item's PLE conv windows (see ck_ple_conv), or NULL */
+	int64_t max_pos;            /* the largest pos of the step (for grid sizes) */
+};
+
+/* --- linears (kernels/linear.cu) ------------------------------------------------------ */
+
+enum ck_dtype { CK_F32, CK_F16, CK_BF16, CK_NVFP4 };
+#define CK_MAX_PARTS 8
+
+/* A weight matrix W [n, k] in device memory, as the artifact stores it (docs/artifact.md).
+ * Plain: n rows of k elements. NVFP4: `data` is one slice record: codes [n][k/2] (low nibble
+ * = even element) at codes_off, E4M3 block scales [n][k/16] at scales_off, then nparts
+ * float32 weight_scale_2 and nparts float32 input_scale at globals_off; part p covers
+ * part_rows[p] consecutive rows. scale2/input_scale are host copies of the globals. */
+struct ck_linear {
+	enum ck_dtype dtype;
+	uint64_t n, k;
+	const void *data;
+	uint32_t nparts;
+	uint64_t part_rows[CK_MAX_PARTS];
+	uint64_t codes_off, scales_off, globals_off;
+	float scale2[CK_MAX_PARTS], input_scale[CK_MAX_PARTS];
+};
+
+/* Device workspace bytes ck_linear needs for m rows of input (0 for plain weights). */
+size_t ck_linear_ws_bytes(const struct ck_linear *w, uint64_t m);
+
+/* y[m][n] = x[m][k] W^T (x row stride k, y row stride n), exactly the function of the CPU's
+ * capy_linear_rows (libcore/cpu/linear.h):
+ * - plain weights: each weight widened exactly to fp32, products with the fp32 activation
+ *   accumulated in fp32 (any fixed order per element; tolerance ~1e-6 relative vs the CPU);
+ * - NVFP4 (W4A4): each row of x quantized per 16-block as capy_nvfp4_quantize_act does
+ *   (with the part's input_scale, or the row's dynamic scale where it is 0), int32 block
+ *   dots, the int64 fixed-point sum and the same final double-precision scaling: the result
+ *   is BIT-IDENTICAL to the CPU's.
+ * ws: ck_linear_ws_bytes(w, m) bytes of device memory. */
+int ck_linear(const struct ck_linear *w, const float *x, uint64_t m, float *y, void *ws, void *stream);
+
+/* --- mixture of experts (kernels/moe.cu) ---------------------------------------------- */
+
+/* Router: for each of T rows of logits [T][E], softmax over E in fp32 (max, exp(l - max),
+ * sum in ascending order, divide), the top k (largest first; the lower index wins a tie),
+ * their weights renormalized by their sum when norm_topk, then sorted by ascending expert
+ * id (the order the reference adds them in). ids, w: [T][k]. As the CPU's route(). */
+int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_t k, bool norm_topk, int32_t *ids,
+		 float *w, void *stream);
+
+/* A stack of E experts' matrices of one shape: expert x is `first` with its data pointer
+ * advanced by x * stride bytes (for NVFP4 each expert's record carries its own globals,
+ * read on the device). */
+struct ck_expert_stack {
+	struct ck_linear first;
+	uint64_t stride;
+	uint64_t E;
+};
+
+/* The routed experts of T rows: for every slot s = t * k + j (the j-th chosen expert of row
+ * t, ids[s]), out[s][H] = down_x(swiglu(gate_up_x(x[t]))) with x = ids[s], exactly as the
+ * CPU's expert_worker: gate_up [2I, H] (gate rows, then up rows), swiglu(g, u) = silu(g) * u
+ * with silu(v) = v / (1 + exp(-v)), down [H, I]. With NVFP4 experts each slot's output is
+ * bit-identical to the CPU's (each linear is ck_linear's function on that one row).
+ * ws: ck_moe_ws_bytes(gate_up, down, T * k) bytes. */
+size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
+		       uint64_t slots);
+int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
+		   const float *x, uint64_t T, uint64_t k, const int32_t *ids, float *out, void *ws, void *stream);
+
+/* out[t][H] = sum over j < k in order of moe_out[t * k + j][i] * w[t * k + j], then
+ * + sigmoid(gate[t]) * shared[t][i] (sigmoid(v) = 1 / (1 + exp(-v))). As moe_forward. */
+int ck_moe_combine(const float *moe_out, const float *w, const float *shared, const float *gate, uint64_t T,
+		   uint64_t k, uint64_t H, float *out, void *stream);
+
+/* --- element-wise and row operations (kernels/ops.cu) ----------------------------------- */
+
+/* x[t][s * H + i] = embedding row ids[t] (F32, F16 or BF16 [V][H], widened) for each of hc
+ * copies s. */
+int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T, uint64_t H, uint64_t hc,
+	     float *x, void *stream);
+
+/* Zero-centred RMSNorm over `rows` rows of n values (x row stride xs, y row stride ys), in
+ * groups of `group` values (group == n: the whole row): y = (x * r) * w1p[i] with
+ * r = 1 / sqrtf(sum(x^2) / group + eps); w1p has n entries. x and y may alias. */
+int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, float *y, uint64_t ys, uint64_t rows, uint64_t n,
+	       uint64_t group, float eps, void *stream);
+
+/* NeoX RoPE in place on the first rot dims of each of `heads` vectors of hd floats per row
+ * (row stride heads * hd): pairs (i, i + rot/2), angle pos[t] * inv_freq[i] in fp32. With
+ * pos NULL, every row uses position pos0 + t * pos_step. */
+int ck_rope(float *v, uint64_t T, uint64_t heads, uint64_t hd, uint64_t rot, const int64_t *pos, int64_t pos0,
+	    int64_t pos_step, const float *inv_freq, void *stream);
+
+/* act [rows][2I] (gate | up) -> out [rows][I] = silu(gate) * up. out may alias act. */
+int ck_swiglu(const float *act, uint64_t rows, uint64_t I, float *out, void *stream);
+
+/* x[i] += y[i] for i < n. */
+int ck_add(float *x, const float *y, uint64_t n, void *stream);
+
+/* out[t][h * hd + i] = att[t][h * hd + i] * sigmoid(qg[t][h * 2 hd + hd + i]): the attention
+ * output gate (q_proj gives per head [query | gate]). */
+int ck_attn_gate(const float *att, const float *qg, uint64_t T, uint64_t nq, uint64_t hd, float *out,
+		 void *stream);
+
+/* Copy rows: dst[r][0..n) = src[idx[r]][0..n) (strides in floats), for r < rows; idx is a
+ * device array. */
+int ck_gather_rows(const float *src, uint64_t src_stride, const int32_t *idx, uint64_t rows, uint64_t n,
+		   float *dst, uint64_t dst_stride, void *stream);
+
+/* --- hyper-connections, qwen4_exp (kernels/ops.cu) -------------------------------------- */
+
+/* low[i] = silu(low[i] / hc) for i < n. */
+int ck_hc_low_act(float *low, uint64_t n, float hc, void *stream);
+/* mixed[t][i] = (sum over s < hc in order of sigmoid(mix[t][s H + i]) * xn[t][s H + i]) / hc. */
+int ck_hc_combine(const float *mix, const float *xn, uint64_t T, uint64_t H, uint64_t hc, float *mixed,
+		  void *stream);
+/* inj[i] = 2 sigmoid(inj[i] / hc). */
+int ck_hc_inject_act(float *inj, uint64_t n, float hc, void *stream);
+/* X[t][s H + i] += out[t][i] * inj[t][s]. */
+int ck_hc_add_injected(float *X, const float *out, const float *inj, uint64_t T, uint64_t H, uint64_t hc,
+		       void *stream);
+
+/* --- attention (kernels/attention.cu) --------------------------------------------------- */
+
+enum ck_kv_dtype { CK_KV_BF16, CK_KV_F32, CK_KV_INT8 };
+
+/* Where one attention layer's rows are inside a page (byte offsets, as the CPU backend's
+ * struct kv_layout): K and V [page_tokens][nkv * hd] in the KV dtype; INT8: one float scale
+ * per 32 values [page_tokens][nkv * hd / 32] at k_scale / v_scale; QSA: raw indexer keys
+ * [page_tokens][idh] float at idx_keys and pooled block keys [page_tokens / ratio][idh]
+ * float at blocks. */
+struct ck_kv_layer {
+	enum ck_kv_dtype dtype;
+	uint64_t nkv, hd;
+	uint64_t k, v, k_scale, v_scale, idx_keys, blocks;
+};
+
+/* Store every row's K and V ([T][nkv * hd] each) at its position in its item's pages:
+ * BF16 round-to-nearest-even, F32 as is, INT8 per group of 32: scale = amax / 127,
+ * q = lrintf(x / scale) (0 where the scale is 0). As the CPU's kv_store. */
+int ck_kv_store(const struct ck_step *st, const struct ck_kv_layer *l, const float *k, const float *v,
+		void *stream);
+
+/* Causal GQA attention of every row over its item's cached keys 0..pos (the row's own
+ * included; ck_kv_store ran first): per query head h (KV head h / (nq / nkv)), scores
+ * q . k / sqrt(hd) in fp32, softmax (max, exp(s - max), sum in key order), values summed in
+ * key order weighted by exp / sum. q [T][nq][hd]; out [T][nq][hd]. sel (QSA): NULL, or
+ * [T][sel_stride] bytes, key j visible to row t only where sel[t * sel_stride + j] != 0.
+ * As the CPU's attn_heads (before its output gate; ck_attn_gate applies that). */
+int ck_attention(const struct ck_step *st, const struct ck_kv_layer *l, const float *q, uint64_t nq,
+		 const uint8_t *sel, uint64_t sel_stride, float *out, void *stream);
+
+/* QSA: store each row's raw indexer key (idx [T][row_stride], the key at column key_col,
+ * idh floats) in its page (idx_keys field). */
+int ck_qsa_store_keys(const struct ck_step *st, const struct ck_kv_layer *l, const float *idx, uint64_t row_stride,
+		      uint64_t key_col, uint64_t idh, void *stream);
+/* QSA: for each item, every block of `ratio` tokens that its new rows completed (blocks b
+ * with len <= (b + 1) ratio - 1 < len + n): the mean of its raw keys (sum in token order /
+ * ratio), zero-centred RMSNorm with k_norm1p (eps), RoPE at the block's first position
+ * (rot dims of idh), written to the blocks field. As qsa_update_blocks. */
+int ck_qsa_update_blocks(const struct ck_step *st, const struct ck_kv_layer *l, uint64_t idh, uint64_t ratio,
+			 const float *k_norm1p, float eps, uint64_t rot, const float *inv_freq, void *stream);
+/* QSA: for each row t (iq [T][ni][idh], normed and rotated), nb = (pos + 1) / ratio complete
+ * blocks, block score = (sum over heads h in order of max(0, q_h . key_b)) / sqrt(idh); sel
+ * [T][sel_stride] = 1 for the unfinished tail [nb ratio, pos] and for the tokens of the best
+ * min(topk, nb) blocks (highest first, lower index on a tie), 0 elsewhere up to pos. As
+ * qsa_select. */
+int ck_qsa_select(const struct ck_step *st, const struct ck_kv_layer *l, const float *iq, uint64_t ni,
+		  uint64_t idh, uint64_t ratio, uint64_t topk, uint8_t *sel, uint64_t sel_stride, void *stream);
+
+/* --- Gated DeltaNet (kernels/gdn.cu) ---------------------------------------------------- */
+
+/* A sequence's GDN state block (ck_step.gdn_state[i]) holds, for each GDN layer slot in
+ * order, the conv window [K - 1][C] (oldest first) then S [nv][dk][dv]:
+ * ck_gdn_state_floats() floats per layer. */
+struct ck_gdn_shape {
+	uint64_t nk, nv, dk, dv, K; /* key heads, value heads, head dims, conv kernel */
+	uint64_t C;                 /* 2 nk dk + nv dv */
+};
+uint64_t ck_gdn_state_floats(const struct ck_gdn_shape *g);
+
+/* Causal depthwise conv over [window | the item's rows of qkv [T][C]] with w [C][K], then
+ * silu, into conv [T][C]; each item's window then holds its last K - 1 inputs (as the CPU's
+ * conv_rows). slot: the layer's index among the GDN layers. */
+int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const float *qkv, const float *w,
+		float *conv, void *stream);
+/* beta[t][h] = sigmoid(b[t][h]); g[t][h] = neg_a[h] * softplus(a[t][h] + dt_bias[h]), softplus
+ * as torch (linear above 20: x > 20 ? x : log1pf(expf(x))). */
+int ck_gdn_gates(const float *b, const float *a, const float *neg_a, const float *dt_bias, uint64_t T, uint64_t nv,
+		 float *beta, float *g, void *stream);
+/* The gated delta rule per (item, value head) over the item's rows in order, as the CPU's
+ * head_recurrent: q, k of key head h / (nv / nk) l2-normalised (x / sqrtf(sum x^2 + 1e-6)),
+ * q scaled by 1 / sqrtf(dk); S *= exp(g); mem = S^T k; d = beta (v - mem); S += k d^T;
+ * o = S^T q. conv [T][C] holds q | k | v per row; o [T][nv * dv]. */
+int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const float *conv,
+		     const float *beta, const float *gg, float *o, void *stream);
+/* Gated RMSNorm per head of dv: o = (norm_w[i] * (o * r)) * act(z), r = 1 / sqrtf(mean(o^2) +
+ * eps), act = sigmoid if gate_sigmoid else silu. o, z [T][nv * dv]. */
+int ck_gdn_gated_norm(float *o, const float *z, const float *norm_w, uint64_t T, uint64_t nv, uint64_t dv,
+		      float eps, bool gate_sigmoid, void *stream);
+
+/* --- PLE, qwen4_exp (kernels/ops.cu) ---------------------------------------------------- */
+
+/* Per row t and stream s (hh = hc H): key [T][hh] normed per stream of H with norm_key,
+ * q = X normed per stream with norm_query, g = <key_s, q_s> / sqrt(H),
+ * g = sqrt(max(|g|, 1e-6)) sign(g), gv[t][s H + i] = sigmoid(g) val[t][i]; gvn = gv normed
+ * per stream with norm_conv. key is overwritten with its normed value. */
+int ck_ple_gate(float *key, const float *X, const float *val, const float *norm_key, const float *norm_query,
+		const float *norm_conv, uint64_t T, uint64_t H, uint64_t hc, float eps, float *gv, float *gvn,
+		void *stream);
+/* Dilated causal depthwise conv (kernel K, dilation dil) over [window | gvn rows] per item,
+ * X[t][ch] += gv[t][ch] + silu(acc); windows ((K - 1) dil rows of hh, oldest first) in
+ * ck_step.ple_state[i] + slot * (K - 1) dil hh move on. As the CPU's ple conv_rows. */
+int ck_ple_conv(const struct ck_step *st, int slot, const float *gv, const float *gvn, const float *w, uint64_t hh,
+		uint64_t K, uint64_t dil, float *X, void *stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif
