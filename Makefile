@@ -181,7 +181,7 @@ FUZZERS += fuzz-template
 FUZZERS += fuzz-tokenizer
 
 # GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one source file each in t/cuda/.
-CUDA_TESTS += u-cuda-model
+
 
 BENCHES += linear-bench
 BENCHES += tokenizer-bench
