@@ -1,5 +1,5 @@
 /* capy-kernels.h - the CUDA kernels of the CUDA backend (libcore/backend/cuda), as plain C
- * entry points. The kernels live in kernels/*.cu (CUDA C++); nothing else includes CUDA
+ * entry points. The kernels live in the .cu files of kernels/ (CUDA C++); nothing else includes CUDA
  * headers for them, and this header includes none.
  *
  * Conventions, everywhere below:
@@ -138,7 +138,7 @@ int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, float *y, uint64_t
 int ck_rope(float *v, uint64_t T, uint64_t heads, uint64_t hd, uint64_t rot, const int64_t *pos, int64_t pos0,
 	    int64_t pos_step, const float *inv_freq, void *stream);
 
-/* act [rows][2I] (gate | up) -> out [rows][I] = silu(gate) * up. out may alias act. */
+/* act [rows][2I] (gate | up) -> out [rows][I] = silu(gate) * up; out must not overlap act. */
 int ck_swiglu(const float *act, uint64_t rows, uint64_t I, float *out, void *stream);
 
 /* x[i] += y[i] for i < n. */

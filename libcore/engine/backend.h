@@ -102,5 +102,7 @@ int capy_backend_add(const struct capy_backend_ops *ops);
 
 /* The CPU backend (libcore/backend/cpu). */
 extern const struct capy_backend_ops capy_backend_cpu;
+/* The CUDA backend (libcore/backend/cuda), in builds with CUDA. */
+extern const struct capy_backend_ops capy_backend_cuda;
 
 #endif

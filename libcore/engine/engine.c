@@ -7,7 +7,11 @@
 #define DEFAULT_PAGE_TOKENS 64
 #define MAX_BACKENDS 8
 
+#ifdef CAPY_HAVE_CUDA
+static const struct capy_backend_ops *backends[MAX_BACKENDS] = { &capy_backend_cpu, &capy_backend_cuda };
+#else
 static const struct capy_backend_ops *backends[MAX_BACKENDS] = { &capy_backend_cpu };
+#endif
 
 const struct capy_backend_ops *capy_backend_find(const char *name)
 {

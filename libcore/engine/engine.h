@@ -55,7 +55,9 @@ struct capy_engine_opts {
 	int threads;             /* <= 0: one per CPU */
 	enum capy_kv_dtype kv;
 	uint64_t step_tokens;    /* tokens one step may carry over all its sequences (0: 512) */
-	const char *device;      /* backend name; NULL or "cpu": the CPU backend */
+	const char *device;      /* backend name; NULL or "cpu": the CPU backend; "cuda" */
+	int gpu;                 /* cuda: the device index */
+	uint64_t gpu_mem;        /* cuda: bytes of device memory the engine may take (0: all free) */
 	const char *backend_arg; /* backend-specific setting (NULL: none) */
 };
 

@@ -418,3 +418,35 @@ void capy_weights_each_linear(const struct capy_weights *w, const struct capy_mo
 		each_hc(&w->hc_final, fn, ctx);
 	fn(&w->lm_head, ctx);
 }
+
+/* PLE n-gram hashing: the rule of the CPU backend's ple.c header comment. */
+static int64_t pymod(int64_t a, int64_t m)
+{
+	int64_t r = a % m;
+	return r < 0 ? r + m : r;
+}
+
+void capy_ple_ngram_rows(const struct capy_model_config *c, const struct capy_ple_w *pl, const int32_t *hist,
+			 uint64_t p, uint64_t *out)
+{
+	uint64_t n = c->ngram_size, hpn = c->heads_per_ngram;
+	int64_t eos = c->eos_ids[0], tok[16];
+
+	/* tok[s]: the token s positions back, or EOS where that crosses an EOS or the start. */
+	tok[0] = hist[p];
+	for (uint64_t s = 1; s < n; s++) {
+		bool ok = p >= s;
+		for (uint64_t q = p - s; ok && q < p; q++)
+			ok = hist[q] != eos;
+		tok[s] = ok ? hist[p - s] : eos;
+	}
+	for (uint64_t order = 2; order <= n; order++) {
+		uint64_t mixed = (uint64_t)tok[0] * (uint64_t)pl->mult[0];
+		for (uint64_t s = 1; s < order; s++)
+			mixed ^= (uint64_t)tok[s] * (uint64_t)pl->mult[s];
+		for (uint64_t h = 0; h < hpn; h++) {
+			uint64_t head = (order - 2) * hpn + h;
+			out[head] = (uint64_t)pymod((int64_t)mixed, (int64_t)pl->vocab[head]) + pl->offset[head];
+		}
+	}
+}

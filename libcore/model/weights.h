@@ -96,4 +96,12 @@ void capy_weights_release(struct capy_weights *w);
 void capy_weights_each_linear(const struct capy_weights *w, const struct capy_model_config *c,
 			      void (*fn)(const struct capy_linear *l, void *ctx), void *ctx);
 
+/* PLE: the table row of every n-gram head (orders 2..ngram_size, heads_per_ngram each) for
+ * the token at index p of hist, where hist[0 .. p] are the token ids up to it (the
+ * sequence's saved context first): the n-grams ending at it, not crossing an EOS, padded
+ * with EOS at the start, hashed per head with the layer's multipliers modulo the head's
+ * vocabulary, plus the head's offset into the table. */
+void capy_ple_ngram_rows(const struct capy_model_config *c, const struct capy_ple_w *pl, const int32_t *hist,
+			 uint64_t p, uint64_t *out);
+
 #endif

@@ -15,39 +15,6 @@
 
 #include <math.h>
 
-static int64_t pymod(int64_t a, int64_t m)
-{
-	int64_t r = a % m;
-	return r < 0 ? r + m : r;
-}
-
-/* Table ids of all heads for the token at history index p. */
-static void ngram_ids(const struct cpu_engine *e, const struct capy_ple_w *pl, const int32_t *hist, uint64_t p,
-		      uint64_t *out)
-{
-	const struct capy_model_config *c = &e->c;
-	uint64_t n = c->ngram_size, hpn = c->heads_per_ngram;
-	int64_t eos = c->eos_ids[0], tok[16];
-
-	/* tok[s]: the token s positions back, or EOS where that crosses an EOS or the start. */
-	tok[0] = hist[p];
-	for (uint64_t s = 1; s < n; s++) {
-		bool ok = p >= s;
-		for (uint64_t q = p - s; ok && q < p; q++)
-			ok = hist[q] != eos;
-		tok[s] = ok ? hist[p - s] : eos;
-	}
-	for (uint64_t order = 2; order <= n; order++) {
-		uint64_t mixed = (uint64_t)tok[0] * (uint64_t)pl->mult[0];
-		for (uint64_t s = 1; s < order; s++)
-			mixed ^= (uint64_t)tok[s] * (uint64_t)pl->mult[s];
-		for (uint64_t h = 0; h < hpn; h++) {
-			uint64_t head = (order - 2) * hpn + h;
-			out[head] = (uint64_t)pymod((int64_t)mixed, (int64_t)pl->vocab[head]) + pl->offset[head];
-		}
-	}
-}
-
 /* The n-gram embeddings of one sequence's rows, from its token context; the context moves on. */
 static int ngram_rows(struct cpu_engine *e, const struct capy_ple_w *pl, struct ple_state *st, const int32_t *ids,
 		      uint64_t T, float *emb, struct capy_err *err)
@@ -61,7 +28,7 @@ static int ngram_rows(struct cpu_engine *e, const struct capy_ple_w *pl, struct 
 	memcpy(hist, st->ctx, ctx * sizeof(int32_t));
 	memcpy(hist + ctx, ids, T * sizeof(int32_t));
 	for (uint64_t t = 0; t < T; t++) {
-		ngram_ids(e, pl, hist, ctx + t, rows);
+		capy_ple_ngram_rows(c, pl, hist, ctx + t, rows);
 		for (uint64_t h = 0; h < heads; h++) {
 			if (rows[h] >= pl->rows)
 				return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64,

@@ -1,0 +1,75 @@
+// ck-common.cuh - what the kernels of kernels/*.cu share: launch shapes, the launch check,
+// widening of stored floats, the activations in the CPU backend's formulas, and a block-wide
+// sum in a fixed order. CUDA C++; included only by kernels/*.cu.
+#ifndef CAPY_CK_COMMON_CUH
+#define CAPY_CK_COMMON_CUH
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+#define CK_BLOCK 256
+#define CK_MAX_GRID_X 65535u
+
+// Blocks of CK_BLOCK threads for n elements, capped (grid-stride loops cover the rest).
+static inline unsigned ck_blocks(uint64_t n)
+{
+	uint64_t b = (n + CK_BLOCK - 1) / CK_BLOCK;
+	return (unsigned)(b < 1 ? 1 : b > 4096 ? 4096 : b);
+}
+
+// 0, or the launch error negated (the entry points' return convention).
+static inline int ck_launched(void)
+{
+	cudaError_t e = cudaGetLastError();
+	return e == cudaSuccess ? 0 : -(int)e;
+}
+
+// Element i of a stored float array of dtype dt (enum ck_dtype: F32, F16, BF16), widened.
+__device__ __forceinline__ float ck_widen(const void *p, int dt, uint64_t i)
+{
+	if (dt == CK_F32)
+		return ((const float *)p)[i];
+	if (dt == CK_BF16)
+		return __uint_as_float((uint32_t)((const uint16_t *)p)[i] << 16);
+	return __half2float(((const __half *)p)[i]);
+}
+
+// The CPU backend's silu and sigmoid (libcore/backend/cpu/ops.c), unfused.
+__device__ __forceinline__ float ck_silu(float x)
+{
+	return __fdiv_rn(x, __fadd_rn(1.0f, expf(-x)));
+}
+
+__device__ __forceinline__ float ck_sigmoid(float x)
+{
+	return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+// Sum of v over the block (blockDim.x a multiple of 32, at most 1024), the same tree for
+// every block: within warps by shuffles, then the warps' sums by warp 0. Every thread gets
+// the total; it ends with a barrier, so `red` may be reused at once.
+__device__ __forceinline__ float ck_block_sum(float v, float *red)
+{
+	unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+
+	for (int o = 16; o > 0; o >>= 1)
+		v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+	if (lane == 0)
+		red[warp] = v;
+	__syncthreads();
+	if (warp == 0) {
+		v = lane < nw ? red[lane] : 0.0f;
+		for (int o = 16; o > 0; o >>= 1)
+			v = __fadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
+		if (lane == 0)
+			red[0] = v;
+	}
+	__syncthreads();
+	v = red[0];
+	__syncthreads();
+	return v;
+}
+
+#endif

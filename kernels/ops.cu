@@ -1,0 +1,314 @@
+// ops.cu - element-wise and row kernels of the CUDA backend: embedding, RMSNorm, RoPE, SwiGLU,
+// residual adds, the attention output gate, row gathers, the qwen4_exp hyper-connection
+// mixers and the PLE gate and conv. Each mirrors a loop of the CPU backend (libcore/backend/
+// cpu/ops.c, hc.c, ple.c, forward.c) in fp32; reductions run in a fixed order per row (a block
+// per row, a tree of fixed shape), never with atomics, so results do not depend on the batch.
+#include "capy-kernels.h"
+#include "ck-common.cuh"
+
+namespace {
+
+__global__ void embed_kernel(const void *table, int dt, const int32_t *ids, uint64_t T, uint64_t H, uint64_t hc,
+			     float *x)
+{
+	uint64_t t = blockIdx.y;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < H; i += (uint64_t)gridDim.x * blockDim.x) {
+		float v = ck_widen(table, dt, (uint64_t)ids[t] * H + i);
+		for (uint64_t s = 0; s < hc; s++)
+			x[(t * hc + s) * H + i] = v;
+	}
+}
+
+// One block per (row, group): the sum of squares in a fixed tree, then the scaling.
+__global__ void rmsnorm_kernel(const float *x, uint64_t xs, const float *w, float *y, uint64_t ys, uint64_t n,
+			       uint64_t group, float eps)
+{
+	__shared__ float red[CK_BLOCK / 32];
+	uint64_t r = blockIdx.x, g0 = (uint64_t)blockIdx.y * group;
+	const float *xr = x + r * xs + g0;
+	float *yr = y + r * ys + g0;
+	float ss = 0;
+
+	for (uint64_t i = threadIdx.x; i < group; i += blockDim.x)
+		ss = __fadd_rn(ss, __fmul_rn(xr[i], xr[i]));
+	ss = ck_block_sum(ss, red);
+	float rs = 1.0f / sqrtf(ss / (float)group + eps);
+	for (uint64_t i = threadIdx.x; i < group; i += blockDim.x)
+		yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), w[g0 + i]);
+	(void)n;
+}
+
+__global__ void rope_kernel(float *v, uint64_t heads, uint64_t hd, uint64_t rot, const int64_t *pos, int64_t pos0,
+			    int64_t pos_step, const float *inv_freq)
+{
+	uint64_t t = blockIdx.x, half = rot / 2;
+	int64_t p = pos ? pos[t] : pos0 + (int64_t)t * pos_step;
+
+	for (uint64_t j = threadIdx.x; j < heads * half; j += blockDim.x) {
+		uint64_t h = j / half, i = j % half;
+		float *vh = v + (t * heads + h) * hd;
+		float ang = __fmul_rn((float)p, inv_freq[i]);
+		float c = cosf(ang), s = sinf(ang);
+		float x1 = vh[i], x2 = vh[i + half];
+		vh[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+		vh[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+	}
+}
+
+__global__ void swiglu_wide_kernel(const float *act, uint64_t I, float *out)
+{
+	uint64_t r = blockIdx.y;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < I; i += (uint64_t)gridDim.x * blockDim.x)
+		out[r * I + i] = __fmul_rn(ck_silu(act[r * 2 * I + i]), act[r * 2 * I + I + i]);
+}
+
+__global__ void add_kernel(float *x, const float *y, uint64_t n)
+{
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+		x[i] = __fadd_rn(x[i], y[i]);
+}
+
+__global__ void attn_gate_kernel(const float *att, const float *qg, uint64_t nq, uint64_t hd, float *out)
+{
+	uint64_t t = blockIdx.y;
+	for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < nq * hd; j += (uint64_t)gridDim.x * blockDim.x) {
+		uint64_t h = j / hd, i = j % hd;
+		out[t * nq * hd + j] = __fmul_rn(att[t * nq * hd + j], ck_sigmoid(qg[t * nq * 2 * hd + h * 2 * hd + hd + i]));
+	}
+}
+
+__global__ void gather_kernel(const float *src, uint64_t ss, const int32_t *idx, uint64_t n, float *dst, uint64_t ds)
+{
+	uint64_t r = blockIdx.y;
+	const float *s = src + (uint64_t)idx[r] * ss;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+		dst[r * ds + i] = s[i];
+}
+
+__global__ void hc_low_kernel(float *low, uint64_t n, float hc)
+{
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+		low[i] = ck_silu(__fdiv_rn(low[i], hc));
+}
+
+__global__ void hc_combine_kernel(const float *mix, const float *xn, uint64_t H, uint64_t hc, float *mixed)
+{
+	uint64_t t = blockIdx.y;
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < H; i += (uint64_t)gridDim.x * blockDim.x) {
+		float acc = 0;
+		for (uint64_t s = 0; s < hc; s++)
+			acc = __fadd_rn(acc, __fmul_rn(ck_sigmoid(mix[(t * hc + s) * H + i]), xn[(t * hc + s) * H + i]));
+		mixed[t * H + i] = __fdiv_rn(acc, (float)hc);
+	}
+}
+
+__global__ void hc_inject_kernel(float *inj, uint64_t n, float hc)
+{
+	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
+		inj[i] = __fmul_rn(2.0f, ck_sigmoid(__fdiv_rn(inj[i], hc)));
+}
+
+__global__ void hc_add_kernel(float *X, const float *out, const float *inj, uint64_t H, uint64_t hc)
+{
+	uint64_t t = blockIdx.y;
+	for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < hc * H; j += (uint64_t)gridDim.x * blockDim.x) {
+		uint64_t s = j / H, i = j % H;
+		X[t * hc * H + j] = __fadd_rn(X[t * hc * H + j], __fmul_rn(out[t * H + i], inj[t * hc + s]));
+	}
+}
+
+// One block per (row, stream): the two norms (fixed trees), the gate's dot product, the
+// gated value and its norm, as the CPU's ple_forward loop.
+__global__ void ple_gate_kernel(float *key, const float *X, const float *val, const float *nk, const float *nq,
+				const float *nc, uint64_t H, uint64_t hc, float eps, float *gv, float *gvn)
+{
+	__shared__ float red[CK_BLOCK / 32];
+	uint64_t t = blockIdx.x, s = blockIdx.y, hh = hc * H, off = t * hh + s * H;
+	float *k = key + off;
+	const float *x = X + off;
+	float ssk = 0, ssq = 0;
+
+	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x) {
+		ssk = __fadd_rn(ssk, __fmul_rn(k[i], k[i]));
+		ssq = __fadd_rn(ssq, __fmul_rn(x[i], x[i]));
+	}
+	ssk = ck_block_sum(ssk, red);
+	ssq = ck_block_sum(ssq, red);
+	float rk = 1.0f / sqrtf(ssk / (float)H + eps), rq = 1.0f / sqrtf(ssq / (float)H + eps);
+	float dot = 0;
+	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x) {
+		float kn = __fmul_rn(__fmul_rn(k[i], rk), nk[s * H + i]);
+		float qn = __fmul_rn(__fmul_rn(x[i], rq), nq[s * H + i]);
+		dot = __fadd_rn(dot, __fmul_rn(kn, qn));
+	}
+	dot = ck_block_sum(dot, red);
+	// Every thread has the same dot; the key rows are overwritten only after the dot's
+	// reads (ck_block_sum ends with a barrier).
+	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x)
+		k[i] = __fmul_rn(__fmul_rn(k[i], rk), nk[s * H + i]);
+	float g = __fdiv_rn(dot, sqrtf((float)H));
+	g = __fmul_rn(sqrtf(fmaxf(fabsf(g), 1e-6f)), g > 0 ? 1.0f : g < 0 ? -1.0f : 0.0f);
+	float sg = ck_sigmoid(g);
+	float ssv = 0;
+	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x) {
+		float v = __fmul_rn(sg, val[t * H + i]);
+		gv[off + i] = v;
+		ssv = __fadd_rn(ssv, __fmul_rn(v, v));
+	}
+	ssv = ck_block_sum(ssv, red);
+	float rv = 1.0f / sqrtf(ssv / (float)H + eps);
+	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x)
+		gvn[off + i] = __fmul_rn(__fmul_rn(gv[off + i], rv), nc[s * H + i]);
+}
+
+// One thread per (item, channel): the item's rows in order, then its window moves on. The
+// window is read for every row before it is rewritten, by the same thread.
+__global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *const *states, int slot, const float *gv,
+				const float *gvn, const float *w, uint64_t hh, uint64_t K, uint64_t dil, float *X)
+{
+	uint32_t item = blockIdx.y;
+	uint64_t ch = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x, win = (K - 1) * dil;
+	if (ch >= hh)
+		return;
+	uint64_t t0 = (uint64_t)t0s[item], n = (uint64_t)ns[item];
+	float *st = states[item] + (uint64_t)slot * win * hh;
+	for (uint64_t t = 0; t < n; t++) {
+		float acc = 0;
+		for (uint64_t j = 0; j < K; j++) {
+			int64_t src = (int64_t)t - (int64_t)((K - 1 - j) * dil);
+			float x = src >= 0 ? gvn[(t0 + (uint64_t)src) * hh + ch] : st[(uint64_t)(src + (int64_t)win) * hh + ch];
+			acc = __fadd_rn(acc, __fmul_rn(w[ch * K + j], x));
+		}
+		uint64_t o = (t0 + t) * hh + ch;
+		X[o] = __fadd_rn(X[o], __fadd_rn(gv[o], ck_silu(acc)));
+	}
+	// The window keeps the last win inputs of [old window | new rows], oldest first; entries
+	// are moved up in increasing order, so each old entry is read before it is overwritten.
+	for (uint64_t i = 0; i < win; i++) {
+		int64_t src = (int64_t)n - (int64_t)win + (int64_t)i;
+		st[i * hh + ch] = src >= 0 ? gvn[(t0 + (uint64_t)src) * hh + ch] : st[(uint64_t)(src + (int64_t)win) * hh + ch];
+	}
+}
+
+} // namespace
+
+extern "C" {
+
+int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T, uint64_t H, uint64_t hc, float *x,
+	     void *stream)
+{
+	if (!T)
+		return 0;
+	embed_kernel<<<dim3(ck_blocks(H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream>>>(table, dt, ids, T, H, hc, x);
+	return ck_launched();
+}
+
+int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, float *y, uint64_t ys, uint64_t rows, uint64_t n,
+	       uint64_t group, float eps, void *stream)
+{
+	if (!rows)
+		return 0;
+	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
+		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
+		rmsnorm_kernel<<<dim3((unsigned)nr, (unsigned)(n / group)), CK_BLOCK, 0, (cudaStream_t)stream>>>(
+			x + r0 * xs, xs, w1p, y + r0 * ys, ys, n, group, eps);
+	}
+	return ck_launched();
+}
+
+int ck_rope(float *v, uint64_t T, uint64_t heads, uint64_t hd, uint64_t rot, const int64_t *pos, int64_t pos0,
+	    int64_t pos_step, const float *inv_freq, void *stream)
+{
+	if (!T || rot < 2)
+		return 0;
+	rope_kernel<<<(unsigned)T, CK_BLOCK, 0, (cudaStream_t)stream>>>(v, heads, hd, rot, pos, pos0, pos_step, inv_freq);
+	return ck_launched();
+}
+
+int ck_swiglu(const float *act, uint64_t rows, uint64_t I, float *out, void *stream)
+{
+	if (!rows)
+		return 0;
+	swiglu_wide_kernel<<<dim3(ck_blocks(I), (unsigned)rows), CK_BLOCK, 0, (cudaStream_t)stream>>>(act, I, out);
+	return ck_launched();
+}
+
+int ck_add(float *x, const float *y, uint64_t n, void *stream)
+{
+	if (!n)
+		return 0;
+	add_kernel<<<ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream>>>(x, y, n);
+	return ck_launched();
+}
+
+int ck_attn_gate(const float *att, const float *qg, uint64_t T, uint64_t nq, uint64_t hd, float *out, void *stream)
+{
+	if (!T)
+		return 0;
+	attn_gate_kernel<<<dim3(ck_blocks(nq * hd), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream>>>(att, qg, nq, hd, out);
+	return ck_launched();
+}
+
+int ck_gather_rows(const float *src, uint64_t src_stride, const int32_t *idx, uint64_t rows, uint64_t n, float *dst,
+		   uint64_t dst_stride, void *stream)
+{
+	if (!rows)
+		return 0;
+	gather_kernel<<<dim3(ck_blocks(n), (unsigned)rows), CK_BLOCK, 0, (cudaStream_t)stream>>>(src, src_stride, idx, n, dst,
+												  dst_stride);
+	return ck_launched();
+}
+
+int ck_hc_low_act(float *low, uint64_t n, float hc, void *stream)
+{
+	if (!n)
+		return 0;
+	hc_low_kernel<<<ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream>>>(low, n, hc);
+	return ck_launched();
+}
+
+int ck_hc_combine(const float *mix, const float *xn, uint64_t T, uint64_t H, uint64_t hc, float *mixed, void *stream)
+{
+	if (!T)
+		return 0;
+	hc_combine_kernel<<<dim3(ck_blocks(H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream>>>(mix, xn, H, hc, mixed);
+	return ck_launched();
+}
+
+int ck_hc_inject_act(float *inj, uint64_t n, float hc, void *stream)
+{
+	if (!n)
+		return 0;
+	hc_inject_kernel<<<ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream>>>(inj, n, hc);
+	return ck_launched();
+}
+
+int ck_hc_add_injected(float *X, const float *out, const float *inj, uint64_t T, uint64_t H, uint64_t hc, void *stream)
+{
+	if (!T)
+		return 0;
+	hc_add_kernel<<<dim3(ck_blocks(hc * H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream>>>(X, out, inj, H, hc);
+	return ck_launched();
+}
+
+int ck_ple_gate(float *key, const float *X, const float *val, const float *norm_key, const float *norm_query,
+		const float *norm_conv, uint64_t T, uint64_t H, uint64_t hc, float eps, float *gv, float *gvn, void *stream)
+{
+	if (!T)
+		return 0;
+	ple_gate_kernel<<<dim3((unsigned)T, (unsigned)hc), CK_BLOCK, 0, (cudaStream_t)stream>>>(
+		key, X, val, norm_key, norm_query, norm_conv, H, hc, eps, gv, gvn);
+	return ck_launched();
+}
+
+int ck_ple_conv(const struct ck_step *st, int slot, const float *gv, const float *gvn, const float *w, uint64_t hh,
+		uint64_t K, uint64_t dil, float *X, void *stream)
+{
+	if (!st->n_items)
+		return 0;
+	ple_conv_kernel<<<dim3((unsigned)((hh + CK_BLOCK - 1) / CK_BLOCK), st->n_items), CK_BLOCK, 0, (cudaStream_t)stream>>>(
+		st->t0, st->n, st->ple_state, slot, gv, gvn, w, hh, K, dil, X);
+	return ck_launched();
+}
+
+} // extern "C"
