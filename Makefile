@@ -45,7 +45,7 @@ NVCC_ARCHS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_120a,cod
 NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCHS) -Xcompiler -Wall,-Wextra,-fPIC
 ifeq ($(CUDA),1)
   CPPFLAGS += -DCAPY_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -ldl -lrt
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++ -ldl -lrt
   KERNEL_OBJS = $(patsubst %.cu,$(O)/%.o,$(CUDA_SRCS))
 endif
 
@@ -134,6 +134,7 @@ LIBCORE_OBJS += libcore/text/tok-vocab.o
 LIBCORE_OBJS += libcore/text/toolcall-schema.o
 LIBCORE_OBJS += libcore/text/toolcall.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
+LIBCORE_OBJS += libcore/tool/device.o
 LIBCORE_OBJS += libcore/tool/main.o
 LIBCORE_OBJS += libcore/tool/opt.o
 LIBCORE_OBJS += libcore/tool/progress.o
@@ -147,6 +148,13 @@ LIBCORE_OBJS += libcore/util/log.o
 LIBCORE_OBJS += libcore/util/parse.o
 LIBCORE_OBJS += libcore/util/rng.o
 LIBCORE_OBJS += libcore/util/thread.o
+ifeq ($(CUDA),1)
+  LIBCORE_OBJS += libcore/backend/cuda/backend.o
+  LIBCORE_OBJS += libcore/backend/cuda/blocks.o
+  LIBCORE_OBJS += libcore/backend/cuda/forward.o
+  LIBCORE_OBJS += libcore/backend/cuda/state.o
+  LIBCORE_OBJS += libcore/backend/cuda/weights.o
+endif
 
 PROGRAMS += capy-convert
 PROGRAMS += capy-gen
@@ -181,6 +189,7 @@ FUZZERS += fuzz-template
 FUZZERS += fuzz-tokenizer
 
 # GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one source file each in t/cuda/.
+CUDA_TESTS += u-cuda-model
 
 
 BENCHES += linear-bench
@@ -196,7 +205,7 @@ CUDA_TEST_BINS = $(if $(filter 1,$(CUDA)),$(addprefix $(O)/t/cuda/,$(CUDA_TESTS)
 MANS = $(wildcard man/man1/*.1) $(wildcard man/man7/*.7)
 PUBLIC_HEADERS = $(filter-out %-impl.h,$(wildcard libcore/*/*.h libcore/*/*/*.h)) libcore/core.h
 
-.PHONY: all test test-cuda test-only test-deps check unit bats check-docs check-headers fuzz bench deps install clean help demo serve
+.PHONY: all test test-cuda test-cuda-run test-only test-deps check unit bats check-docs check-headers fuzz bench deps install clean help demo serve
 .DEFAULT_GOAL := all
 
 # With CUDA, `all` builds the GPU tests too: CI compiles every kernel and test for both
@@ -257,9 +266,13 @@ bats: all $(UNIT_BINS) $(HELPER_BINS)
 	$(QUIET)CAPY_BUILD=$(abspath $(O)) CAPY_SAN=$(SAN) PATH="$(abspath $(O))/bin:$$PATH" bats t/
 
 # `make test-cuda`: every GPU test on this machine's first GPU (CAPY_GPU picks another).
+# test-cuda-run runs what is built (on a GPU machine given the build: t/cuda/device-run.sh).
 test-cuda: all
+	$(QUIET)$(MAKE) --no-print-directory test-cuda-run
+
+test-cuda-run:
 	$(QUIET)if [ "$(CUDA)" != 1 ]; then echo "make test-cuda: this build has no CUDA (nvcc not found, or CUDA=0)"; exit 2; fi
-	$(QUIET)set -e; for t in $(CUDA_TEST_BINS); do echo "*** $$t"; $$t; done
+	$(QUIET)set -e; for t in $(CUDA_TEST_BINS); do echo "*** $$t"; $$t; done; echo "*** t/cuda/tools.sh"; CAPY_BUILD=$(O) t/cuda/tools.sh
 
 # `make check`: the same tests built with AddressSanitizer and UBSan.
 check:

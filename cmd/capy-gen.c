@@ -24,7 +24,8 @@ static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt
 	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop;
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos;
-static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1;
+static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu;
+static uint64_t opt_gpu_mem;
 static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_presence, opt_frequency;
 
 static const struct capy_opt opts[] = {
@@ -50,7 +51,9 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_DOUBLE(0, "frequency-penalty", &opt_frequency, "f", "frequency penalty", -100, 100),
 	CAPY_OPT_INT(0, "seed", &opt_seed, "n", "random seed (default: from the clock, printed)", 0, 9007199254740991.0),
 	CAPY_OPT_GROUP("Engine"),
-	CAPY_OPT_STRING(0, "device", &opt_device, "cpu", "where to run (cpu)"),
+	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
+	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
+	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
 	CAPY_OPT_GROUP("Text utilities"),
@@ -293,6 +296,7 @@ static int generate(const char *model)
 	struct capy_artifact *a;
 	struct capy_assets as;
 	struct capy_engine *e;
+	struct capy_engine_opts eo = { 0 };
 	struct capy_seq *s;
 	struct capy_sampler *smp;
 	struct capy_tokens prompt = { 0 };
@@ -324,8 +328,10 @@ static int generate(const char *model)
 	}
 	if (!prompt.n)
 		capy_die("the prompt is empty");
-	if (capy_engine_new(&e, a, &(struct capy_engine_opts){ .threads = (int)opt_threads, .kv = parse_kv() },
-			    &err) < 0 ||
+	eo.threads = (int)opt_threads;
+	eo.kv = parse_kv();
+	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
+	if (capy_engine_new(&e, a, &eo, &err) < 0 ||
 	    capy_seq_new(e, &s, &err) < 0)
 		capy_die("%s", err.msg);
 	sp = (struct capy_sampler_params){
@@ -427,8 +433,8 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, "unexpected argument '%s'", argv[1]);
 	if (modes > 1)
 		capy_usage_error(usage, opts, "--tokenize, --detokenize and --render exclude each other");
-	if (strcmp(opt_device, "cpu"))
-		capy_usage_error(usage, opts, "--device: '%s' is not available in this build (cpu is)", opt_device);
+	if (!capy_engine_device_available(opt_device))
+		capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &(struct capy_engine_opts){ 0 });
 	if (opt_tokenize)
 		return model ? tokenize(model) : (capy_usage_error(usage, opts, "--tokenize needs a model or tokenizer.json"), 2);
 	if (opt_detokenize)

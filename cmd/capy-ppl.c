@@ -16,8 +16,9 @@ static const char *const usage[] = {
 };
 
 static bool opt_ids, opt_json, opt_per_token, opt_quiet;
-static int64_t opt_ctx = 2048, opt_stride, opt_threads;
-static const char *opt_argmax, *opt_kv = "bf16";
+static int64_t opt_ctx = 2048, opt_stride, opt_threads, opt_gpu;
+static uint64_t opt_gpu_mem;
+static const char *opt_argmax, *opt_kv = "bf16", *opt_device = "cpu";
 
 static const struct capy_opt opts[] = {
 	CAPY_OPT_FLAG(0, "ids", &opt_ids, "the file holds whitespace-separated token ids, not text"),
@@ -28,6 +29,9 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "argmax-counts", &opt_argmax, "out",
 			"write how often each token id was the argmax (input of capy-shortlist)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
+	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
+	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
+	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
 	CAPY_OPT_FLAG('q', "quiet", &opt_quiet, "no progress or timing on stderr"),
 	CAPY_OPT_END(),
@@ -82,6 +86,7 @@ int cmd_main(int argc, char **argv)
 	struct capy_artifact *a;
 	struct capy_assets as;
 	struct capy_engine *e;
+	struct capy_engine_opts eo = { 0 };
 	struct capy_tokens toks = { 0 };
 	struct capy_err err = { 0 };
 	enum capy_kv_dtype kv;
@@ -125,7 +130,10 @@ int cmd_main(int argc, char **argv)
 	N = toks.n;
 	if (N < 2)
 		capy_die("'%s' holds %" PRIu64 " tokens; at least 2 are needed", argv[1], N);
-	if (capy_engine_new(&e, a, &(struct capy_engine_opts){ .threads = (int)opt_threads, .kv = kv }, &err) < 0)
+	eo.threads = (int)opt_threads;
+	eo.kv = kv;
+	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
+	if (capy_engine_new(&e, a, &eo, &err) < 0)
 		capy_die("%s", err.msg);
 	V = capy_engine_config(e)->vocab_size;
 	logits = malloc((size_t)CAPY_MIN((uint64_t)opt_ctx, N) * V * sizeof(float));

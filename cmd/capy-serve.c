@@ -37,7 +37,8 @@ static const char *opt_host = "127.0.0.1", *opt_model_id, *opt_api_key, *opt_api
 		  *opt_template, *opt_tokenizer, *opt_tokcfg, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg;
 static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, opt_queue = 256, opt_chunk = 256,
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
-	       opt_max_tokens;
+	       opt_max_tokens, opt_gpu;
+static uint64_t opt_gpu_mem;
 static double opt_cache_mib = 1024, opt_request_timeout = 30, opt_idle_timeout = 75, opt_shutdown = 10;
 static uint64_t opt_max_body = 32u << 20;
 static bool opt_log_prompts;
@@ -78,7 +79,9 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "chat-template", &opt_template, "file", "chat template (instead of the model's)"),
 	CAPY_OPT_STRING(0, "tokenizer", &opt_tokenizer, "file", "tokenizer.json (instead of the model's)"),
 	CAPY_OPT_STRING(0, "tokenizer-config", &opt_tokcfg, "file", "tokenizer_config.json (special tokens)"),
-	CAPY_OPT_STRING(0, "device", &opt_device, "cpu", "where to run (cpu)"),
+	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
+	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
+	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "attention cache type (default bf16)"),
 	CAPY_OPT_FLAG(0, "log-prompts", &opt_log_prompts, "put rendered prompts into the request log"),
@@ -226,8 +229,7 @@ int cmd_main(int argc, char **argv)
 	n = capy_opt_parse(nargs, args, usage, opts);
 	if (n != 1)
 		capy_usage_error(usage, opts, n ? "unexpected argument '%s'" : "no model given", n ? args[1] : "");
-	if (!capy_engine_device_available(opt_device))
-		capy_usage_error(usage, opts, "--device: '%s' is not available in this build (cpu is)", opt_device);
+	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	so.n_api_keys = load_keys(&keys);
 	so.api_keys = keys;
 
@@ -253,7 +255,6 @@ int cmd_main(int argc, char **argv)
 	eo.threads = (int)opt_threads;
 	eo.kv = parse_kv();
 	eo.step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency;
-	eo.device = opt_device;
 	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */
 	if (capy_engine_new(&e, a, &eo, &err) < 0)
 		capy_die("%s", err.msg);

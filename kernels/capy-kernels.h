@@ -127,10 +127,11 @@ int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T
 	     float *x, void *stream);
 
 /* Zero-centred RMSNorm over `rows` rows of n values (x row stride xs, y row stride ys), in
- * groups of `group` values (group == n: the whole row): y = (x * r) * w1p[i] with
- * r = 1 / sqrtf(sum(x^2) / group + eps); w1p has n entries. x and y may alias. */
-int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, float *y, uint64_t ys, uint64_t rows, uint64_t n,
-	       uint64_t group, float eps, void *stream);
+ * groups of `group` values (group == n: the whole row): y = (x * r) * w1p[i % wn] with
+ * r = 1 / sqrtf(sum(x^2) / group + eps), i the index in the row (wn = n: a weight per value
+ * of the row; wn = group: the same weights for every group). x and y may alias. */
+int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float *y, uint64_t ys, uint64_t rows,
+	       uint64_t n, uint64_t group, float eps, void *stream);
 
 /* NeoX RoPE in place on the first rot dims of each of `heads` vectors of hd floats per row
  * (row stride heads * hd): pairs (i, i + rot/2), angle pos[t] * inv_freq[i] in fp32. With
@@ -193,9 +194,12 @@ int ck_kv_store(const struct ck_step *st, const struct ck_kv_layer *l, const flo
  * q . k / sqrt(hd) in fp32, softmax (max, exp(s - max), sum in key order), values summed in
  * key order weighted by exp / sum. q [T][nq][hd]; out [T][nq][hd]. sel (QSA): NULL, or
  * [T][sel_stride] bytes, key j visible to row t only where sel[t * sel_stride + j] != 0.
- * As the CPU's attn_heads (before its output gate; ck_attn_gate applies that). */
+ * As the CPU's attn_heads (before its output gate; ck_attn_gate applies that).
+ * ws: ck_attention_ws_bytes(T, nq, hd, max_ctx) bytes of device memory for the partial
+ * results of a split over the keys; max_ctx bounds every row's pos + 1. */
+size_t ck_attention_ws_bytes(uint64_t T, uint64_t nq, uint64_t hd, uint64_t max_ctx);
 int ck_attention(const struct ck_step *st, const struct ck_kv_layer *l, const float *q, uint64_t nq,
-		 const uint8_t *sel, uint64_t sel_stride, float *out, void *stream);
+		 const uint8_t *sel, uint64_t sel_stride, float *out, void *ws, void *stream);
 
 /* QSA: store each row's raw indexer key (idx [T][row_stride], the key at column key_col,
  * idh floats) in its page (idx_keys field). */

@@ -20,8 +20,8 @@ __global__ void embed_kernel(const void *table, int dt, const int32_t *ids, uint
 }
 
 // One block per (row, group): the sum of squares in a fixed tree, then the scaling.
-__global__ void rmsnorm_kernel(const float *x, uint64_t xs, const float *w, float *y, uint64_t ys, uint64_t n,
-			       uint64_t group, float eps)
+__global__ void rmsnorm_kernel(const float *x, uint64_t xs, const float *w, uint64_t wn, float *y, uint64_t ys,
+			       uint64_t n, uint64_t group, float eps)
 {
 	__shared__ float red[CK_BLOCK / 32];
 	uint64_t r = blockIdx.x, g0 = (uint64_t)blockIdx.y * group;
@@ -34,7 +34,7 @@ __global__ void rmsnorm_kernel(const float *x, uint64_t xs, const float *w, floa
 	ss = ck_block_sum(ss, red);
 	float rs = 1.0f / sqrtf(ss / (float)group + eps);
 	for (uint64_t i = threadIdx.x; i < group; i += blockDim.x)
-		yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), w[g0 + i]);
+		yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), w[(g0 + i) % wn]);
 	(void)n;
 }
 
@@ -203,15 +203,15 @@ int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T
 	return ck_launched();
 }
 
-int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, float *y, uint64_t ys, uint64_t rows, uint64_t n,
-	       uint64_t group, float eps, void *stream)
+int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float *y, uint64_t ys, uint64_t rows,
+	       uint64_t n, uint64_t group, float eps, void *stream)
 {
 	if (!rows)
 		return 0;
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		rmsnorm_kernel<<<dim3((unsigned)nr, (unsigned)(n / group)), CK_BLOCK, 0, (cudaStream_t)stream>>>(
-			x + r0 * xs, xs, w1p, y + r0 * ys, ys, n, group, eps);
+			x + r0 * xs, xs, w1p, wn, y + r0 * ys, ys, n, group, eps);
 	}
 	return ck_launched();
 }

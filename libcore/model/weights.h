@@ -96,6 +96,10 @@ void capy_weights_release(struct capy_weights *w);
 void capy_weights_each_linear(const struct capy_weights *w, const struct capy_model_config *c,
 			      void (*fn)(const struct capy_linear *l, void *ctx), void *ctx);
 
+/* What a decode step reads: every matrix once, k of each layer's experts, and, of the PLE
+ * tables, one token's rows (not the embedding row, which is tiny). */
+uint64_t capy_weights_decode_bytes(const struct capy_weights *w, const struct capy_model_config *c);
+
 /* PLE: the table row of every n-gram head (orders 2..ngram_size, heads_per_ngram each) for
  * the token at index p of hist, where hist[0 .. p] are the token ids up to it (the
  * sequence's saved context first): the n-grams ending at it, not crossing an EOS, padded

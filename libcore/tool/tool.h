@@ -107,4 +107,11 @@ double capy_now(void);
 /* Peak resident set size of this process in bytes (0 if unknown). */
 uint64_t capy_peak_rss(void);
 
+/* --device, --gpu and --gpu-mem of the tools that run a model: the device must be a backend
+ * of this build (a usage error names the ones there are); the values go into the engine's
+ * options (struct capy_engine_opts). */
+struct capy_engine_opts;
+void capy_device_opts(const char *const *usage, const struct capy_opt *opts, const char *device, int64_t gpu,
+		      uint64_t gpu_mem, struct capy_engine_opts *eo);
+
 #endif

@@ -106,7 +106,7 @@ static inline bool test_gpu_init(void)
 		fprintf(stderr, "no CUDA device\n");
 		return false;
 	}
-	CUDA_OK(cudaSetDevice(g ? atoi(g) : 0));
+	CUDA_OK(cudaSetDevice(g ? (int)strtol(g, NULL, 10) : 0));
 	return true;
 }
 

@@ -163,55 +163,11 @@ static int cpu_threads(const struct capy_engine *core)
 	return ((const struct cpu_engine *)core->be)->nth;
 }
 
-static uint64_t linear_bytes(const struct capy_linear *l)
-{
-	if (l->dtype == CAPY_DT_NVFP4) {
-		struct capy_nvfp4_layout lay;
-		capy_nvfp4_layout(l->n, l->k, l->nparts ? l->nparts : 1, &lay);
-		return lay.slice_bytes;
-	}
-	return l->n * l->k * capy_dtype_size(l->dtype);
-}
-
-static uint64_t hc_bytes(const struct capy_hc_w *h)
-{
-	return linear_bytes(&h->down) + linear_bytes(&h->up) + (h->has_inject ? linear_bytes(&h->inject) : 0);
-}
-
-/* What a decode step reads: every matrix once, k of each layer's experts, and, of the PLE
- * tables, one token's rows (not the embedding row, which is tiny). */
 static uint64_t cpu_weight_bytes(const struct capy_engine *core)
 {
 	const struct cpu_engine *e = core->be;
-	const struct capy_model_config *c = &e->c;
-	uint64_t b = linear_bytes(&e->w.lm_head);
-	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
 
-	if (q4)
-		b += hc_bytes(&e->w.hc_final);
-	for (uint64_t i = 0; i < c->n_layers; i++) {
-		const struct capy_layer_w *l = &e->w.layers[i];
-		if (q4)
-			b += hc_bytes(&l->hc_attn) + hc_bytes(&l->hc_mlp);
-		if (l->has_ple)
-			b += linear_bytes(&l->ple.key) + linear_bytes(&l->ple.value) +
-			     (c->ngram_size - 1) * c->heads_per_ngram * l->ple.hd * capy_dtype_size(l->ple.table_dtype);
-		if (l->attn.qsa)
-			b += linear_bytes(&l->attn.idx_qk);
-		if (l->type == CAPY_LAYER_LINEAR)
-			b += linear_bytes(&l->gdn.qkv) + linear_bytes(&l->gdn.z) + linear_bytes(&l->gdn.b) +
-			     linear_bytes(&l->gdn.a) + linear_bytes(&l->gdn.out);
-		else
-			b += linear_bytes(&l->attn.q) + linear_bytes(&l->attn.k) + linear_bytes(&l->attn.v) +
-			     linear_bytes(&l->attn.o);
-		if (l->moe)
-			b += linear_bytes(&l->moe_w.router) + c->n_experts_per_tok *
-				(linear_bytes(&l->moe_w.gate_up[0]) + linear_bytes(&l->moe_w.down[0])) +
-			     linear_bytes(&l->moe_w.shared.gate_up) + linear_bytes(&l->moe_w.shared.down);
-		else
-			b += linear_bytes(&l->mlp.gate_up) + linear_bytes(&l->mlp.down);
-	}
-	return b;
+	return capy_weights_decode_bytes(&e->w, &e->c);
 }
 
 const struct capy_backend_ops capy_backend_cpu = {

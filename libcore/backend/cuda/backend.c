@@ -1,0 +1,239 @@
+/* backend.c - the CUDA backend: opening it on a device (the weights copied, the step's
+ * buffers sized for e->step_tokens tokens, the page layout), its table of operations.
+ * The device memory it takes is counted in device_bytes and checked against --gpu-mem. */
+#include "cuda-impl.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t widest(const struct capy_model_config *c)
+{
+	uint64_t hd = c->head_dim, w = c->hidden_size * (c->hc_count ? c->hc_count : 1);
+	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + c->linear_value_heads * c->linear_value_head_dim;
+	uint64_t v[] = { w, conv, c->n_heads * 2 * hd, 4 * c->linear_value_heads, c->n_experts,
+			 2 * c->moe_intermediate_size, 2 * c->shared_expert_intermediate_size,
+			 2 * c->intermediate_size, (c->indexer_n_heads + 1) * c->indexer_head_dim,
+			 c->hc_lowrank, c->ple_embed_dim };
+
+	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
+		w = CAPY_MAX(w, v[i]);
+	return w;
+}
+
+struct ws_need {
+	const struct cuda_engine *e;
+	size_t bytes;
+};
+
+static void lin_ws(const struct capy_linear *l, void *p)
+{
+	struct ws_need *n = p;
+	struct ck_linear d = { 0 };
+
+	d.dtype = l->dtype == CAPY_DT_NVFP4 ? CK_NVFP4 : CK_BF16;
+	d.n = l->n;
+	d.k = l->k;
+	d.nparts = l->nparts;
+	for (uint32_t i = 0; i < l->nparts && i < CK_MAX_PARTS; i++) {
+		d.part_rows[i] = l->part_rows[i];
+		d.scale2[i] = l->scale2[i];
+		d.input_scale[i] = l->input_scale[i];
+	}
+	n->bytes = CAPY_MAX(n->bytes, ck_linear_ws_bytes(&d, n->e->s.tmax));
+}
+
+struct dev_alloc {
+	void **p;
+	size_t bytes;
+};
+
+static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	struct cu_scratch *s = &e->s;
+	uint64_t T = s->tmax, H = c->hidden_size, hh = H * (c->hc_count ? c->hc_count : 1), wide = widest(c);
+	uint64_t k = c->n_experts_per_tok ? c->n_experts_per_tok : 1, V = c->vocab_size;
+	struct ws_need need = { e, 0 };
+	cudaError_t rc;
+
+	capy_weights_each_linear(&e->hw, c, lin_ws, &need);
+	s->lin_ws_bytes = need.bytes;
+	for (uint64_t i = 0; i < c->n_layers; i++)
+		if (e->layers[i].h->moe) {
+			s->moe_ws_bytes = ck_moe_ws_bytes(&e->layers[i].moe.gate_up, &e->layers[i].moe.down, T * k);
+			break;
+		}
+	s->logits_rows = CAPY_MIN(T, 64);
+	struct dev_alloc d[] = {
+		{ (void **)&s->x, T * hh * 4 },	       { (void **)&s->xn, T * hh * 4 },
+		{ (void **)&s->blk, T * H * 4 },       { (void **)&s->out, T * H * 4 },
+		{ (void **)&s->inj, T * (c->hc_count + 1) * 4 },
+		{ (void **)&s->mix, T * wide * 4 },    { (void **)&s->tmp, T * wide * 4 },
+		{ (void **)&s->big1, T * wide * 4 },   { (void **)&s->big2, T * wide * 4 },
+		{ (void **)&s->big3, T * wide * 4 },   { (void **)&s->moe_out, T * k * H * 4 },
+		{ (void **)&s->moe_w, T * k * 4 },     { (void **)&s->moe_ids, T * k * 4 },
+		{ (void **)&s->ple_emb, (uint64_t)e->hw.n_ple * T * c->ple_embed_dim * 4 },
+		{ (void **)&s->rows, s->logits_rows * hh * 4 }, { (void **)&s->hid, s->logits_rows * H * 4 },
+		{ (void **)&s->logits, s->logits_rows * V * 4 }, { (void **)&s->row_idx, s->logits_rows * 4 },
+		{ &s->lin_ws, s->lin_ws_bytes },       { &s->moe_ws, s->moe_ws_bytes },
+	};
+	for (size_t i = 0; i < ARRAY_SIZE(d); i++) {
+		if ((rc = cudaMalloc(d[i].p, d[i].bytes ? d[i].bytes : 16)) != cudaSuccess)
+			return capy_err_set(err, CAPY_ENOMEM, "cuda: %" PRIu64 " MiB for the step's buffers: %s",
+					    (uint64_t)d[i].bytes >> 20, cudaGetErrorString(rc));
+		e->device_bytes += d[i].bytes;
+	}
+	if ((rc = cudaMallocHost((void **)&s->logits_host, s->logits_rows * V * 4)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->row_idx_host, s->logits_rows * 4)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->ple_host, (uint64_t)e->hw.n_ple * T * c->ple_embed_dim * 4 + 16)) != cudaSuccess)
+		return cu_err(err, rc, "allocating pinned host buffers");
+	s->row_dst = calloc(s->logits_rows, sizeof(*s->row_dst));
+	s->hist = calloc(16 + T, sizeof(*s->hist));
+	if (!s->row_dst || !s->hist)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	return 0;
+}
+
+static void free_scratch(struct cu_scratch *s)
+{
+	void *d[] = { s->x, s->xn, s->blk, s->out, s->inj, s->mix, s->tmp, s->big1, s->big2, s->big3, s->moe_out,
+		      s->moe_w, s->moe_ids, s->ple_emb, s->rows, s->hid, s->logits, s->row_idx, s->lin_ws, s->moe_ws,
+		      s->attn_ws, s->sel, s->meta_dev };
+
+	for (size_t i = 0; i < ARRAY_SIZE(d); i++)
+		cudaFree(d[i]);
+	cudaFreeHost(s->logits_host);
+	cudaFreeHost(s->row_idx_host);
+	cudaFreeHost(s->ple_host);
+	cudaFreeHost(s->meta_host);
+	free(s->row_dst);
+	free(s->hist);
+	memset(s, 0, sizeof(*s));
+}
+
+static void cu_close(struct capy_engine *core);
+
+static int cu_open(struct capy_engine *core, struct capy_err *err)
+{
+	struct cuda_engine *e = calloc(1, sizeof(*e));
+	const struct capy_model_config *c;
+	int n_dev = 0, rc;
+	cudaError_t r;
+
+	if (!e)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	core->be = e;
+	e->core = core;
+	e->a = core->a;
+	e->c = core->c;
+	e->opts = core->opts;
+	c = &e->c;
+	e->s.tmax = core->step_tokens;
+	if ((r = cudaGetDeviceCount(&n_dev)) != cudaSuccess || n_dev == 0) {
+		rc = capy_err_set(err, CAPY_EUNSUPPORTED, "cuda: no CUDA device (%s)",
+				  r == cudaSuccess ? "none found" : cudaGetErrorString(r));
+		goto fail;
+	}
+	if (e->opts.gpu < 0 || e->opts.gpu >= n_dev) {
+		rc = capy_err_set(err, CAPY_EINVAL, "cuda: --gpu %d: this machine has %d CUDA device%s", e->opts.gpu, n_dev,
+				  n_dev == 1 ? "" : "s");
+		goto fail;
+	}
+	e->device = e->opts.gpu;
+	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess) {
+		rc = cu_err(err, r, "opening the device");
+		goto fail;
+	}
+	if ((rc = capy_weights_bind(&e->hw, e->a, c, err)) < 0 || (rc = cu_weights_upload(e, err)) < 0 ||
+	    (rc = alloc_scratch(e, err)) < 0 || (rc = cu_pages_layout(e, err)) < 0)
+		goto fail;
+	e->gdn.nk = c->linear_key_heads;
+	e->gdn.nv = c->linear_value_heads;
+	e->gdn.dk = c->linear_key_head_dim;
+	e->gdn.dv = c->linear_value_head_dim;
+	e->gdn.K = c->linear_conv_kernel;
+	e->gdn.C = 2 * e->gdn.nk * e->gdn.dk + e->gdn.nv * e->gdn.dv;
+	e->gdn_floats = e->hw.n_gdn ? ck_gdn_state_floats(&e->gdn) : 0;
+	e->ple_floats = (c->ple_conv_kernel ? c->ple_conv_kernel - 1 : 0) * c->ngram_size * c->hc_count * c->hidden_size;
+	/* inv_freq[i] = 1 / theta^(2i / rot), each step in float32 as transformers computes it
+	 * (the CPU backend's table, uploaded). */
+	e->rot = (uint64_t)((double)c->head_dim * c->partial_rotary_factor);
+	{
+		float *f = calloc(e->rot / 2 + 1, sizeof(float));
+		if (!f) {
+			rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
+			goto fail;
+		}
+		for (uint64_t i = 0; i < e->rot / 2; i++)
+			f[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)e->rot);
+		r = cudaMalloc((void **)&e->inv_freq, (e->rot / 2 + 1) * sizeof(float));
+		if (r == cudaSuccess)
+			r = cudaMemcpy(e->inv_freq, f, (e->rot / 2 + 1) * sizeof(float), cudaMemcpyHostToDevice);
+		free(f);
+		if (r != cudaSuccess) {
+			rc = cu_err(err, r, "copying the RoPE table");
+			goto fail;
+		}
+	}
+	if (e->opts.gpu_mem && e->device_bytes > e->opts.gpu_mem) {
+		rc = capy_err_set(err, CAPY_ENOMEM,
+				  "cuda: the model needs %" PRIu64 " MiB of device memory (weights %" PRIu64
+				  " MiB, step buffers for %" PRIu64 " tokens the rest): more than --gpu-mem %" PRIu64 " MiB",
+				  e->device_bytes >> 20, e->weights_dev_bytes >> 20, e->s.tmax, e->opts.gpu_mem >> 20);
+		goto fail;
+	}
+	return 0;
+fail:
+	cu_close(core);
+	return rc;
+}
+
+static void cu_close(struct capy_engine *core)
+{
+	struct cuda_engine *e = core->be;
+
+	if (!e)
+		return;
+	if (e->stream)
+		cudaStreamSynchronize(e->stream);
+	free_scratch(&e->s);
+	cu_weights_release(e);
+	capy_weights_release(&e->hw);
+	cudaFree(e->pages);
+	cudaFree(e->inv_freq);
+	free(e->kv);
+	if (e->stream)
+		cudaStreamDestroy(e->stream);
+	free(e);
+	core->be = NULL;
+}
+
+static int cu_threads(const struct capy_engine *core)
+{
+	(void)core;
+	return 1;
+}
+
+static uint64_t cu_weight_bytes(const struct capy_engine *core)
+{
+	const struct cuda_engine *e = core->be;
+
+	return capy_weights_decode_bytes(&e->hw, &e->c);
+}
+
+const struct capy_backend_ops capy_backend_cuda = {
+	.name = "cuda",
+	.open = cu_open,
+	.close = cu_close,
+	.threads = cu_threads,
+	.weight_bytes = cu_weight_bytes,
+	.page_bytes = cu_page_bytes,
+	.pages_reserve = cu_pages_reserve,
+	.page_copy = cu_page_copy,
+	.state_bytes = cu_state_bytes,
+	.state_new = cu_state_new,
+	.state_copy = cu_state_copy,
+	.state_free = cu_state_free,
+	.step = cu_step,
+};

@@ -1,0 +1,157 @@
+/* blocks.c - the blocks of a layer on the GPU, each the CPU backend's block (libcore/backend/
+ * cpu: attention.c, gdn.c, moe.c, hc.c, ple.c) as a sequence of kernels on the step's stream:
+ * gated attention with its KV pages and the QSA indexer, Gated DeltaNet, the SwiGLU MLP and
+ * the MoE block, the hyper-connection mixer and PLE. Buffers are the step's scratch (the
+ * same roles as the CPU's); every kernel runs over all rows of the step at once. */
+#include "cuda-impl.h"
+
+#define TRY(call, what)                                                 \
+	do {                                                            \
+		int rc_ = (call);                                       \
+		if (rc_)                                                \
+			return cu_check(err, rc_, what);                \
+	} while (0)
+
+int cu_linear(struct cuda_engine *e, const struct ck_linear *w, const float *x, uint64_t m, float *y,
+	      struct capy_err *err)
+{
+	TRY(ck_linear(w, x, m, y, e->s.lin_ws, e->stream), "linear");
+	return 0;
+}
+
+#define LIN(w, x, m, y)                                                 \
+	do {                                                            \
+		int rc_ = cu_linear(e, (w), (x), (m), (y), err);       \
+		if (rc_ < 0)                                            \
+			return rc_;                                     \
+	} while (0)
+
+int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	const struct cu_attn *a = &l->attn;
+	const struct ck_step *st = &e->step;
+	const struct ck_kv_layer *kv = &e->kv[l->h->kv_slot];
+	uint64_t T = st->T, hd = c->head_dim, nq = c->n_heads, nkv = c->n_kv_heads;
+	float *qg = e->s.big1, *k = e->s.big2, *v = e->s.big3, *q = e->s.tmp, *att = e->s.mix;
+	float eps = (float)c->rms_norm_eps;
+	const uint8_t *sel = NULL;
+	void *s = e->stream;
+
+	LIN(&a->q, xn, T, qg);
+	LIN(&a->k, xn, T, k);
+	LIN(&a->v, xn, T, v);
+	/* q: per head the first hd of [query | gate], normed into q; k normed in place. */
+	TRY(ck_rmsnorm(qg, 2 * hd, a->q_norm, hd, q, hd, T * nq, hd, hd, eps, s), "q norm");
+	TRY(ck_rope(q, T, nq, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "q rope");
+	TRY(ck_rmsnorm(k, hd, a->k_norm, hd, k, hd, T * nkv, hd, hd, eps, s), "k norm");
+	TRY(ck_rope(k, T, nkv, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "k rope");
+	TRY(ck_kv_store(st, kv, k, v, s), "kv store");
+	if (a->qsa) {
+		uint64_t ih = c->indexer_head_dim, ni = c->indexer_n_heads, w = (ni + 1) * ih, ratio = c->indexer_compress_ratio;
+		float *idx = e->s.big2, *iq = e->s.big3; /* k and v are in the cache now */
+		LIN(&a->idx_qk, xn, T, idx);
+		TRY(ck_qsa_store_keys(st, kv, idx, w, ni * ih, ih, s), "qsa keys");
+		TRY(ck_rmsnorm(idx, w, a->idx_q_norm, ih, iq, ni * ih, T, ni * ih, ih, eps, s), "qsa q norm");
+		TRY(ck_rope(iq, T, ni, ih, e->rot, st->pos, 0, 0, e->inv_freq, s), "qsa q rope");
+		TRY(ck_qsa_update_blocks(st, kv, ih, ratio, a->idx_k_norm, eps, e->rot, e->inv_freq, s), "qsa blocks");
+		TRY(ck_qsa_select(st, kv, iq, ni, ih, ratio, c->indexer_budget / ratio, e->s.sel, e->s.sel_cap, s),
+		    "qsa select");
+		sel = e->s.sel;
+	}
+	TRY(ck_attention(st, kv, q, nq, sel, e->s.sel_cap, att, e->s.attn_ws, s), "attention");
+	TRY(ck_attn_gate(att, qg, T, nq, hd, q, s), "attention gate");
+	LIN(&a->o, q, T, out);
+	return 0;
+}
+
+int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	const struct cu_gdn *w = &l->gdn;
+	const struct ck_step *st = &e->step;
+	uint64_t T = st->T, nv = c->linear_value_heads, dv = c->linear_value_head_dim;
+	float *qkv = e->s.big1, *conv = e->s.big2, *z = e->s.big3, *ba = e->s.tmp, *o = e->s.mix;
+	float *bb = ba, *aa = ba + T * nv, *beta = aa + T * nv, *g = beta + T * nv;
+	int slot = l->h->gdn_slot;
+	void *s = e->stream;
+
+	LIN(&w->qkv, xn, T, qkv);
+	LIN(&w->z, xn, T, z);
+	LIN(&w->b, xn, T, bb);
+	LIN(&w->a, xn, T, aa);
+	TRY(ck_gdn_conv(st, &e->gdn, slot, qkv, w->conv, conv, s), "gdn conv");
+	TRY(ck_gdn_gates(bb, aa, w->neg_a, w->dt_bias, T, nv, beta, g, s), "gdn gates");
+	TRY(ck_gdn_recurrent(st, &e->gdn, slot, conv, beta, g, o, s), "gdn recurrence");
+	TRY(ck_gdn_gated_norm(o, z, w->norm, T, nv, dv, (float)c->rms_norm_eps, c->output_gate_sigmoid, s), "gdn norm");
+	LIN(&w->out, o, T, out);
+	return 0;
+}
+
+/* SwiGLU MLP: gate_up into act, silu(gate) * up into mid, down into out. */
+static int mlp(struct cuda_engine *e, const struct cu_mlp *m, const float *xn, uint64_t T, float *out, float *act,
+	       float *mid, struct capy_err *err)
+{
+	LIN(&m->gate_up, xn, T, act);
+	TRY(ck_swiglu(act, T, m->gate_up.n / 2, mid, e->stream), "swiglu");
+	LIN(&m->down, mid, T, out);
+	return 0;
+}
+
+int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	const struct cu_moe *m = &l->moe;
+	uint64_t T = e->step.T, k = c->n_experts_per_tok;
+	struct cu_scratch *sc = &e->s;
+	int rc;
+
+	if (!l->h->moe)
+		return mlp(e, &l->mlp, xn, T, out, sc->big1, sc->big2, err);
+	LIN(&m->router, xn, T, sc->big1);
+	TRY(ck_moe_route(sc->big1, T, c->n_experts, k, c->norm_topk_prob, sc->moe_ids, sc->moe_w, e->stream), "router");
+	TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, sc->moe_out, sc->moe_ws, e->stream), "experts");
+	if ((rc = mlp(e, &m->shared, xn, T, sc->tmp, sc->big3, sc->mix, err)) < 0)
+		return rc;
+	LIN(&m->shared_gate, xn, T, sc->big2);
+	TRY(ck_moe_combine(sc->moe_out, sc->moe_w, sc->tmp, sc->big2, T, k, c->hidden_size, out, e->stream), "moe combine");
+	return 0;
+}
+
+int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, const float *X, uint64_t T, float *mixed, float *inj,
+	      struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	uint64_t H = c->hidden_size, hc = c->hc_count, hh = hc * H, r = c->hc_lowrank;
+	float *low = e->s.big1, *mix = e->s.big2, *xn = e->s.xn;
+	void *s = e->stream;
+
+	TRY(ck_rmsnorm(X, hh, h->norm, hh, xn, hh, T, hh, H, (float)c->rms_norm_eps, s), "hc norm");
+	LIN(&h->down, xn, T, low);
+	TRY(ck_hc_low_act(low, T * r, (float)hc, s), "hc low");
+	LIN(&h->up, low, T, mix);
+	TRY(ck_hc_combine(mix, xn, T, H, hc, mixed, s), "hc combine");
+	if (inj) {
+		LIN(&h->inject, xn, T, inj);
+		TRY(ck_hc_inject_act(inj, T * hc, (float)hc, s), "hc inject");
+	}
+	return 0;
+}
+
+int cu_ple(struct cuda_engine *e, const struct cu_layer *l, float *X, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	const struct cu_ple *p = &l->ple;
+	uint64_t T = e->step.T, H = c->hidden_size, hc = c->hc_count, hh = hc * H;
+	const float *emb = e->s.ple_emb + (uint64_t)l->h->ple_slot * e->s.tmax * c->ple_embed_dim;
+	float *key = e->s.big1, *val = e->s.big2, *gv = e->s.tmp, *gvn = e->s.mix;
+	void *s = e->stream;
+
+	LIN(&p->key, emb, T, key);
+	LIN(&p->value, emb, T, val);
+	TRY(ck_ple_gate(key, X, val, p->norm_key, p->norm_query, p->norm_conv, T, H, hc, (float)c->rms_norm_eps, gv, gvn, s),
+	    "ple gate");
+	TRY(ck_ple_conv(&e->step, l->h->ple_slot, gv, gvn, p->conv, hh, c->ple_conv_kernel, c->ngram_size, X, s),
+	    "ple conv");
+	return 0;
+}

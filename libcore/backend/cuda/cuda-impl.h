@@ -1,0 +1,167 @@
+/* cuda-impl.h - the CUDA backend's private structures: the weights in device memory (the
+ * model/weights binding with every matrix as a kernel descriptor), the device buffers of a
+ * step, the attention-cache pages and the per-sequence state. Include only inside
+ * libcore/backend/cuda/. The kernels are behind kernels/capy-kernels.h.
+ *
+ * A step runs on one stream: the host stages the step's metadata (rows, items, block
+ * tables, state pointers, PLE rows) in pinned memory, uploads it in one copy, enqueues the
+ * layers' kernels and copies the logits back; the only synchronization is that last copy. */
+#ifndef CAPY_BACKEND_CUDA_IMPL_H
+#define CAPY_BACKEND_CUDA_IMPL_H
+
+#include "../../engine/backend.h"
+#include "../../model/weights.h"
+#include "../../../kernels/capy-kernels.h"
+
+#include <cuda_runtime_api.h>
+
+/* --- weights in device memory ----------------------------------------------------------- */
+
+struct cu_attn {
+	struct ck_linear q, k, v, o, idx_qk;
+	const float *q_norm, *k_norm, *idx_q_norm, *idx_k_norm;
+	bool qsa;
+};
+
+struct cu_gdn {
+	struct ck_linear qkv, z, b, a, out;
+	const float *conv, *neg_a, *dt_bias, *norm;
+};
+
+struct cu_mlp {
+	struct ck_linear gate_up, down;
+};
+
+struct cu_moe {
+	struct ck_linear router, shared_gate;
+	struct ck_expert_stack gate_up, down;
+	struct cu_mlp shared;
+};
+
+struct cu_hc {
+	const float *norm;
+	struct ck_linear down, up, inject;
+	bool has_inject;
+};
+
+struct cu_ple {
+	struct ck_linear key, value;
+	const float *norm_key, *norm_query, *norm_conv, *conv;
+};
+
+struct cu_layer {
+	const struct capy_layer_w *h;     /* the host binding (types, slots, PLE table) */
+	struct cu_attn attn;
+	struct cu_gdn gdn;
+	struct cu_mlp mlp;
+	struct cu_moe moe;
+	struct cu_hc hc_attn, hc_mlp;
+	struct cu_ple ple;
+	const float *in_norm, *post_norm;
+};
+
+/* A range of the mapped artifact copied to device memory. */
+struct cu_span {
+	uint64_t off, len;                /* in the artifact file */
+	uint8_t *dev;
+};
+
+/* --- the step's device buffers ---------------------------------------------------------- */
+
+struct cu_scratch {
+	uint64_t tmax;
+	float *x, *xn, *blk, *out, *inj, *mix, *tmp, *big1, *big2, *big3;
+	float *moe_out, *moe_w, *ple_emb, *rows, *hid, *logits;
+	int32_t *moe_ids, *row_idx;       /* row_idx: [logits_rows] rows whose logits a chunk computes */
+	int32_t *row_idx_host;            /* pinned staging of row_idx */
+	float **row_dst;                  /* host: where each of those rows' logits go */
+	void *lin_ws, *moe_ws, *attn_ws;
+	size_t lin_ws_bytes, moe_ws_bytes, attn_ws_bytes;
+	uint8_t *sel;                     /* QSA: [tmax][sel_cap] */
+	uint64_t sel_cap;
+	uint64_t logits_rows;             /* rows the logits buffer holds */
+	/* step metadata: one device block and its pinned host staging copy */
+	uint8_t *meta_dev, *meta_host;
+	size_t meta_bytes;
+	float *ple_host;                  /* pinned [tmax][ple_dim] gathered PLE rows */
+	float *logits_host;               /* pinned [logits_rows][V] */
+	int32_t *hist;                    /* host: a sequence's PLE context and tokens */
+};
+
+struct cuda_engine {
+	struct capy_engine *core;
+	const struct capy_artifact *a;
+	struct capy_model_config c;
+	struct capy_engine_opts opts;
+	int device;
+	cudaStream_t stream;
+	struct capy_weights hw;           /* host binding (pointers into the mapped artifact) */
+	struct cu_layer *layers;
+	const void *embed;
+	enum ck_dtype embed_dtype;
+	const float *final_norm;
+	struct cu_hc hc_final;
+	struct ck_linear lm_head;
+	struct cu_span *spans;            /* artifact ranges in device memory, by offset */
+	size_t nspans;
+	uint8_t *weights_dev;
+	uint64_t weights_dev_bytes;
+	float *small_dev;                 /* the fp32 vectors of the binding */
+	uint64_t small_used, small_cap;
+	float *inv_freq;                  /* [rot / 2] */
+	uint64_t rot;
+	struct cu_scratch s;
+	/* attention-cache pages: one device allocation of pages_cap pages */
+	uint64_t P, page_bytes;
+	struct ck_kv_layer *kv;           /* [n_kv] */
+	uint8_t *pages;
+	uint32_t pages_cap;
+	/* state sizes (floats) */
+	struct ck_gdn_shape gdn;
+	uint64_t gdn_floats, ple_floats;  /* per layer slot */
+	uint64_t device_bytes;            /* everything this engine took */
+	struct ck_step step;              /* the step being run (device pointers) */
+	const struct capy_batch *batch;
+};
+
+/* A sequence's recurrent state: one device block (GDN slots, then PLE windows) and, on the
+ * host, the PLE token contexts (the n-gram hashing runs on the host, which gathers the rows). */
+struct cu_state {
+	float *dev;
+	int32_t (*ple_ctx)[16];           /* [n_ple] */
+};
+
+/* The CUDA error as a capy error (CAPY_EIO, naming what failed). */
+int cu_err(struct capy_err *err, cudaError_t rc, const char *what);
+/* A kernel entry point's result (0 or -cudaError) as a capy error. */
+int cu_check(struct capy_err *err, int rc, const char *what);
+
+/* weights.c */
+int cu_weights_upload(struct cuda_engine *e, struct capy_err *err);
+void cu_weights_release(struct cuda_engine *e);
+
+/* state.c */
+int cu_pages_layout(struct cuda_engine *e, struct capy_err *err);
+uint64_t cu_page_bytes(const struct capy_engine *core);
+int cu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err);
+void cu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src);
+uint64_t cu_state_bytes(const struct capy_engine *core);
+int cu_state_new(struct capy_engine *core, void **out, struct capy_err *err);
+void cu_state_copy(struct capy_engine *core, void *dst, const void *src);
+void cu_state_free(struct capy_engine *core, void *st);
+int cu_sel_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err);
+
+/* blocks.c: the layers' blocks, each reading the block input [T][H] (or the streams) */
+int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err);
+int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err);
+int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err);
+int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, const float *X, uint64_t T, float *mixed, float *inj,
+	      struct capy_err *err);
+int cu_ple(struct cuda_engine *e, const struct cu_layer *l, float *X, struct capy_err *err);
+int cu_linear(struct cuda_engine *e, const struct ck_linear *w, const float *x, uint64_t m, float *y,
+	      struct capy_err *err);
+
+/* forward.c */
+int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);
+
+#endif

@@ -1,0 +1,293 @@
+/* forward.c - the CUDA backend's step: the step's metadata staged and uploaded at once, the
+ * layers' kernels enqueued on one stream in the CPU backend's order (libcore/backend/cpu/
+ * forward.c), then the logits of the rows that want them, in chunks, copied back. The copy
+ * of the logits is the step's only synchronization. */
+#include "cuda-impl.h"
+#include "../../quant/floats.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define TRY(call, what)                                                 \
+	do {                                                            \
+		int rc_ = (call);                                       \
+		if (rc_)                                                \
+			return cu_check(err, rc_, what);                \
+	} while (0)
+
+/* Carve n bytes (8-aligned) at *off of the metadata block; the device address of the same
+ * place is returned through dev. */
+static void *carve(struct cuda_engine *e, size_t *off, size_t n, void **dev)
+{
+	size_t o = CAPY_ALIGN_UP(*off, 8);
+
+	*off = o + n;
+	*dev = e->s.meta_dev + o;
+	return e->s.meta_host + o;
+}
+
+static size_t meta_need(const struct capy_batch *b)
+{
+	size_t n = b->n_tokens * (4 + 8 + 4 + 4) + b->n_items * (3 * 8 + 4 + 2 * 8) + 64 * 8;
+
+	for (size_t i = 0; i < b->n_items; i++)
+		n += (b->items[i].seq->n_pages + 1) * 4;
+	return n;
+}
+
+static int meta_reserve(struct cuda_engine *e, size_t need, struct capy_err *err)
+{
+	struct cu_scratch *s = &e->s;
+	size_t cap = s->meta_bytes ? s->meta_bytes : 1 << 16;
+	cudaError_t rc;
+
+	if (need <= s->meta_bytes)
+		return 0;
+	while (cap < need)
+		cap *= 2;
+	if ((rc = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+		return cu_err(err, rc, "the previous step");
+	cudaFree(s->meta_dev);
+	cudaFreeHost(s->meta_host);
+	s->meta_dev = s->meta_host = NULL;
+	s->meta_bytes = 0;
+	if ((rc = cudaMalloc((void **)&s->meta_dev, cap)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->meta_host, cap)) != cudaSuccess)
+		return cu_err(err, rc, "allocating the step's metadata");
+	s->meta_bytes = cap;
+	return 0;
+}
+
+/* The step's rows and items, block tables and state pointers, in one upload. The previous
+ * step has finished with the staging copy (its logits copy synchronized the stream). */
+static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
+{
+	struct ck_step *st = &e->step;
+	size_t off = 0, bt_total = 0;
+	uint64_t T = b->n_tokens, ni = b->n_items, max_pos = 0;
+	void *d;
+	int rc;
+
+	if ((rc = meta_reserve(e, meta_need(b), err)) < 0)
+		return rc;
+	memset(st, 0, sizeof(*st));
+	st->T = T;
+	st->n_items = (uint32_t)ni;
+	int32_t *ids = carve(e, &off, T * 4, &d);
+	st->ids = d;
+	int64_t *pos = carve(e, &off, T * 8, &d);
+	st->pos = d;
+	int32_t *item = carve(e, &off, T * 4, &d);
+	st->item = d;
+	int64_t *t0 = carve(e, &off, ni * 8, &d);
+	st->t0 = d;
+	int64_t *n = carve(e, &off, ni * 8, &d);
+	st->n = d;
+	int64_t *len = carve(e, &off, ni * 8, &d);
+	st->len = d;
+	uint32_t *bt_off = carve(e, &off, ni * 4, &d);
+	st->bt_off = d;
+	float **gdn = carve(e, &off, ni * sizeof(float *), &d);
+	st->gdn_state = d;
+	float **ple = carve(e, &off, ni * sizeof(float *), &d);
+	st->ple_state = d;
+	for (size_t i = 0; i < ni; i++)
+		bt_total += b->items[i].seq->n_pages;
+	uint32_t *bt = carve(e, &off, (bt_total + 1) * 4, &d);
+	st->block_table = d;
+	bt_total = 0;
+	for (size_t i = 0; i < ni; i++) {
+		const struct capy_batch_item *it = &b->items[i];
+		const struct cu_state *cs = it->seq->state;
+		for (uint64_t t = 0; t < it->n; t++) {
+			ids[it->t0 + t] = it->tokens[t];
+			pos[it->t0 + t] = (int64_t)(it->seq->len + t);
+			item[it->t0 + t] = (int32_t)i;
+		}
+		t0[i] = (int64_t)it->t0;
+		n[i] = (int64_t)it->n;
+		len[i] = (int64_t)it->seq->len;
+		bt_off[i] = (uint32_t)bt_total;
+		memcpy(bt + bt_total, it->seq->pages, it->seq->n_pages * 4);
+		bt_total += it->seq->n_pages;
+		gdn[i] = cs->dev;
+		ple[i] = cs->dev ? cs->dev + (uint64_t)e->hw.n_gdn * e->gdn_floats : NULL;
+		max_pos = CAPY_MAX(max_pos, it->seq->len + it->n - 1);
+	}
+	st->pages = e->pages;
+	st->page_bytes = e->page_bytes;
+	st->page_tokens = e->P;
+	st->max_pos = (int64_t)max_pos;
+	cudaError_t r = cudaMemcpyAsync(e->s.meta_dev, e->s.meta_host, off, cudaMemcpyHostToDevice, e->stream);
+	if (r != cudaSuccess)
+		return cu_err(err, r, "uploading the step");
+	return (rc = cu_sel_reserve(e, max_pos + 1, err)) < 0 ? rc : 0;
+}
+
+/* PLE: every PLE layer's n-gram rows for every row of the step, hashed and gathered on the
+ * host from the mapped table (never loaded whole), uploaded at once. Each sequence's token
+ * context moves on. */
+static int ple_rows(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	uint64_t ctx = c->ngram_size - 1, heads = ctx * c->heads_per_ngram, dim = c->ple_embed_dim, T = b->n_tokens;
+	int32_t *hist = e->s.hist;
+	uint64_t rows[64];
+
+	if (!e->hw.n_ple)
+		return 0;
+	for (uint64_t li = 0; li < c->n_layers; li++) {
+		const struct capy_layer_w *l = &e->hw.layers[li];
+		const struct capy_ple_w *pl = &l->ple;
+		if (!l->has_ple)
+			continue;
+		size_t esz = capy_dtype_size(pl->table_dtype);
+		float *emb = e->s.ple_host + (uint64_t)l->ple_slot * e->s.tmax * dim;
+		for (size_t i = 0; i < b->n_items; i++) {
+			const struct capy_batch_item *it = &b->items[i];
+			int32_t *sctx = ((struct cu_state *)it->seq->state)->ple_ctx[l->ple_slot];
+			memcpy(hist, sctx, ctx * sizeof(int32_t));
+			memcpy(hist + ctx, it->tokens, it->n * sizeof(int32_t));
+			for (uint64_t t = 0; t < it->n; t++) {
+				float *row = emb + (it->t0 + t) * dim;
+				capy_ple_ngram_rows(c, pl, hist, ctx + t, rows);
+				for (uint64_t h = 0; h < heads; h++) {
+					const uint8_t *src;
+					if (rows[h] >= pl->rows)
+						return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64,
+								    rows[h], pl->rows);
+					src = pl->table + rows[h] * pl->hd * esz;
+					for (uint64_t j = 0; j < pl->hd; j++) {
+						const uint16_t *hv = (const uint16_t *)src;
+						row[h * pl->hd + j] = pl->table_dtype == CAPY_DT_F32 ? ((const float *)src)[j]
+								     : pl->table_dtype == CAPY_DT_BF16 ? capy_bf16_to_f32(hv[j])
+													: capy_f16_to_f32(hv[j]);
+					}
+				}
+			}
+			memcpy(sctx, hist + it->n, ctx * sizeof(int32_t));
+		}
+		cudaError_t r = cudaMemcpyAsync(e->s.ple_emb + (uint64_t)l->ple_slot * e->s.tmax * dim, emb,
+						T * dim * sizeof(float), cudaMemcpyHostToDevice, e->stream);
+		if (r != cudaSuccess)
+			return cu_err(err, r, "uploading PLE rows");
+	}
+	return 0;
+}
+
+/* One chunk of logits rows: gathered residual rows, the final norm (or mixer), lm_head,
+ * copied back into the rows' destinations. */
+static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t m, float *const *dst,
+			struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
+	uint64_t H = c->hidden_size, hh = H * (q4 ? c->hc_count : 1), V = c->vocab_size;
+	struct cu_scratch *s = &e->s;
+	cudaError_t r;
+	int rc;
+
+	TRY(ck_gather_rows(s->x, hh, idx_dev, m, hh, s->rows, hh, e->stream), "gathering rows");
+	if (q4) {
+		if ((rc = cu_hc_mix(e, &e->hc_final, s->rows, m, s->hid, NULL, err)) < 0)
+			return rc;
+	} else {
+		TRY(ck_rmsnorm(s->rows, H, e->final_norm, H, s->hid, H, m, H, H, (float)c->rms_norm_eps, e->stream), "final norm");
+	}
+	if ((rc = cu_linear(e, &e->lm_head, s->hid, m, s->logits, err)) < 0)
+		return rc;
+	if ((r = cudaMemcpyAsync(s->logits_host, s->logits, m * V * sizeof(float), cudaMemcpyDeviceToHost, e->stream)) !=
+		    cudaSuccess ||
+	    (r = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+		return cu_err(err, r, "the step");
+	for (uint64_t i = 0; i < m; i++)
+		memcpy(dst[i], s->logits_host + i * V, V * sizeof(float));
+	return 0;
+}
+
+/* The logits of every row that wants them (each item's last row, or all its rows), in
+ * chunks of the logits buffer. Row indexes go up in their own small upload per chunk. */
+static int logits_out(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
+{
+	uint64_t L = e->s.logits_rows, V = e->c.vocab_size, m = 0;
+	int32_t *idx = e->s.row_idx_host;
+	float **dst = e->s.row_dst;
+	cudaError_t r;
+	int rc;
+
+	for (size_t i = 0; i < b->n_items; i++) {
+		const struct capy_batch_item *it = &b->items[i];
+		if (!it->logits)
+			continue;
+		for (uint64_t t = it->all_logits ? 0 : it->n - 1; t < it->n; t++) {
+			idx[m] = (int32_t)(it->t0 + t);
+			dst[m++] = it->logits + (it->all_logits ? t * V : 0);
+			if (m == L) {
+				if ((r = cudaMemcpyAsync(e->s.row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
+					return cu_err(err, r, "uploading row indexes");
+				if ((rc = logits_chunk(e, e->s.row_idx, m, dst, err)) < 0)
+					return rc;
+				m = 0;
+			}
+		}
+	}
+	if (m) {
+		if ((r = cudaMemcpyAsync(e->s.row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
+			return cu_err(err, r, "uploading row indexes");
+		return logits_chunk(e, e->s.row_idx, m, dst, err);
+	}
+	/* No logits wanted: the step still ends finished, so its staging buffers are free. */
+	if ((r = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+		return cu_err(err, r, "the step");
+	return 0;
+}
+
+int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err)
+{
+	struct cuda_engine *e = core->be;
+	const struct capy_model_config *c = &e->c;
+	struct cu_scratch *s = &e->s;
+	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
+	uint64_t H = c->hidden_size, hc = q4 ? c->hc_count : 1, T = b->n_tokens;
+	float eps = (float)c->rms_norm_eps;
+	void *st = e->stream;
+	int rc;
+
+	if ((rc = stage(e, b, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
+		return rc;
+	e->batch = b;
+	TRY(ck_embed(e->embed, e->embed_dtype, e->step.ids, T, H, hc, s->x, st), "embedding");
+	for (uint64_t i = 0; i < c->n_layers; i++) {
+		const struct cu_layer *l = &e->layers[i];
+		const float *in = s->xn;
+		if (q4) {
+			if (l->h->has_ple && (rc = cu_ple(e, l, s->x, err)) < 0)
+				return rc;
+			if ((rc = cu_hc_mix(e, &l->hc_attn, s->x, T, s->blk, s->inj, err)) < 0)
+				return rc;
+			in = s->blk;
+		} else {
+			TRY(ck_rmsnorm(s->x, H, l->in_norm, H, s->xn, H, T, H, H, eps, st), "input norm");
+		}
+		rc = l->h->type == CAPY_LAYER_LINEAR ? cu_gdn(e, l, in, s->out, err) : cu_attention(e, l, in, s->out, err);
+		if (rc < 0)
+			return rc;
+		if (q4) {
+			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
+			if ((rc = cu_hc_mix(e, &l->hc_mlp, s->x, T, s->blk, s->inj, err)) < 0)
+				return rc;
+		} else {
+			TRY(ck_add(s->x, s->out, T * H, st), "residual");
+			TRY(ck_rmsnorm(s->x, H, l->post_norm, H, s->xn, H, T, H, H, eps, st), "post norm");
+		}
+		if ((rc = cu_ffn(e, l, in, s->out, err)) < 0)
+			return rc;
+		if (q4)
+			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
+		else
+			TRY(ck_add(s->x, s->out, T * H, st), "residual");
+	}
+	rc = logits_out(e, b, err);
+	e->batch = NULL;
+	return rc;
+}

@@ -1,0 +1,208 @@
+/* state.c - the CUDA backend's memory for sequences: the attention-cache pages (one device
+ * allocation, page id p at p * page_bytes, laid out per KV layer as the CPU backend lays
+ * them out), each sequence's recurrent state (a device block: GDN conv windows and states,
+ * then PLE conv windows; the PLE token contexts on the host), and the QSA selection mask
+ * that grows with the longest context. */
+#include "cuda-impl.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+#define KV_GROUP 32 /* INT8 KV: one scale per 32 values */
+
+static size_t kv_elem(enum capy_kv_dtype kv)
+{
+	return kv == CAPY_KV_F32 ? 4 : kv == CAPY_KV_BF16 ? 2 : 1;
+}
+
+/* Pages hold 64 tokens, rounded up to a multiple of the QSA compression ratio so that a
+ * page holds whole key blocks; each KV layer's fields follow one another, 256-byte aligned. */
+int cu_pages_layout(struct cuda_engine *e, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	uint64_t n = c->n_kv_heads * c->head_dim, off = 0, P = 64, row = n * kv_elem(e->opts.kv);
+	bool qsa = c->family == CAPY_FAMILY_QWEN4_EXP;
+
+	if (qsa)
+		P = CAPY_ALIGN_UP(P, c->indexer_compress_ratio);
+	if (P > (1u << 20))
+		return capy_err_set(err, CAPY_EUNSUPPORTED, "indexer_compress_ratio %" PRIu64 " is too large",
+				    c->indexer_compress_ratio);
+	e->P = P;
+	e->core->page_tokens = P;
+	if (!(e->kv = calloc((size_t)e->hw.n_kv + 1, sizeof(*e->kv))))
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	for (int i = 0; i < e->hw.n_kv; i++) {
+		struct ck_kv_layer *l = &e->kv[i];
+		l->dtype = e->opts.kv == CAPY_KV_F32 ? CK_KV_F32 : e->opts.kv == CAPY_KV_INT8 ? CK_KV_INT8 : CK_KV_BF16;
+		l->nkv = c->n_kv_heads;
+		l->hd = c->head_dim;
+		l->k = off;
+		off = CAPY_ALIGN_UP(off + P * row, 256);
+		l->v = off;
+		off = CAPY_ALIGN_UP(off + P * row, 256);
+		if (e->opts.kv == CAPY_KV_INT8) {
+			l->k_scale = off;
+			off = CAPY_ALIGN_UP(off + P * (n / KV_GROUP) * sizeof(float), 256);
+			l->v_scale = off;
+			off = CAPY_ALIGN_UP(off + P * (n / KV_GROUP) * sizeof(float), 256);
+		}
+		if (qsa) {
+			l->idx_keys = off;
+			off = CAPY_ALIGN_UP(off + P * c->indexer_head_dim * sizeof(float), 256);
+			l->blocks = off;
+			off = CAPY_ALIGN_UP(off + (P / c->indexer_compress_ratio) * c->indexer_head_dim * sizeof(float), 256);
+		}
+	}
+	e->page_bytes = off ? off : 256;
+	return 0;
+}
+
+uint64_t cu_page_bytes(const struct capy_engine *core)
+{
+	return ((const struct cuda_engine *)core->be)->page_bytes;
+}
+
+/* Storage for page ids [0, n): the pool grows by doubling into a new allocation holding
+ * the old pages (steps never run meanwhile, so no kernel holds the old address). */
+int cu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err)
+{
+	struct cuda_engine *e = core->be;
+	uint32_t cap = e->pages_cap ? e->pages_cap : 64;
+	uint8_t *p;
+	cudaError_t rc;
+
+	if (n <= e->pages_cap)
+		return 0;
+	while (cap < n)
+		cap *= 2;
+	if (e->opts.gpu_mem && e->device_bytes + (uint64_t)(cap - e->pages_cap) * e->page_bytes > e->opts.gpu_mem)
+		cap = n; /* no headroom for doubling: just what is asked */
+	if (e->opts.gpu_mem && e->device_bytes + (uint64_t)(cap - e->pages_cap) * e->page_bytes > e->opts.gpu_mem)
+		return capy_err_set(err, CAPY_ENOMEM,
+				    "cuda: %" PRIu32 " attention-cache pages (%" PRIu64 " MiB) do not fit --gpu-mem %" PRIu64
+				    " MiB with %" PRIu64 " MiB in use",
+				    n, (uint64_t)n * e->page_bytes >> 20, e->opts.gpu_mem >> 20, e->device_bytes >> 20);
+	if ((rc = cudaMalloc((void **)&p, (uint64_t)cap * e->page_bytes)) != cudaSuccess)
+		return capy_err_set(err, CAPY_ENOMEM, "cuda: %" PRIu32 " attention-cache pages (%" PRIu64 " MiB): %s", cap,
+				    (uint64_t)cap * e->page_bytes >> 20, cudaGetErrorString(rc));
+	if (e->pages_cap &&
+	    (rc = cudaMemcpy(p, e->pages, (uint64_t)e->pages_cap * e->page_bytes, cudaMemcpyDeviceToDevice)) != cudaSuccess) {
+		cudaFree(p);
+		return cu_err(err, rc, "moving the attention cache");
+	}
+	cudaFree(e->pages);
+	e->device_bytes += (uint64_t)(cap - e->pages_cap) * e->page_bytes;
+	e->pages = p;
+	e->pages_cap = cap;
+	return 0;
+}
+
+void cu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src)
+{
+	struct cuda_engine *e = core->be;
+
+	/* Ordered on the step stream: a step enqueued after it sees the copy. */
+	cudaMemcpyAsync(e->pages + (uint64_t)dst * e->page_bytes, e->pages + (uint64_t)src * e->page_bytes, e->page_bytes,
+			cudaMemcpyDeviceToDevice, e->stream);
+}
+
+static uint64_t state_floats(const struct cuda_engine *e)
+{
+	return (uint64_t)e->hw.n_gdn * e->gdn_floats + (uint64_t)e->hw.n_ple * e->ple_floats;
+}
+
+uint64_t cu_state_bytes(const struct capy_engine *core)
+{
+	const struct cuda_engine *e = core->be;
+
+	return sizeof(struct cu_state) + state_floats(e) * sizeof(float) + (uint64_t)e->hw.n_ple * 16 * sizeof(int32_t);
+}
+
+void cu_state_free(struct capy_engine *core, void *p)
+{
+	struct cu_state *st = p;
+
+	(void)core;
+	if (!st)
+		return;
+	cudaFree(st->dev);
+	free(st->ple_ctx);
+	free(st);
+}
+
+int cu_state_new(struct capy_engine *core, void **out, struct capy_err *err)
+{
+	struct cuda_engine *e = core->be;
+	struct cu_state *st = calloc(1, sizeof(*st));
+	uint64_t n = state_floats(e);
+	cudaError_t rc;
+
+	if (!st || !(st->ple_ctx = calloc((size_t)e->hw.n_ple + 1, sizeof(*st->ple_ctx)))) {
+		free(st);
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory for a sequence's recurrent state");
+	}
+	if (n && (rc = cudaMalloc((void **)&st->dev, n * sizeof(float))) != cudaSuccess) {
+		cu_state_free(core, st);
+		return capy_err_set(err, CAPY_ENOMEM, "cuda: %" PRIu64 " MiB for a sequence's recurrent state: %s",
+				    n * sizeof(float) >> 20, cudaGetErrorString(rc));
+	}
+	/* A fresh sequence: zero windows and states (ordered before any later step). */
+	if (n && (rc = cudaMemsetAsync(st->dev, 0, n * sizeof(float), e->stream)) != cudaSuccess) {
+		cu_state_free(core, st);
+		return cu_err(err, rc, "clearing a sequence's state");
+	}
+	for (int i = 0; i < e->hw.n_ple; i++)
+		for (uint64_t j = 0; j + 1 < e->c.ngram_size; j++)
+			st->ple_ctx[i][j] = (int32_t)e->c.eos_ids[0]; /* the context starts as EOS */
+	*out = st;
+	return 0;
+}
+
+void cu_state_copy(struct capy_engine *core, void *dst, const void *src)
+{
+	struct cuda_engine *e = core->be;
+	struct cu_state *d = dst;
+	const struct cu_state *s = src;
+	uint64_t n = state_floats(e);
+
+	if (n)
+		cudaMemcpyAsync(d->dev, s->dev, n * sizeof(float), cudaMemcpyDeviceToDevice, e->stream);
+	memcpy(d->ple_ctx, s->ple_ctx, (size_t)e->hw.n_ple * sizeof(*d->ple_ctx));
+}
+
+/* What grows with the longest context of a step: the attention kernel's workspace and the
+ * QSA mask ([tmax][cap] bytes), for contexts up to ctx tokens. */
+int cu_sel_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	uint64_t cap = e->s.sel_cap ? e->s.sel_cap : 1024;
+	bool qsa = c->family == CAPY_FAMILY_QWEN4_EXP;
+	size_t ws;
+	uint8_t *p = NULL;
+	void *w = NULL;
+	cudaError_t rc;
+
+	if (ctx <= e->s.sel_cap)
+		return 0;
+	while (cap < ctx)
+		cap *= 2;
+	ws = ck_attention_ws_bytes(e->s.tmax, c->n_heads, c->head_dim, cap);
+	/* The old buffers may still be read by the previous step's kernels. */
+	if ((rc = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+		return cu_err(err, rc, "the previous step");
+	if ((qsa && (rc = cudaMalloc((void **)&p, e->s.tmax * cap)) != cudaSuccess) ||
+	    (rc = cudaMalloc(&w, ws ? ws : 16)) != cudaSuccess) {
+		cudaFree(p);
+		return capy_err_set(err, CAPY_ENOMEM, "cuda: %" PRIu64 " MiB for attention over %" PRIu64 " tokens: %s",
+				    (uint64_t)(ws + (qsa ? e->s.tmax * cap : 0)) >> 20, cap, cudaGetErrorString(rc));
+	}
+	cudaFree(e->s.sel);
+	cudaFree(e->s.attn_ws);
+	e->device_bytes += ws + (qsa ? e->s.tmax * cap : 0) - e->s.attn_ws_bytes - (qsa ? e->s.tmax * e->s.sel_cap : 0);
+	e->s.sel = p;
+	e->s.attn_ws = w;
+	e->s.attn_ws_bytes = ws;
+	e->s.sel_cap = cap;
+	return 0;
+}

@@ -1,0 +1,71 @@
+#!/bin/bash
+# tools.sh - the tools on the GPU against transformers and against the CPU, on every fixture
+# (run by make test-cuda after the C tests; needs python3 and a built tree):
+#   capy-gen --device cuda: greedy ids equal to transformers' (t/fixtures/*/ref.json) for 32
+#     tokens (16 with NVFP4 experts) and to capy-gen --device cpu;
+#   capy-ppl --device cuda: perplexity within 1e-3 of transformers and of the CPU's;
+#   capy-serve --device cuda: a greedy chat completion equal to the CPU server's.
+set -u
+cd "$(dirname "$0")/../.."
+B=${CAPY_BUILD:-build}
+FIX=t/fixtures
+T=$(mktemp -d)
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$T"' EXIT
+pass=0 fail=0
+declare -A got ans
+ok() { pass=$((pass + 1)); echo "ok   $*"; }
+bad() { fail=$((fail + 1)); echo "FAIL $*"; }
+ref() { python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$FIX/$1/ref.json" "$2"; }
+
+for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp; do
+	$B/bin/capy-convert -q -m "$FIX/$m" -o "$T/$m.capy" || { bad "$m: convert"; continue; }
+	n=32; [ "$m" = qwen3_5_moe-nvfp4 ] && n=16
+	prompt=$(ref "$m" '" ".join(map(str, r["greedy"]["prompt"]))')
+	want=$(ref "$m" '" ".join(map(str, r["greedy"]["ids_cache"][:'$n']))')
+	for d in cuda cpu; do
+		got[$d]=$($B/bin/capy-gen -q "$T/$m.capy" --device $d --prompt-ids "$prompt" -n $n --temp 0 --ids --ignore-eos)
+	done
+	[ "${got[cuda]}" = "$want" ] && ok "$m: capy-gen --device cuda greedy = transformers ($n tokens)" ||
+		bad "$m: capy-gen --device cuda greedy: got '${got[cuda]}' want '$want'"
+	[ "${got[cuda]}" = "${got[cpu]}" ] && ok "$m: capy-gen greedy cuda = cpu" || bad "$m: cuda '${got[cuda]}' cpu '${got[cpu]}'"
+	ref "$m" '" ".join(map(str, r["ids"]))' >"$T/$m.ids"
+	for d in cuda cpu; do
+		$B/bin/capy-ppl -q "$T/$m.capy" "$T/$m.ids" --ids --json --ctx 4096 --kv f32 --device $d >"$T/$m.$d.json"
+	done
+	if python3 - "$T/$m.cuda.json" "$T/$m.cpu.json" "$FIX/$m/ref.json" <<'PY'
+import json, sys
+g, c, r = (json.load(open(p)) for p in sys.argv[1:])
+a, b = abs(g["ppl"] - r["ppl"]) / r["ppl"], abs(g["ppl"] - c["ppl"]) / c["ppl"]
+print("   ppl cuda %.6g cpu %.6g transformers %.6g: rel %.2g / %.2g" % (g["ppl"], c["ppl"], r["ppl"], a, b))
+sys.exit(0 if a < 1e-3 and b < 1e-3 else 1)
+PY
+	then ok "$m: capy-ppl --device cuda within 1e-3 of transformers and cpu"; else bad "$m: capy-ppl"; fi
+done
+
+# capy-serve on the GPU: one greedy chat completion, the same text as the CPU server's.
+m=qwen3_5_moe
+body='{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":24,"temperature":0}'
+for d in cuda cpu; do
+	port=$((18000 + RANDOM % 2000))
+	$B/bin/capy-serve "$T/$m.capy" --device $d --port $port --max-concurrency 4 --threads 4 2>"$T/serve.$d.log" &
+	pid=$!
+	ans[$d]=$(python3 - "$port" "$body" <<'PY' 2>&1
+import json, sys, time, urllib.request
+base = "http://127.0.0.1:%s" % sys.argv[1]
+for _ in range(150):
+    try:
+        urllib.request.urlopen(base + "/health", timeout=2)
+        break
+    except Exception:
+        time.sleep(0.2)
+req = urllib.request.Request(base + "/v1/chat/completions", sys.argv[2].encode(), {"content-type": "application/json"})
+print(json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]["content"])
+PY
+)
+	kill $pid; wait $pid 2>/dev/null
+done
+[ -n "${ans[cuda]}" ] && [ "${ans[cuda]}" = "${ans[cpu]}" ] && ok "capy-serve --device cuda answers as the CPU server (${#ans[cuda]} chars)" ||
+	{ bad "capy-serve: cuda '${ans[cuda]}' cpu '${ans[cpu]}'"; tail -5 "$T/serve.cuda.log"; }
+
+echo "$pass passed, $fail failed"
+[ $fail -eq 0 ]

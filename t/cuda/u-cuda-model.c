@@ -1,0 +1,236 @@
+/* u-cuda-model.c - the CUDA backend against the CPU backend on every fixture: whole-model
+ * logits within tolerance (prefill, all positions), greedy ids equal for 32 tokens, a batch
+ * of 8 sequences bitwise equal to the 8 run alone, chunked prefill against token-by-token
+ * decode, and a context that spans several attention-cache pages in small steps. Runs on
+ * the first GPU (CAPY_GPU picks another); make test-cuda. */
+#include "test.h"
+#include "test-fixture.h"
+#include "cuda-test.h"
+#include "engine/engine.h"
+
+#include <string.h>
+
+#define PROMPT 40
+#define GREEDY 32
+#define NBATCH 8
+
+static const char *const fixtures[] = { "qwen3_5-dense", "qwen3_5_moe", "qwen3_5_moe-nvfp4", "qwen3_next", "qwen4_exp" };
+
+static struct capy_engine *open_engine(const struct capy_artifact *a, const char *dev, enum capy_kv_dtype kv,
+				       uint64_t step_tokens)
+{
+	struct capy_engine_opts o = { .threads = 2, .kv = kv, .device = dev, .step_tokens = step_tokens };
+	struct capy_engine *e = NULL;
+	struct capy_err err = { 0 };
+	const char *g = getenv("CAPY_GPU");
+
+	o.gpu = g ? (int)strtol(g, NULL, 10) : 0;
+	CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s: %s", dev, err.msg);
+	return e;
+}
+
+static void make_prompt(int32_t *p, uint64_t n, uint64_t vocab, int seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = (int32_t)(((uint64_t)seed * 131 + i * 17 + 3) % vocab);
+}
+
+static int32_t argmax(const float *l, uint64_t n)
+{
+	uint64_t b = 0;
+
+	for (uint64_t i = 1; i < n; i++)
+		if (l[i] > l[b])
+			b = i;
+	return (int32_t)b;
+}
+
+/* Prefill logits at every position: relative error, and the argmax agreement. */
+static void prefill_logits(const char *name, const char *kvn, struct capy_engine *cpu, struct capy_engine *gpu,
+			   uint64_t V)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *a = NULL, *b = NULL;
+	int32_t prompt[PROMPT];
+	float *lc = calloc(PROMPT * V, sizeof(float)), *lg = calloc(PROMPT * V, sizeof(float));
+	int same = 0;
+
+	make_prompt(prompt, PROMPT, V, 1);
+	capy_seq_new(cpu, &a, &err);
+	capy_seq_new(gpu, &b, &err);
+	CHECK_MSG(capy_engine_forward(cpu, a, prompt, PROMPT, lc, true, &err) == 0, "%s", err.msg);
+	CHECK_MSG(capy_engine_forward(gpu, b, prompt, PROMPT, lg, true, &err) == 0, "%s", err.msg);
+	double re = rel_err(lg, lc, PROMPT * V);
+	for (int t = 0; t < PROMPT; t++)
+		same += argmax(lc + t * V, V) == argmax(lg + t * V, V);
+	printf("%-18s kv %-4s prefill logits: rel err %.2e, argmax equal at %d/%d positions\n", name, kvn, re, same,
+	       PROMPT);
+	CHECK_MSG(re < 2e-3, "%s kv %s: prefill logits rel err %.3e", name, kvn, re);
+	CHECK_MSG(same >= PROMPT - 1, "%s kv %s: argmax differs at %d positions", name, kvn, PROMPT - same);
+	capy_seq_free(a);
+	capy_seq_free(b);
+	free(lc);
+	free(lg);
+}
+
+/* Greedy decoding, each backend on its own continuation: the ids must be equal. */
+static void greedy(const char *name, const char *kvn, struct capy_engine *cpu, struct capy_engine *gpu, uint64_t V)
+{
+	struct capy_err err = { 0 };
+	struct capy_engine *es[2] = { cpu, gpu };
+	int32_t ids[2][GREEDY], prompt[PROMPT];
+	float *l = calloc(V, sizeof(float));
+	double worst = 0;
+
+	make_prompt(prompt, PROMPT, V, 2);
+	for (int k = 0; k < 2; k++) {
+		struct capy_seq *s = NULL;
+		capy_seq_new(es[k], &s, &err);
+		CHECK_MSG(capy_engine_forward(es[k], s, prompt, PROMPT, l, false, &err) == 0, "%s", err.msg);
+		for (int i = 0; i < GREEDY; i++) {
+			ids[k][i] = argmax(l, V);
+			CHECK_MSG(capy_engine_forward(es[k], s, &ids[k][i], 1, l, false, &err) == 0, "%s", err.msg);
+		}
+		capy_seq_free(s);
+	}
+	int first = -1;
+	for (int i = 0; i < GREEDY && first < 0; i++)
+		if (ids[0][i] != ids[1][i])
+			first = i;
+	/* Where they agree, the decode logits themselves: one more step of each on the CPU's ids. */
+	if (first < 0) {
+		struct capy_seq *s[2] = { NULL, NULL };
+		float *lc = calloc(V, sizeof(float));
+		for (int k = 0; k < 2; k++) {
+			capy_seq_new(es[k], &s[k], &err);
+			capy_engine_forward(es[k], s[k], prompt, PROMPT, k ? l : lc, false, &err);
+		}
+		for (int i = 0; i < GREEDY; i++) {
+			capy_engine_forward(cpu, s[0], &ids[0][i], 1, lc, false, &err);
+			capy_engine_forward(gpu, s[1], &ids[0][i], 1, l, false, &err);
+			double re = rel_err(l, lc, V);
+			worst = re > worst ? re : worst;
+		}
+		capy_seq_free(s[0]);
+		capy_seq_free(s[1]);
+		free(lc);
+	}
+	printf("%-18s kv %-4s greedy %d tokens: %s (decode logits rel err <= %.2e)\n", name, kvn, GREEDY,
+	       first < 0 ? "ids equal" : "ids DIFFER", worst);
+	CHECK_MSG(first < 0, "%s kv %s: greedy ids differ from token %d (cpu %d, cuda %d)", name, kvn, first,
+		  first < 0 ? 0 : ids[0][first], first < 0 ? 0 : ids[1][first]);
+	CHECK_MSG(worst < 2e-3, "%s kv %s: decode logits rel err %.3e", name, kvn, worst);
+	free(l);
+}
+
+/* 8 sequences alone, then together (prefills in one step, then decode steps of all 8):
+ * every logit bitwise equal. */
+static void batch8(const char *name, const char *kvn, struct capy_engine *gpu, uint64_t V)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *alone[NBATCH], *tog[NBATCH];
+	int32_t prompt[NBATCH][32], next[NBATCH][4];
+	uint64_t plen[NBATCH];
+	float *ref = calloc(NBATCH * 5 * V, sizeof(float)), *got = calloc(NBATCH * 5 * V, sizeof(float));
+	struct capy_step_item it[NBATCH];
+	size_t bad = 0;
+
+	for (int q = 0; q < NBATCH; q++) {
+		plen[q] = 1 + (uint64_t)(q * 7) % 31;
+		make_prompt(prompt[q], plen[q], V, 10 + q);
+		for (int i = 0; i < 4; i++)
+			next[q][i] = (int32_t)((q * 7 + i * 29 + 100) % V);
+		capy_seq_new(gpu, &alone[q], &err);
+		capy_seq_new(gpu, &tog[q], &err);
+		capy_engine_forward(gpu, alone[q], prompt[q], plen[q], ref + q * 5 * V, false, &err);
+		for (int i = 0; i < 4; i++)
+			capy_engine_forward(gpu, alone[q], &next[q][i], 1, ref + (q * 5 + i + 1) * V, false, &err);
+	}
+	for (int q = 0; q < NBATCH; q++)
+		it[q] = (struct capy_step_item){ tog[q], prompt[q], plen[q], got + q * 5 * V, false };
+	CHECK_MSG(capy_engine_step(gpu, it, NBATCH, &err) == 0, "%s", err.msg);
+	for (int i = 0; i < 4; i++) {
+		for (int q = 0; q < NBATCH; q++)
+			it[q] = (struct capy_step_item){ tog[q], &next[q][i], 1, got + (q * 5 + i + 1) * V, false };
+		CHECK_MSG(capy_engine_step(gpu, it, NBATCH, &err) == 0, "%s", err.msg);
+	}
+	bad = bits_differ(got, ref, NBATCH * 5 * V);
+	printf("%-18s kv %-4s batch of %d: %zu of %" PRIu64 " logits differ from the sequences alone\n", name, kvn, NBATCH,
+	       bad, (uint64_t)NBATCH * 5 * V);
+	CHECK_MSG(bad == 0, "%s kv %s: batch of 8 not bitwise equal to single runs", name, kvn);
+	for (int q = 0; q < NBATCH; q++) {
+		capy_seq_free(alone[q]);
+		capy_seq_free(tog[q]);
+	}
+	free(ref);
+	free(got);
+}
+
+/* The same 300 tokens as one chunked prefill (steps of the engine's size) and token by
+ * token: the last logits within tolerance, and against the CPU. */
+static void chunked_vs_steps(const char *name, const char *kvn, struct capy_engine *cpu, struct capy_engine *gpu,
+			     uint64_t V)
+{
+	struct capy_err err = { 0 };
+	enum { N = 300 };
+	int32_t p[N];
+	float *a = calloc(V, sizeof(float)), *b = calloc(V, sizeof(float)), *c = calloc(V, sizeof(float));
+	struct capy_seq *s1 = NULL, *s2 = NULL, *s3 = NULL;
+
+	make_prompt(p, N, V, 3);
+	capy_seq_new(gpu, &s1, &err);
+	capy_seq_new(gpu, &s2, &err);
+	capy_seq_new(cpu, &s3, &err);
+	CHECK_MSG(capy_engine_forward(gpu, s1, p, N, a, false, &err) == 0, "%s", err.msg);
+	for (int i = 0; i < N; i++)
+		capy_engine_forward(gpu, s2, &p[i], 1, b, false, &err);
+	CHECK_MSG(capy_engine_forward(cpu, s3, p, N, c, false, &err) == 0, "%s", err.msg);
+	double r1 = rel_err(a, b, V), r2 = rel_err(a, c, V);
+	printf("%-18s kv %-4s %d tokens: chunked vs token-by-token rel err %.2e (%s), vs cpu %.2e\n", name, kvn, N, r1,
+	       bits_differ(a, b, V) ? "not bitwise" : "bitwise", r2);
+	CHECK_MSG(r1 < 2e-3 && r2 < 2e-3, "%s kv %s: long context rel err %.3e / %.3e", name, kvn, r1, r2);
+	capy_seq_free(s1);
+	capy_seq_free(s2);
+	capy_seq_free(s3);
+	free(a);
+	free(b);
+	free(c);
+}
+
+static void family(const char *name)
+{
+	struct capy_artifact *a = test_open_fixture(name);
+	static const enum capy_kv_dtype kvs[] = { CAPY_KV_BF16, CAPY_KV_INT8 };
+	static const char *const kvn[] = { "bf16", "int8" };
+
+	if (!a)
+		return;
+	for (size_t k = 0; k < ARRAY_SIZE(kvs); k++) {
+		struct capy_engine *cpu = open_engine(a, "cpu", kvs[k], 128), *gpu = open_engine(a, "cuda", kvs[k], 128);
+		if (cpu && gpu) {
+			uint64_t V = capy_engine_config(cpu)->vocab_size;
+			prefill_logits(name, kvn[k], cpu, gpu, V);
+			greedy(name, kvn[k], cpu, gpu, V);
+			batch8(name, kvn[k], gpu, V);
+			chunked_vs_steps(name, kvn[k], cpu, gpu, V);
+			CHECK_EQ_U64(capy_engine_pages_used(gpu), 0);
+		}
+		capy_engine_free(cpu);
+		capy_engine_free(gpu);
+	}
+	capy_artifact_close(a);
+}
+
+static void test_families(void)
+{
+	for (size_t i = 0; i < ARRAY_SIZE(fixtures); i++)
+		family(fixtures[i]);
+}
+
+int main(void)
+{
+	if (!test_gpu_init())
+		return 1;
+	RUN(test_families);
+	return test_summary();
+}

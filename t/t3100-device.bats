@@ -1,0 +1,53 @@
+#!/usr/bin/env bats
+# --device, --gpu and --gpu-mem of capy-gen, capy-ppl and capy-serve on a machine without a
+# GPU (CI): an unknown device is a usage error naming the ones this build has; cuda, where
+# the build has it, fails cleanly with the reason when no GPU is there. The GPU itself is
+# tested by make test-cuda on a machine with one (docs/testing.md).
+
+load lib
+
+setup_file() {
+	export ART=$BATS_FILE_TMPDIR/m.capy
+	capy-convert -q -m "$FIX/qwen3_5_moe" -o "$ART"
+	echo "hello world, hello" >"$BATS_FILE_TMPDIR/text"
+}
+
+@test "--device tpu: usage error (exit 2) naming the devices of this build, for each tool" {
+	run capy-gen "$ART" -p hi -n 2 --device tpu
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"--device: 'tpu' is not available in this build (cpu"* ]]
+	run capy-ppl "$ART" "$BATS_FILE_TMPDIR/text" --device tpu
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"'tpu' is not available"* ]]
+	run capy-serve "$ART" --device tpu --port 0
+	[ "$status" -eq 2 ]
+	[[ "$output" == *"'tpu' is not available"* ]]
+}
+
+@test "--device cuda without a GPU: one clear error line and exit 1 (or a usage error in a build without CUDA)" {
+	if nvidia-smi -L >/dev/null 2>&1; then skip "this machine has a GPU: make test-cuda covers it"; fi
+	run --separate-stderr capy-gen "$ART" -p hi -n 2 --device cuda
+	if [[ "$stderr" == *"not available in this build"* ]]; then
+		[ "$status" -eq 2 ]
+		[[ "$stderr" == *"cuda needs a build with nvcc"* ]]
+		return
+	fi
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "capy-gen: error: cuda: no CUDA device"* ]]
+	[ -z "$output" ]
+	run --separate-stderr capy-ppl "$ART" "$BATS_FILE_TMPDIR/text" --device cuda --gpu 1
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"cuda: no CUDA device"* ]]
+}
+
+@test "--gpu and --gpu-mem take a number and a size; bad values are usage errors" {
+	run capy-gen "$ART" -p hi -n 2 --gpu x
+	[ "$status" -eq 2 ]
+	run capy-gen "$ART" -p hi -n 2 --gpu-mem lots
+	[ "$status" -eq 2 ]
+	run capy-ppl "$ART" "$BATS_FILE_TMPDIR/text" --gpu -1
+	[ "$status" -eq 2 ]
+	# On the CPU they are accepted and change nothing.
+	run capy-gen "$ART" -p hi -n 2 --ids --gpu 0 --gpu-mem 1G -q
+	[ "$status" -eq 0 ]
+}
