@@ -129,15 +129,15 @@ extern "C" int ck_gdn_gates(const float *b, const float *a, const float *neg_a, 
 
 /* --- the gated delta rule, recurrent ---------------------------------------------------- */
 
-/* One block per (column block, value head, item): 4 warps; lane c owns column x of S (32
- * columns per block, so several blocks share a head and a decoding item still fills the
- * GPU), warp w owns rows [w R, w R + R) of that column, in registers for all the item's rows
- * (R = 4 R >= dk, rows past dk are zero). The columns of S are independent in the rule (mem,
- * d, the update and o are per column), only q and k are shared: each block normalises them
- * itself. The reductions over dk: per thread in row order, then the 4 warps' partials in
- * warp order through shared memory; q/k sums of squares by one warp each (strided partials,
- * then an xor butterfly, whose lanes all end with the same bits). All of it depends on the
- * item's data only, so results are batch invariant. */
+/* One block per (item, column block) along x and value head along y, 4 warps: lane c owns
+ * column x of S (32 columns per block, so several blocks share a head and a decoding item
+ * still fills the GPU), warp w owns rows [w R, w R + R) of that column, in registers for all
+ * the item's rows (4 R >= dk; rows past dk are zero). The columns of S are independent in
+ * the rule (mem, d, the update and o are per column), only q and k are shared: each block
+ * normalises them itself. The reductions over dk: per thread in row order, then the 4
+ * warps' partials in warp order through shared memory; the q/k sums of squares by one warp
+ * each (strided partials, then an xor butterfly). All of it depends on the item's data
+ * only, so results are batch invariant. */
 #define GDN_WARPS 4
 #define GDN_COLS 32
 
@@ -150,7 +150,8 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	__shared__ float red_m[GDN_WARPS][GDN_COLS], red_o[GDN_WARPS][GDN_COLS];
 	__shared__ float rn[2]; /* 1 / |q|, 1 / |k| */
 	const uint32_t c = threadIdx.x % 32, wi = threadIdx.x / 32;
-	const uint32_t x = blockIdx.x * GDN_COLS + c, head = blockIdx.y, it = blockIdx.z;
+	const uint32_t ncb = (dv + GDN_COLS - 1) / GDN_COLS, it = blockIdx.x / ncb, head = blockIdx.y;
+	const uint32_t x = (blockIdx.x % ncb) * GDN_COLS + c;
 	const bool act = x < dv;
 	const int64_t n = ns[it];
 	const uint64_t first = (uint64_t)t0s[it];
@@ -237,7 +238,8 @@ extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_sh
 {
 	cudaStream_t s = (cudaStream_t)stream;
 	const uint64_t s_off = (uint64_t)slot * ck_gdn_state_floats(g) + (g->K - 1) * g->C;
-	const dim3 grid((unsigned)((g->dv + GDN_COLS - 1) / GDN_COLS), (unsigned)g->nv, st->n_items);
+	const uint64_t ncb = (g->dv + GDN_COLS - 1) / GDN_COLS;
+	const dim3 grid((unsigned)(ncb * st->n_items), (unsigned)g->nv); /* x: no 65535 limit on items */
 	const unsigned threads = GDN_WARPS * 32;
 	const uint32_t nk = (uint32_t)g->nk, nv = (uint32_t)g->nv, dk = (uint32_t)g->dk, dv = (uint32_t)g->dv;
 

@@ -428,8 +428,9 @@ static void test_step(const struct shape_case *sc, uint64_t seed)
 		other_bits += bits_differ(gst[i], st0[i], SLOT * SF + W);
 	}
 	CHECK_MSG(o_dec < 2e-6 && s_dec < 2e-6, "%s decode vs recurrent: o %.3g S %.3g", sc->name, o_dec, s_dec);
-	CHECK_MSG(o_pre < 2e-5 && s_pre < 2e-5, "%s prefill vs recurrent: o %.3g S %.3g", sc->name, o_pre, s_pre);
-	CHECK_MSG(o_chk < 1e-3 && s_chk < 1e-3, "%s prefill vs chunked: o %.3g S %.3g", sc->name, o_chk, s_chk);
+	/* the C chunked and recurrent forms agree to ~4e-7 on these inputs (measured on the CPU) */
+	CHECK_MSG(o_pre < 1e-5 && s_pre < 1e-5, "%s prefill vs recurrent: o %.3g S %.3g", sc->name, o_pre, s_pre);
+	CHECK_MSG(o_chk < 2e-5 && s_chk < 2e-5, "%s prefill vs chunked: o %.3g S %.3g", sc->name, o_chk, s_chk);
 	CHECK_MSG(other_bits == 0, "%s recurrent touched %zu values outside S", sc->name, other_bits);
 
 	/* batch invariance: each item alone (its rows at t0 0, its own copy of the state) gives
