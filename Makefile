@@ -45,6 +45,7 @@ NVCC_ARCHS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_120a,cod
 NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCHS) -Xcompiler -Wall,-Wextra,-fPIC
 ifeq ($(CUDA),1)
   CPPFLAGS += -DCAPY_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+  # -lstdc++: nvcc's host stubs are C++ (static-init guards, EH personality) and cc links
   LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart_static -lstdc++ -ldl -lrt
   KERNEL_OBJS = $(patsubst %.cu,$(O)/%.o,$(CUDA_SRCS))
 endif
@@ -190,6 +191,7 @@ FUZZERS += fuzz-tokenizer
 
 # GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one source file each in t/cuda/.
 CUDA_TESTS += u-cuda-model
+CUDA_TESTS += u-cuda-gdn
 
 
 BENCHES += linear-bench

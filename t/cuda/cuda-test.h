@@ -27,10 +27,10 @@
  * fault is reported at the kernel that caused it. */
 #define CK_OK(call)                                                                                 \
 	do {                                                                                        \
-		int rc_ = (call);                                                                   \
-		if (rc_ != 0) {                                                                     \
+		int ck_rc_ = (call);                                                                \
+		if (ck_rc_ != 0) {                                                                  \
 			fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,          \
-				cudaGetErrorString((cudaError_t)-rc_));                             \
+				cudaGetErrorString((cudaError_t)-ck_rc_));                          \
 			exit(1);                                                                    \
 		}                                                                                   \
 		CUDA_OK(cudaDeviceSynchronize());                                                   \
@@ -100,13 +100,13 @@ static inline size_t bits_differ(const float *a, const float *b, size_t n)
 static inline bool test_gpu_init(void)
 {
 	const char *g = getenv("CAPY_GPU");
-	int n = 0;
+	int n = 0, dev = g ? (int)strtol(g, NULL, 10) : 0; /* atoi is banned (banned.h) */
 
 	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
 		fprintf(stderr, "no CUDA device\n");
 		return false;
 	}
-	CUDA_OK(cudaSetDevice(g ? (int)strtol(g, NULL, 10) : 0));
+	CUDA_OK(cudaSetDevice(dev));
 	return true;
 }
 
