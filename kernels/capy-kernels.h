@@ -1,5 +1,5 @@
 /* capy-kernels.h - the CUDA kernels of the CUDA backend (libcore/backend/cuda), as plain C
- * entry points. The kernels live in kernels/*.cu (CUDA C++); nothing else includes CUDA
+ * entry points. The kernels live in the .cu files of kernels/ (CUDA C++); nothing else includes CUDA
  * headers for them, and this header includes none.
  *
  * Conventions, everywhere below:
