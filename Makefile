@@ -192,6 +192,7 @@ FUZZERS += fuzz-tokenizer
 # GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one source file each in t/cuda/.
 CUDA_TESTS += u-cuda-model
 CUDA_TESTS += u-cuda-gdn
+CUDA_TESTS += u-cuda-linear
 
 
 BENCHES += linear-bench

@@ -15,10 +15,10 @@
  * device state is unknown after it). */
 #define CUDA_OK(call)                                                                               \
 	do {                                                                                        \
-		cudaError_t rc_ = (call);                                                           \
-		if (rc_ != cudaSuccess) {                                                           \
+		cudaError_t cerr_ = (call);                                                         \
+		if (cerr_ != cudaSuccess) {                                                         \
 			fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,          \
-				cudaGetErrorString(rc_));                                           \
+				cudaGetErrorString(cerr_));                                         \
 			exit(1);                                                                    \
 		}                                                                                   \
 	} while (0)
@@ -100,13 +100,19 @@ static inline size_t bits_differ(const float *a, const float *b, size_t n)
 static inline bool test_gpu_init(void)
 {
 	const char *g = getenv("CAPY_GPU");
-	int n = 0, dev = g ? (int)strtol(g, NULL, 10) : 0; /* atoi is banned (banned.h) */
+	char *end = NULL;
+	long dev = g ? strtol(g, &end, 10) : 0;
+	int n = 0;
 
 	if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
 		fprintf(stderr, "no CUDA device\n");
 		return false;
 	}
-	CUDA_OK(cudaSetDevice(dev));
+	if (g && (!*g || *end || dev < 0 || dev >= n)) {
+		fprintf(stderr, "CAPY_GPU=%s: not a device number below %d\n", g, n);
+		return false;
+	}
+	CUDA_OK(cudaSetDevice((int)dev));
 	return true;
 }
 

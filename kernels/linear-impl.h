@@ -1,0 +1,60 @@
+/* linear-impl.h - private to kernels/: the launchers behind ck_linear that moe.cu reuses for the
+ * routed experts (CUDA C++). A matrix here is either one matrix (ids NULL) or a stack of
+ * matrices of one shape, where activation row i uses the record data + ids[i] * stride. */
+#ifndef CAPY_KERNELS_LINEAR_IMPL_H
+#define CAPY_KERNELS_LINEAR_IMPL_H
+
+#include "capy-kernels.h"
+
+#include <cuda_runtime.h>
+
+/* Where the weights of activation row i are. */
+struct lin_mat {
+	enum ck_dtype dtype;
+	const uint8_t *data;
+	uint64_t stride;    /* bytes between records of a stack */
+	const int32_t *ids; /* NULL: one matrix for every row; else row i uses record ids[i] */
+	uint64_t n, k;
+	/* NVFP4: */
+	uint32_t nparts;
+	uint64_t part_end[CK_MAX_PARTS]; /* row where part p ends (prefix sums of part_rows) */
+	uint64_t codes_off, scales_off, globals_off;
+};
+
+/* NVFP4 activations quantized for rows [0, m), one copy per part p (with that part's
+ * input_scale): codes qa [nparts][m][k] int8 (a = 2*e2m1), block scales sa [nparts][m][k/16]
+ * int32 (value * 2^9), global scales gs [nparts][m] (vLLM's 1/input_scale, NaN for a row
+ * that holds Inf/NaN or has no finite scale). */
+struct lin_act {
+	int8_t *qa;
+	int32_t *sa;
+	float *gs;
+	uint64_t m;
+};
+
+struct lin_mat lin_mat_of(const struct ck_linear *w, const void *data, uint64_t stride, const int32_t *ids);
+
+/* Bytes lin_act_carve needs for m rows of w (with 256 bytes of slack for the alignment). */
+size_t lin_act_bytes(const struct lin_mat *w, uint64_t m);
+/* Lay out a lin_act in ws. */
+struct lin_act lin_act_carve(const struct lin_mat *w, uint64_t m, void *ws);
+
+/* Quantize rows i < a->m: row i is x + (i / xdiv) * ldx, each part with its input_scale read
+ * from row i's record. */
+int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t xdiv, const struct lin_act *a,
+		 cudaStream_t st);
+/* y[i][r] (row stride ldy) for i < a->m from the quantized rows. */
+int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, cudaStream_t st);
+/* Plain weights: y[i][r] = x[i / xdiv] . W_i[r] for i < m (x row stride k, y row stride ldy). */
+int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy,
+	      cudaStream_t st);
+
+/* float expf as the CPU's libm gives it, as near as the device can: exp in double, rounded
+ * once to float (correctly rounded except for values within ~2^-29 of a rounding midpoint,
+ * where glibc's expf, itself accurate to 0.502 ulp, may round the other way). */
+static __device__ __forceinline__ float cpu_expf(float x)
+{
+	return __double2float_rn(exp((double)x));
+}
+
+#endif

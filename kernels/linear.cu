@@ -1,0 +1,581 @@
+/* linear.cu - y = x W^T for F32/F16/BF16 and NVFP4 (W4A4) weights: ck_linear and the launchers
+ * moe.cu shares (linear-impl.h).
+ *
+ * Both kernels give each warp one weight row and a group of up to MT activation rows: the
+ * lanes stream the row (coalesced, 16-byte loads where the alignment allows) and apply every
+ * loaded piece to all MT rows, so W is read once per group (and a block's rows stay in L1/L2
+ * while its y loop walks the groups). Blocks of 8 warps cover 8 weight rows; grid y spreads
+ * the groups when there are too few weight rows to fill the GPU.
+ *
+ * Plain: lane l owns the chunks of EV = 16 / sizeof(element) consecutive elements at
+ * (s * 32 + l) * EV, summed with fmaf in order, then the elements past the last full warp
+ * step one by one (j = kfull + l + 32 t), then a fixed xor butterfly over the lanes. The order
+ * depends only on the dtype and k (never on m, the group, the alignment or MT), so an element
+ * is the same bits whatever batch it came in.
+ *
+ * NVFP4: the activations are quantized first (k_quant, the float operations of
+ * capy_nvfp4_quantize_act one by one with _rn intrinsics, so nvcc can neither contract nor
+ * approximate them), then the block dots are exact integers (dp4a on the 2*e2m1 values), the
+ * int64 sum of dot * Sa * Sw and the final scaling in IEEE double, as libcore/cpu/linear.h
+ * defines it: bit-identical to the CPU, in any order. */
+#include "linear-impl.h"
+
+#include <cuda_fp16.h>
+#include <string.h>
+
+#define WARPS 8
+#define THREADS (WARPS * 32)
+#define FULL 0xffffffffu
+
+static int launch_err(void)
+{
+	cudaError_t e = cudaGetLastError();
+
+	return e == cudaSuccess ? 0 : -(int)e;
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* Enough blocks for every SM several times over (132 SMs on an H200); more activation
+ * groups than that loop inside the blocks. */
+static dim3 grid_for(uint64_t n, uint64_t ngroups)
+{
+	uint64_t gx = (n + WARPS - 1) / WARPS, want = (8 * 132 + gx - 1) / gx, gy = ngroups < want ? ngroups : want;
+
+	if (gy > 65535)
+		gy = 65535;
+	if (gy < 1)
+		gy = 1;
+	return dim3((unsigned)gx, (unsigned)gy, 1);
+}
+
+struct lin_mat lin_mat_of(const struct ck_linear *w, const void *data, uint64_t stride, const int32_t *ids)
+{
+	struct lin_mat m;
+
+	memset(&m, 0, sizeof(m));
+	m.dtype = w->dtype;
+	m.data = (const uint8_t *)data;
+	m.stride = stride;
+	m.ids = ids;
+	m.n = w->n;
+	m.k = w->k;
+	if (w->dtype == CK_NVFP4) {
+		uint64_t end = 0;
+		m.nparts = w->nparts ? w->nparts : 1;
+		if (m.nparts > CK_MAX_PARTS)
+			m.nparts = CK_MAX_PARTS;
+		for (uint32_t p = 0; p < m.nparts; p++) {
+			end += w->nparts ? w->part_rows[p] : w->n;
+			m.part_end[p] = end;
+		}
+		m.codes_off = w->codes_off;
+		m.scales_off = w->scales_off;
+		m.globals_off = w->globals_off;
+	}
+	return m;
+}
+
+/* --- NVFP4: activation quantization ------------------------------------------------------ */
+
+size_t lin_act_bytes(const struct lin_mat *w, uint64_t m)
+{
+	uint64_t rows = (uint64_t)w->nparts * m, nb = w->k / 16;
+
+	return (size_t)(align_up(rows * w->k, 256) + align_up(rows * nb * 4, 256) + align_up(rows * 4, 256) + 256);
+}
+
+struct lin_act lin_act_carve(const struct lin_mat *w, uint64_t m, void *ws)
+{
+	uint64_t rows = (uint64_t)w->nparts * m, nb = w->k / 16;
+	uint8_t *p = (uint8_t *)align_up((uint64_t)(uintptr_t)ws, 256);
+	struct lin_act a;
+
+	a.qa = (int8_t *)p;
+	p += align_up(rows * w->k, 256);
+	a.sa = (int32_t *)p;
+	p += align_up(rows * nb * 4, 256);
+	a.gs = (float *)p;
+	a.m = m;
+	return a;
+}
+
+/* An E4M3 byte as the integer value * 2^9 (capy_nv_scale_int; 0x7f reads as 480). */
+static __device__ __forceinline__ int32_t scale_int(uint32_t s)
+{
+	uint32_t e = (s >> 3) & 15, mm = s & 7;
+	int32_t v = (int32_t)(e ? (8 + mm) << (e - 1) : mm);
+
+	return (s & 0x80) ? -v : v;
+}
+
+/* capy_f32_to_e4m3: round to nearest even, saturating to NaN (0x7f) from 480 up. */
+static __device__ __forceinline__ uint32_t f32_to_e4m3(float f)
+{
+	uint32_t u = __float_as_uint(f), sign = (u >> 24) & 0x80, a = u & 0x7fffffff, e, keep, rest;
+
+	if (a >= 0x43f00000)
+		return sign | 0x7f;
+	if (a < 0x3c800000) /* subnormal: RNE(|f| * 2^9), exact scaling */
+		return sign | (uint32_t)rintf(__fmul_rn(__uint_as_float(a), 512.0f));
+	e = (a >> 23) - 127 + 7;
+	keep = (a >> 20) & 7;
+	rest = a & 0xfffff;
+	if (rest > 0x80000 || (rest == 0x80000 && (keep & 1))) {
+		if (++keep == 8) {
+			keep = 0;
+			e++;
+		}
+	}
+	return sign | (e << 3) | keep;
+}
+
+/* 2 * e2m1 of x by capy_e2m1_code's rule (ties to the even mantissa), as a signed integer. */
+static __device__ __forceinline__ int e2m1_a(float x)
+{
+	float a = fabsf(x);
+	int ord = (0.25f < a) + (0.75f < a) + (1.25f < a) + (1.75f < a) + (2.5f < a) + (3.5f < a) + (5.0f < a);
+	int mag;
+
+	if (a == 0.75f || a == 1.75f || a == 3.5f)
+		ord++;
+	mag = ord < 4 ? ord : (2 + (ord & 1)) << ((ord >> 1) - 1); /* 0 1 2 3 4 6 8 12 */
+	return x < 0 ? -mag : mag;
+}
+
+#define QTHREADS 128
+
+/* One block per (row i, part p): the row's amax and Inf/NaN flag (needed for the dynamic
+ * scale), then one thread per 16-block. */
+static __global__ void __launch_bounds__(QTHREADS)
+	k_quant(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, struct lin_act a)
+{
+	const uint64_t i = blockIdx.x, k = w.k, nb = k / 16, row = (uint64_t)blockIdx.y * a.m + i;
+	const unsigned p = blockIdx.y, tid = threadIdx.x;
+	const float *xr = x + (i / xdiv) * ldx;
+	const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i] * w.stride : 0);
+	const float sixth = (float)(1.0 / 6.0);
+	__shared__ float s_amax[QTHREADS / 32];
+	__shared__ int s_bad[QTHREADS / 32];
+	float amax = 0, is, gs, inv_gs;
+	int bad = 0;
+
+	/* fmaxf is exact and ignores NaN, so any order gives the CPU's row amax. */
+	for (uint64_t j = tid; j < k; j += QTHREADS) {
+		float v = xr[j];
+		bad |= !isfinite(v);
+		amax = fmaxf(amax, fabsf(v));
+	}
+	for (int off = 16; off; off >>= 1) {
+		amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
+		bad |= __shfl_xor_sync(FULL, bad, off);
+	}
+	if ((tid & 31) == 0) {
+		s_amax[tid / 32] = amax;
+		s_bad[tid / 32] = bad;
+	}
+	__syncthreads();
+	amax = s_amax[0];
+	bad = s_bad[0];
+	for (int q = 1; q < QTHREADS / 32; q++) {
+		amax = fmaxf(amax, s_amax[q]);
+		bad |= s_bad[q];
+	}
+
+	is = ((const float *)(rec + w.globals_off))[w.nparts + p];
+	if (is == 0) { /* dynamic: capy_nvfp4_weight_scale2(amax) */
+		is = __fdiv_rn(amax, 2688.0f);
+		if (!(is > 0))
+			is = 1.0f;
+	}
+	gs = __fdiv_rn(1.0f, is);
+	inv_gs = __fdiv_rn(1.0f, gs);
+	if (tid == 0)
+		a.gs[row] = (bad || !isfinite(gs)) ? __uint_as_float(0x7fc00000) : gs;
+
+	for (uint64_t b = tid; b < nb; b += QTHREADS) {
+		const float *blk = xr + b * 16;
+		float v[16], bam = 0, s, t, os;
+		uint32_t sc, word[4] = { 0, 0, 0, 0 };
+		int32_t si;
+		for (int e = 0; e < 16; e++) {
+			v[e] = blk[e];
+			bam = fmaxf(bam, fabsf(v[e]));
+		}
+		s = __fmul_rn(gs, __fmul_rn(bam, sixth));
+		if (s > 448.0f)
+			s = 448.0f;
+		sc = f32_to_e4m3(s);
+		si = scale_int(sc);
+		/* e4m3_to_f32(sc) is exactly si * 2^-9 wherever the result matters (finite rows
+		 * with a finite gs never give the NaN byte). */
+		t = __fmul_rn(__fmul_rn((float)si, 0x1p-9f), inv_gs);
+		os = t == 0 ? 0.0f : __fdiv_rn(1.0f, t);
+		for (int e = 0; e < 16; e++) {
+			float q = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
+			word[e / 4] |= ((uint32_t)e2m1_a(q) & 0xff) << (8 * (e % 4));
+		}
+		*(uint4 *)(a.qa + row * k + b * 16) = make_uint4(word[0], word[1], word[2], word[3]);
+		a.sa[row * nb + b] = si;
+	}
+}
+
+int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t xdiv, const struct lin_act *a,
+		 cudaStream_t st)
+{
+	if (!a->m)
+		return 0;
+	k_quant<<<dim3((unsigned)a->m, w->nparts, 1), QTHREADS, 0, st>>>(*w, x, ldx, xdiv, *a);
+	return launch_err();
+}
+
+/* --- NVFP4: the integer dot products ---------------------------------------------------- */
+
+/* Eight weight codes (one 32-bit word, element 2t in the low nibble of byte t, so nibble i is
+ * element i) to 2*e2m1 as int8, two words of four: the nibbles are byte_perm selectors into a
+ * table of magnitudes and one of their negatives, and the sign bit picks between them. */
+static __device__ __forceinline__ void decode8(uint32_t c, uint32_t *w0, uint32_t *w1)
+{
+	const uint32_t P0 = 0x03020100u, P1 = 0x0c080604u; /* 0 1 2 3 | 4 6 8 12 */
+	const uint32_t N0 = 0xfdfeff00u, N1 = 0xf4f8fafcu; /* 0 -1 -2 -3 | -4 -6 -8 -12 */
+	uint32_t lo = c & 0x7777u, hi = (c >> 16) & 0x7777u;
+	uint32_t pl = __byte_perm(P0, P1, lo), nl = __byte_perm(N0, N1, lo);
+	uint32_t ph = __byte_perm(P0, P1, hi), nh = __byte_perm(N0, N1, hi);
+
+	*w0 = __byte_perm(pl, nl, 0x3210u | ((c >> 1) & 0x4444u));
+	*w1 = __byte_perm(ph, nh, 0x3210u | ((c >> 17) & 0x4444u));
+}
+
+/* The CPU's capy_nv_finish(acc, capy_nv_factor(scale2, gs)); NaN rows give the CPU's NaN (the
+ * device would give another NaN bit pattern). */
+static __device__ __forceinline__ float nv_finish(long long acc, float s2, float gs)
+{
+	double f;
+
+	if (isnan(gs))
+		return __uint_as_float(0x7fc00000);
+	f = __ddiv_rn((double)s2, (double)gs);
+	return __double2float_rn(__dmul_rn(__dmul_rn(__ll2double_rn(acc), 0x1p-20), f));
+}
+
+/* VEC 2: two blocks per lane step (16-byte code loads); 1: one block (8 bytes); 0: one block
+ * read byte by byte (codes not 8-byte aligned). */
+template <int MT, int VEC>
+static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, struct lin_act a, float *y, uint64_t ldy)
+{
+	constexpr int BPL = VEC == 2 ? 2 : 1;
+	const int lane = threadIdx.x & 31;
+	const uint64_t r = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+	const uint64_t k = w.k, nb = k / 16, m = a.m, ngroups = (m + MT - 1) / MT, units = nb / BPL;
+	uint32_t p = 0;
+
+	if (r >= w.n)
+		return; /* a whole warp: nothing below synchronizes the block */
+	while (p + 1 < w.nparts && r >= w.part_end[p])
+		p++;
+	for (uint64_t g = blockIdx.y; g < ngroups; g += gridDim.y) {
+		const uint64_t i0 = g * MT, rowbase = (uint64_t)p * m + i0;
+		const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i0] * w.stride : 0);
+		const uint8_t *codes = rec + w.codes_off + r * (k / 2), *scales = rec + w.scales_off + r * nb;
+		long long acc[MT];
+
+		for (int i = 0; i < MT; i++)
+			acc[i] = 0;
+#pragma unroll 2
+		for (uint64_t u = lane; u < units; u += 32) {
+			uint32_t cw[2 * BPL], wv[4 * BPL];
+			int32_t sw[BPL];
+			if (VEC == 2) {
+				uint4 c = __ldg((const uint4 *)(codes + u * 16));
+				cw[0] = c.x;
+				cw[1] = c.y;
+				cw[2 * BPL - 2] = c.z;
+				cw[2 * BPL - 1] = c.w;
+			} else if (VEC == 1) {
+				uint2 c = __ldg((const uint2 *)(codes + u * 8));
+				cw[0] = c.x;
+				cw[1] = c.y;
+			} else {
+				const uint8_t *c = codes + u * 8;
+				cw[0] = c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 | (uint32_t)c[3] << 24;
+				cw[1] = c[4] | (uint32_t)c[5] << 8 | (uint32_t)c[6] << 16 | (uint32_t)c[7] << 24;
+			}
+			for (int bb = 0; bb < BPL; bb++)
+				sw[bb] = scale_int(scales[u * BPL + bb]);
+			for (int q = 0; q < 2 * BPL; q++)
+				decode8(cw[q], &wv[2 * q], &wv[2 * q + 1]);
+			for (int i = 0; i < MT; i++) {
+				if (i0 + i >= m)
+					break;
+				const int8_t *qa = a.qa + (rowbase + i) * k;
+				const int32_t *sa = a.sa + (rowbase + i) * nb;
+				for (int bb = 0; bb < BPL; bb++) {
+					const uint64_t b = u * BPL + bb;
+					const uint4 av = *(const uint4 *)(qa + b * 16);
+					int dot = __dp4a((int)wv[4 * bb], (int)av.x, 0);
+					dot = __dp4a((int)wv[4 * bb + 1], (int)av.y, dot);
+					dot = __dp4a((int)wv[4 * bb + 2], (int)av.z, dot);
+					dot = __dp4a((int)wv[4 * bb + 3], (int)av.w, dot);
+					/* |dot * Sa| <= 2304 * 245760 < 2^31; the product with Sw in int64. */
+					acc[i] += (long long)(dot * sa[b]) * sw[bb];
+				}
+			}
+		}
+		for (int i = 0; i < MT; i++)
+			for (int off = 16; off; off >>= 1)
+				acc[i] += __shfl_xor_sync(FULL, acc[i], off);
+		if (lane == 0) {
+			const float s2 = ((const float *)(rec + w.globals_off))[p];
+			for (int i = 0; i < MT; i++)
+				if (i0 + i < m)
+					y[(i0 + i) * ldy + r] = nv_finish(acc[i], s2, a.gs[rowbase + i]);
+		}
+	}
+}
+
+template <int VEC>
+static void launch_nvfp4(int mt, dim3 grid, const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy,
+			 cudaStream_t st)
+{
+	switch (mt) {
+	case 1:
+		k_nvfp4<1, VEC><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		break;
+	case 2:
+		k_nvfp4<2, VEC><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		break;
+	case 4:
+		k_nvfp4<4, VEC><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		break;
+	default:
+		k_nvfp4<8, VEC><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		break;
+	}
+}
+
+/* Activation rows per weight load: a stack (ids) has its own weights per row. */
+static int group_rows(const struct lin_mat *w, uint64_t m)
+{
+	if (w->ids || m <= 1)
+		return 1;
+	if (m == 2)
+		return 2;
+	return m <= 4 ? 4 : 8;
+}
+
+int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, cudaStream_t st)
+{
+	const int mt = group_rows(w, a->m);
+	const uint64_t codes = (uint64_t)(uintptr_t)w->data + w->codes_off, nb = w->k / 16;
+	dim3 grid;
+
+	if (!a->m)
+		return 0;
+	grid = grid_for(w->n, (a->m + mt - 1) / mt);
+	/* Rows are k/2 bytes apart: 16-byte loads need k % 32 == 0 and an aligned base (and
+	 * stride); 64 blocks per row or more keep all lanes busy with two blocks each. */
+	if (codes % 16 == 0 && w->k % 32 == 0 && (!w->ids || w->stride % 16 == 0) && nb >= 64)
+		launch_nvfp4<2>(mt, grid, w, a, y, ldy, st);
+	else if (codes % 8 == 0 && (!w->ids || w->stride % 8 == 0))
+		launch_nvfp4<1>(mt, grid, w, a, y, ldy, st);
+	else
+		launch_nvfp4<0>(mt, grid, w, a, y, ldy, st);
+	return launch_err();
+}
+
+/* --- plain weights ----------------------------------------------------------------------- */
+
+template <int DT>
+static __device__ __forceinline__ float widen1(const uint8_t *row, uint64_t j)
+{
+	if (DT == CK_F32)
+		return ((const float *)row)[j];
+	uint16_t h = ((const uint16_t *)row)[j];
+	if (DT == CK_F16)
+		return __half2float(__ushort_as_half(h));
+	return __uint_as_float((uint32_t)h << 16);
+}
+
+/* The EV = 16 / element-size weights of one chunk, widened exactly. */
+template <int DT, bool VL>
+static __device__ __forceinline__ void load_w(const uint8_t *row, uint64_t j0, float *wf)
+{
+	constexpr int EV = DT == CK_F32 ? 4 : 8;
+
+	if (VL) {
+		const uint4 c = __ldg((const uint4 *)(row + j0 * (DT == CK_F32 ? 4 : 2)));
+		const uint32_t q[4] = { c.x, c.y, c.z, c.w };
+		for (int e = 0; e < 4; e++) {
+			if (DT == CK_F32) {
+				wf[e] = __uint_as_float(q[e]);
+			} else if (DT == CK_F16) {
+				wf[2 * e] = __half2float(__ushort_as_half((unsigned short)(q[e] & 0xffff)));
+				wf[2 * e + 1] = __half2float(__ushort_as_half((unsigned short)(q[e] >> 16)));
+			} else {
+				wf[2 * e] = __uint_as_float(q[e] << 16);
+				wf[2 * e + 1] = __uint_as_float(q[e] & 0xffff0000u);
+			}
+		}
+	} else {
+		for (int e = 0; e < EV; e++)
+			wf[e] = widen1<DT>(row, j0 + e);
+	}
+}
+
+/* VL: weights and activations are 16-byte aligned for every chunk (vector loads); the
+ * arithmetic is the same either way. */
+template <int DT, int MT, bool VL>
+static __global__ void __launch_bounds__(THREADS)
+	k_plain(struct lin_mat w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy)
+{
+	constexpr int EV = DT == CK_F32 ? 4 : 8;
+	constexpr uint64_t ES = DT == CK_F32 ? 4 : 2;
+	const int lane = threadIdx.x & 31;
+	const uint64_t r = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+	const uint64_t k = w.k, nsteps = k / (32 * EV), kfull = nsteps * 32 * EV, ngroups = (m + MT - 1) / MT;
+
+	if (r >= w.n)
+		return;
+	for (uint64_t g = blockIdx.y; g < ngroups; g += gridDim.y) {
+		const uint64_t i0 = g * MT;
+		const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i0] * w.stride : 0), *row = rec + r * k * ES;
+		const float *xr[MT];
+		float acc[MT];
+
+		for (int i = 0; i < MT; i++) {
+			acc[i] = 0.0f;
+			xr[i] = x + ((i0 + i < m ? i0 + i : i0) / xdiv) * k;
+		}
+#pragma unroll 2
+		for (uint64_t s = 0; s < nsteps; s++) {
+			const uint64_t j0 = (s * 32 + lane) * EV;
+			float wf[EV];
+			load_w<DT, VL>(row, j0, wf);
+			for (int i = 0; i < MT; i++) {
+				if (i0 + i >= m)
+					break;
+				float xv[EV];
+				if (VL) {
+					for (int q = 0; q < EV / 4; q++) {
+						const float4 f = *(const float4 *)(xr[i] + j0 + 4 * q);
+						xv[4 * q] = f.x;
+						xv[4 * q + 1] = f.y;
+						xv[4 * q + 2] = f.z;
+						xv[4 * q + 3] = f.w;
+					}
+				} else {
+					for (int e = 0; e < EV; e++)
+						xv[e] = xr[i][j0 + e];
+				}
+				for (int e = 0; e < EV; e++)
+					acc[i] = __fmaf_rn(xv[e], wf[e], acc[i]);
+			}
+		}
+		for (uint64_t j = kfull + lane; j < k; j += 32) {
+			const float wj = widen1<DT>(row, j);
+			for (int i = 0; i < MT; i++) {
+				if (i0 + i >= m)
+					break;
+				acc[i] = __fmaf_rn(xr[i][j], wj, acc[i]);
+			}
+		}
+		for (int i = 0; i < MT; i++)
+			for (int off = 16; off; off >>= 1)
+				acc[i] = __fadd_rn(acc[i], __shfl_xor_sync(FULL, acc[i], off));
+		if (lane == 0)
+			for (int i = 0; i < MT; i++)
+				if (i0 + i < m)
+					y[(i0 + i) * ldy + r] = acc[i];
+	}
+}
+
+template <int DT, bool VL>
+static void launch_plain_mt(int mt, dim3 grid, const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m,
+			    float *y, uint64_t ldy, cudaStream_t st)
+{
+	switch (mt) {
+	case 1:
+		k_plain<DT, 1, VL><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		break;
+	case 2:
+		k_plain<DT, 2, VL><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		break;
+	case 4:
+		k_plain<DT, 4, VL><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		break;
+	default:
+		k_plain<DT, 8, VL><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		break;
+	}
+}
+
+template <int DT>
+static void launch_plain(bool vl, int mt, dim3 grid, const struct lin_mat *w, const float *x, uint64_t xdiv,
+			 uint64_t m, float *y, uint64_t ldy, cudaStream_t st)
+{
+	if (vl)
+		launch_plain_mt<DT, true>(mt, grid, w, x, xdiv, m, y, ldy, st);
+	else
+		launch_plain_mt<DT, false>(mt, grid, w, x, xdiv, m, y, ldy, st);
+}
+
+int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy,
+	      cudaStream_t st)
+{
+	const int mt = group_rows(w, m);
+	const uint64_t es = w->dtype == CK_F32 ? 4 : 2;
+	/* Every chunk starts at a multiple of 16 bytes: W's base, row length and stride, and x's
+	 * base and row length (k floats). */
+	const bool vl = (uint64_t)(uintptr_t)w->data % 16 == 0 && (w->k * es) % 16 == 0 &&
+			(!w->ids || w->stride % 16 == 0) && (uint64_t)(uintptr_t)x % 16 == 0 && w->k % 4 == 0;
+	dim3 grid;
+
+	if (!m)
+		return 0;
+	grid = grid_for(w->n, (m + mt - 1) / mt);
+	switch (w->dtype) {
+	case CK_F32:
+		launch_plain<CK_F32>(vl, mt, grid, w, x, xdiv, m, y, ldy, st);
+		break;
+	case CK_F16:
+		launch_plain<CK_F16>(vl, mt, grid, w, x, xdiv, m, y, ldy, st);
+		break;
+	case CK_BF16:
+		launch_plain<CK_BF16>(vl, mt, grid, w, x, xdiv, m, y, ldy, st);
+		break;
+	default:
+		return -(int)cudaErrorInvalidValue;
+	}
+	return launch_err();
+}
+
+/* --- entry points -------------------------------------------------------------------------- */
+
+extern "C" size_t ck_linear_ws_bytes(const struct ck_linear *w, uint64_t m)
+{
+	struct lin_mat lm;
+
+	if (w->dtype != CK_NVFP4)
+		return 0;
+	lm = lin_mat_of(w, w->data, 0, NULL);
+	return lin_act_bytes(&lm, m);
+}
+
+extern "C" int ck_linear(const struct ck_linear *w, const float *x, uint64_t m, float *y, void *ws, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	struct lin_mat lm = lin_mat_of(w, w->data, 0, NULL);
+	struct lin_act a;
+	int rc;
+
+	if (!m)
+		return 0;
+	if (w->dtype != CK_NVFP4)
+		return lin_plain(&lm, x, 1, m, y, w->n, st);
+	a = lin_act_carve(&lm, m, ws);
+	rc = lin_quantize(&lm, x, w->k, 1, &a, st);
+	return rc ? rc : lin_nvfp4(&lm, &a, y, w->n, st);
+}

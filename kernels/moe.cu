@@ -1,0 +1,260 @@
+/* moe.cu - the sparse MoE block on the GPU: the router (softmax, top k), the routed experts and
+ * the weighted combine with the gated shared expert, as libcore/backend/cpu/moe.c computes them.
+ *
+ * The experts run as one pass per stage over all slots (slot s = t * k + j uses expert ids[s]):
+ * quantize every slot's input (NVFP4; each expert's own input_scale, read from its record),
+ * gate_up for every slot, SwiGLU, quantize, down. Each stage is linear.cu's kernel with the
+ * weights of row s taken from expert ids[s]'s record, so a slot's output is exactly ck_linear's
+ * function applied to that one row (bit-identical to the CPU for NVFP4). Slots that share an
+ * expert re-read its weights (from L2 mostly); grouping slots by expert for prefill is left
+ * for later. */
+#include "linear-impl.h"
+
+#include <math.h>
+
+#define FULL 0xffffffffu
+
+static int launch_err(void)
+{
+	cudaError_t e = cudaGetLastError();
+
+	return e == cudaSuccess ? 0 : -(int)e;
+}
+
+static uint64_t align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
+}
+
+/* --- router ------------------------------------------------------------------------------- */
+
+#define RTHREADS 128
+
+/* Candidate (v2, x2) beats (v1, x1): a valid one (x >= 0) beats none, a larger value beats a
+ * smaller, and on equal values the lower index wins (the CPU's first maximum). */
+static __device__ __forceinline__ bool beats(float v1, int x1, float v2, int x2)
+{
+	if (x2 < 0)
+		return false;
+	if (x1 < 0)
+		return true;
+	return v2 > v1 || (v2 == v1 && x2 < x1);
+}
+
+/* One block per row: max (exact in any order), exp, the sum in ascending order on one thread,
+ * the divisions, then k rounds of a block argmax over the untaken experts, as route(). */
+static __global__ void __launch_bounds__(RTHREADS)
+	k_route(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
+{
+	extern __shared__ float p[]; /* [E] */
+	__shared__ float s_v[RTHREADS / 32];
+	__shared__ int s_x[RTHREADS / 32];
+	__shared__ float s_mx, s_sum;
+	const uint64_t t = blockIdx.x;
+	const unsigned tid = threadIdx.x, lane = tid & 31, wid = tid / 32;
+	const float *l = logits + t * E;
+	int32_t *id = ids + t * k;
+	float *w = wout + t * k, mx = -INFINITY, top = 0;
+
+	for (uint64_t x = tid; x < E; x += RTHREADS)
+		mx = fmaxf(mx, l[x]);
+	for (int off = 16; off; off >>= 1)
+		mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, off));
+	if (lane == 0)
+		s_v[wid] = mx;
+	__syncthreads();
+	if (tid == 0) {
+		float m = s_v[0];
+		for (int q = 1; q < RTHREADS / 32; q++)
+			m = fmaxf(m, s_v[q]);
+		s_mx = m;
+	}
+	__syncthreads();
+	mx = s_mx;
+	for (uint64_t x = tid; x < E; x += RTHREADS)
+		p[x] = cpu_expf(__fsub_rn(l[x], mx));
+	__syncthreads();
+	if (tid == 0) {
+		float sum = 0;
+		for (uint64_t x = 0; x < E; x++)
+			sum = __fadd_rn(sum, p[x]);
+		s_sum = sum;
+	}
+	__syncthreads();
+	for (uint64_t x = tid; x < E; x += RTHREADS)
+		p[x] = __fdiv_rn(p[x], s_sum);
+	__syncthreads();
+
+	for (uint64_t n = 0; n < k; n++) {
+		float bv = 0;
+		int bx = -1;
+		for (uint64_t x = tid; x < E; x += RTHREADS)
+			if (p[x] >= 0 && (bx < 0 || p[x] > bv)) {
+				bv = p[x];
+				bx = (int)x;
+			}
+		for (int off = 16; off; off >>= 1) {
+			float ov = __shfl_xor_sync(FULL, bv, off);
+			int ox = __shfl_xor_sync(FULL, bx, off);
+			if (beats(bv, bx, ov, ox)) {
+				bv = ov;
+				bx = ox;
+			}
+		}
+		if (lane == 0) {
+			s_v[wid] = bv;
+			s_x[wid] = bx;
+		}
+		__syncthreads();
+		if (tid == 0) {
+			int best;
+			for (int q = 1; q < RTHREADS / 32; q++)
+				if (beats(bv, bx, s_v[q], s_x[q])) {
+					bv = s_v[q];
+					bx = s_x[q];
+				}
+			best = bx < 0 ? 0 : bx; /* none left: the CPU's loop leaves best at 0 */
+			id[n] = best;
+			w[n] = p[best];
+			top = __fadd_rn(top, p[best]);
+			p[best] = -1; /* taken */
+		}
+		__syncthreads();
+	}
+	if (tid == 0) {
+		if (norm)
+			for (uint64_t n = 0; n < k; n++)
+				w[n] = __fdiv_rn(w[n], top);
+		/* Ascending expert id (insertion sort, as the CPU). */
+		for (uint64_t a = 1; a < k; a++)
+			for (uint64_t b = a; b > 0 && id[b - 1] > id[b]; b--) {
+				int32_t ti = id[b];
+				float tw = w[b];
+				id[b] = id[b - 1];
+				w[b] = w[b - 1];
+				id[b - 1] = ti;
+				w[b - 1] = tw;
+			}
+	}
+}
+
+extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_t k, bool norm_topk, int32_t *ids,
+			    float *w, void *stream)
+{
+	if (!T || !k)
+		return 0;
+	k_route<<<(unsigned)T, RTHREADS, E * sizeof(float), (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+	return launch_err();
+}
+
+/* --- experts ------------------------------------------------------------------------------ */
+
+/* h[s][i] = silu(act[s][i]) * act[s][I + i], silu(v) = v / (1 + exp(-v)) as the CPU's. */
+static __global__ void k_swiglu(const float *act, uint64_t rows, uint64_t I, float *h)
+{
+	const uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (e < rows * I) {
+		const uint64_t s = e / I, i = e % I;
+		const float g = act[s * 2 * I + i], u = act[s * 2 * I + I + i];
+		h[e] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, cpu_expf(-g))), u);
+	}
+}
+
+struct moe_ws {
+	float *act, *h;
+	void *q;
+};
+
+static struct moe_ws moe_carve(uint64_t S, uint64_t I, void *ws)
+{
+	struct moe_ws m;
+	uint8_t *p = (uint8_t *)align_up((uint64_t)(uintptr_t)ws, 256);
+
+	m.act = (float *)p;
+	p += align_up(S * 2 * I * 4, 256);
+	m.h = (float *)p;
+	p += align_up(S * I * 4, 256);
+	m.q = p;
+	return m;
+}
+
+extern "C" size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
+				  uint64_t slots)
+{
+	const uint64_t I = gate_up->first.n / 2;
+	struct lin_mat gu = lin_mat_of(&gate_up->first, gate_up->first.data, gate_up->stride, NULL);
+	struct lin_mat dn = lin_mat_of(&down->first, down->first.data, down->stride, NULL);
+	size_t q = 0, qd = 0;
+
+	if (gu.dtype == CK_NVFP4)
+		q = lin_act_bytes(&gu, slots);
+	if (dn.dtype == CK_NVFP4)
+		qd = lin_act_bytes(&dn, slots);
+	return (size_t)(256 + align_up(slots * 2 * I * 4, 256) + align_up(slots * I * 4, 256)) + (q > qd ? q : qd);
+}
+
+extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
+			      const float *x, uint64_t T, uint64_t k, const int32_t *ids, float *out, void *ws,
+			      void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	const uint64_t S = T * k, H = gate_up->first.k, I = gate_up->first.n / 2;
+	struct lin_mat gu = lin_mat_of(&gate_up->first, gate_up->first.data, gate_up->stride, ids);
+	struct lin_mat dn = lin_mat_of(&down->first, down->first.data, down->stride, ids);
+	struct moe_ws m = moe_carve(S, I, ws);
+	int rc;
+
+	if (!S)
+		return 0;
+	/* gate_up: slot s reads x[s / k]. */
+	if (gu.dtype == CK_NVFP4) {
+		struct lin_act a = lin_act_carve(&gu, S, m.q);
+		if ((rc = lin_quantize(&gu, x, H, k, &a, st)) || (rc = lin_nvfp4(&gu, &a, m.act, 2 * I, st)))
+			return rc;
+	} else if ((rc = lin_plain(&gu, x, k, S, m.act, 2 * I, st))) {
+		return rc;
+	}
+	k_swiglu<<<(unsigned)((S * I + 255) / 256), 256, 0, st>>>(m.act, S, I, m.h);
+	if ((rc = launch_err()))
+		return rc;
+	if (dn.dtype == CK_NVFP4) {
+		struct lin_act a = lin_act_carve(&dn, S, m.q);
+		if ((rc = lin_quantize(&dn, m.h, I, 1, &a, st)) || (rc = lin_nvfp4(&dn, &a, out, H, st)))
+			return rc;
+		return 0;
+	}
+	return lin_plain(&dn, m.h, 1, S, out, H, st);
+}
+
+/* --- combine ------------------------------------------------------------------------------ */
+
+/* out[t][i] = (0 + sum over j in order of moe_out[t k + j][i] * w[t k + j]) + sigmoid(gate[t])
+ * shared[t][i], each operation rounded as the CPU's (no contraction). */
+static __global__ void k_combine(const float *moe_out, const float *w, const float *shared, const float *gate,
+				 uint64_t T, uint64_t k, uint64_t H, float *out)
+{
+	const uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (e < T * H) {
+		const uint64_t t = e / H, i = e % H;
+		float o = 0.0f;
+		for (uint64_t j = 0; j < k; j++)
+			o = __fadd_rn(o, __fmul_rn(moe_out[(t * k + j) * H + i], w[t * k + j]));
+		if (shared) {
+			const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-gate[t])));
+			o = __fadd_rn(o, __fmul_rn(g, shared[e]));
+		}
+		out[e] = o;
+	}
+}
+
+extern "C" int ck_moe_combine(const float *moe_out, const float *w, const float *shared, const float *gate,
+			      uint64_t T, uint64_t k, uint64_t H, float *out, void *stream)
+{
+	if (!T || !H)
+		return 0;
+	k_combine<<<(unsigned)((T * H + 255) / 256), 256, 0, (cudaStream_t)stream>>>(moe_out, w, shared, gate, T, k,
+										       H, out);
+	return launch_err();
+}

@@ -1,0 +1,555 @@
+/* u-cuda-linear.c - kernels/linear.cu and kernels/moe.cu against the CPU backend (the oracle):
+ * ck_linear for F32/F16/BF16 (tolerance, and batch invariance bit for bit) and NVFP4 (bit for
+ * bit: 1, 2 and 3 parts, calibrated and dynamic input scales, Inf/NaN rows, records at 4- and
+ * 8-byte offsets), the router against a C copy of the CPU's route(), the routed experts per
+ * slot against a capy_linear chain (NVFP4 bit for bit, BF16 by tolerance) and the combine. */
+#include "test.h"
+#include "cuda-test.h"
+#include "cpu/linear.h"
+#include "quant/floats.h"
+#include "quant/nvfp4.h"
+
+static uint64_t seed_next = 1;
+
+static void *xmalloc(size_t n)
+{
+	void *p = malloc(n ? n : 1);
+
+	if (!p)
+		abort();
+	return p;
+}
+
+/* Activations [m][k] with a different magnitude per row (2^-3 .. 2^3). */
+static float *make_x(uint64_t m, uint64_t k, uint64_t seed)
+{
+	float *x = xmalloc(m * k * sizeof(float));
+
+	test_fill(x, m * k, seed, 1.0f);
+	for (uint64_t i = 0; i < m; i++)
+		for (uint64_t j = 0; j < k; j++)
+			x[i * k + j] *= ldexpf(1.0f, (int)(i % 7) - 3);
+	return x;
+}
+
+static const char *dt_name(enum ck_dtype dt)
+{
+	static const char *names[] = { "F32", "F16", "BF16", "NVFP4" };
+
+	return names[dt];
+}
+
+static enum capy_dtype capy_dt(enum ck_dtype dt)
+{
+	return dt == CK_F32 ? CAPY_DT_F32 : dt == CK_F16 ? CAPY_DT_F16 : dt == CK_BF16 ? CAPY_DT_BF16 : CAPY_DT_NVFP4;
+}
+
+/* A weight matrix on the host, as the artifact stores it, with its ck_linear description
+ * (data still the host pointer). */
+struct hw {
+	void *data;
+	size_t bytes;
+	struct ck_linear ck;
+};
+
+static void make_plain(struct hw *h, enum ck_dtype dt, uint64_t n, uint64_t k, uint64_t seed)
+{
+	float *w = xmalloc(n * k * sizeof(float));
+
+	test_fill(w, n * k, seed, 0.5f);
+	memset(h, 0, sizeof(*h));
+	h->bytes = n * k * (dt == CK_F32 ? 4 : 2);
+	h->data = xmalloc(h->bytes);
+	for (uint64_t i = 0; i < n * k; i++) {
+		if (dt == CK_F32)
+			((float *)h->data)[i] = w[i];
+		else
+			((uint16_t *)h->data)[i] = dt == CK_F16 ? capy_f32_to_f16(w[i]) : capy_f32_to_bf16(w[i]);
+	}
+	free(w);
+	h->ck.dtype = dt;
+	h->ck.n = n;
+	h->ck.k = k;
+	h->ck.nparts = 0;
+}
+
+/* An NVFP4 record of nparts parts (rows[p] each): part p's weights scaled by (p + 1) so the
+ * parts get different weight_scale_2, quantized with ModelOpt's rule; input_scale[p] as given
+ * (0: dynamic). */
+static void make_nvfp4(struct hw *h, uint64_t n, uint64_t k, uint32_t nparts, const uint64_t *rows,
+		       const float *input_scale, uint64_t seed)
+{
+	struct capy_nvfp4_layout l;
+	float *w = xmalloc(n * k * sizeof(float));
+	uint64_t r0 = 0;
+
+	memset(h, 0, sizeof(*h));
+	CHECK(capy_nvfp4_layout(n, k, nparts, &l) == 0);
+	test_fill(w, n * k, seed, 0.5f);
+	h->bytes = l.slice_bytes;
+	h->data = calloc(1, h->bytes);
+	for (uint32_t p = 0; p < nparts; p++) {
+		float amax = 0, s2;
+		for (uint64_t i = r0 * k; i < (r0 + rows[p]) * k; i++) {
+			w[i] *= (float)(p + 1);
+			amax = fmaxf(amax, fabsf(w[i]));
+		}
+		s2 = capy_nvfp4_weight_scale2(amax);
+		capy_nvfp4_quantize(w + r0 * k, rows[p], k, s2, (uint8_t *)h->data + l.codes_off + r0 * k / 2,
+				    (uint8_t *)h->data + l.scales_off + r0 * k / 16);
+		memcpy((uint8_t *)h->data + l.globals_off + 4 * p, &s2, 4);
+		memcpy((uint8_t *)h->data + l.globals_off + 4 * (nparts + p), &input_scale[p], 4);
+		h->ck.part_rows[p] = rows[p];
+		h->ck.scale2[p] = s2;
+		h->ck.input_scale[p] = input_scale[p];
+		r0 += rows[p];
+	}
+	free(w);
+	h->ck.dtype = CK_NVFP4;
+	h->ck.n = n;
+	h->ck.k = k;
+	h->ck.nparts = nparts;
+	h->ck.codes_off = l.codes_off;
+	h->ck.scales_off = l.scales_off;
+	h->ck.globals_off = l.globals_off;
+}
+
+/* y[m][n] = x W^T on the CPU (the record or plain data at host address data). */
+static void cpu_linear(const struct ck_linear *ck, const void *data, const float *x, uint64_t m, float *y)
+{
+	struct capy_err err = { 0 };
+	struct capy_linear w;
+	struct capy_linear_input *in;
+	void *ws;
+
+	if (capy_linear_init(&w, capy_dt(ck->dtype), ck->n, ck->k, ck->nparts, ck->part_rows, data, &err) < 0) {
+		fprintf(stderr, "FATAL capy_linear_init: %s\n", err.msg);
+		exit(1);
+	}
+	ws = aligned_alloc(64, CAPY_ALIGN_UP(capy_linear_input_bytes(&w, m), 64));
+	capy_linear_prepare(&w, x, m, ws, &in);
+	capy_linear_rows(&w, in, y, 0, ck->n);
+	free(ws);
+}
+
+/* Elements whose bits differ, both NaN counting as equal (*nan_bits counts NaNs whose bit
+ * patterns differ). */
+static size_t differ(const float *a, const float *b, size_t n, size_t *nan_bits)
+{
+	size_t d = 0;
+
+	for (size_t i = 0; i < n; i++) {
+		if (isnan(a[i]) && isnan(b[i]))
+			*nan_bits += memcmp(&a[i], &b[i], 4) != 0;
+		else
+			d += memcmp(&a[i], &b[i], 4) != 0;
+	}
+	return d;
+}
+
+/* ck_linear on the GPU: the weights copied to a device buffer at byte offset off. */
+static void gpu_linear(const struct hw *h, uint64_t off, const float *x, uint64_t m, float *y, int wsoff)
+{
+	uint8_t *dw = dev_from(NULL, h->bytes + off);
+	float *dx = dev_from(x, m * h->ck.k * sizeof(float)), *dy = dev_from(NULL, m * h->ck.n * sizeof(float));
+	struct ck_linear ck = h->ck;
+	size_t wsb = ck_linear_ws_bytes(&ck, m);
+	uint8_t *ws = wsb ? dev_from(NULL, wsb + (size_t)wsoff) : NULL;
+
+	CUDA_OK(cudaMemcpy(dw + off, h->data, h->bytes, cudaMemcpyHostToDevice));
+	ck.data = dw + off;
+	CK_OK(ck_linear(&ck, dx, m, dy, ws ? ws + wsoff : NULL, NULL));
+	dev_to(y, dy, m * h->ck.n * sizeof(float));
+	CUDA_OK(cudaFree(dw));
+	CUDA_OK(cudaFree(dx));
+	CUDA_OK(cudaFree(dy));
+	if (ws)
+		CUDA_OK(cudaFree(ws));
+}
+
+/* One ck_linear case: the m-row result against the CPU, then rows 0, m/2 and m-1 computed
+ * alone against their rows of the m-row result (bit for bit). */
+static void linear_case(const struct hw *h, const char *what, uint64_t m, uint64_t off, bool bad_rows)
+{
+	const uint64_t n = h->ck.n, k = h->ck.k, seed = seed_next++;
+	float *x = make_x(m, k, seed), *ref = xmalloc(m * n * 4), *y = xmalloc(m * n * 4), *y1 = xmalloc(n * 4);
+	size_t nan_bits = 0, d = 0, inv = 0;
+	double err = 0;
+	const bool nv = h->ck.dtype == CK_NVFP4;
+
+	if (bad_rows && m > 2) {
+		x[1 * k + 3] = NAN;
+		x[2 * k + k - 1] = -INFINITY;
+	}
+	cpu_linear(&h->ck, h->data, x, m, ref);
+	gpu_linear(h, off, x, m, y, (int)(seed % 2) * 4);
+	if (nv) {
+		d = differ(y, ref, m * n, &nan_bits);
+		CHECK_MSG(d == 0, "%s m=%" PRIu64 ": %zu of %" PRIu64 " elements differ", what, m, d, m * n);
+		if (bad_rows && m > 2)
+			for (uint64_t j = 0; j < n; j++)
+				CHECK(isnan(y[1 * n + j]) && isnan(y[2 * n + j]));
+	} else {
+		err = rel_err(y, ref, m * n);
+		CHECK_MSG(err < 1e-5, "%s m=%" PRIu64 ": rel_err %g", what, m, err);
+	}
+	if (m > 1) {
+		const uint64_t rows[3] = { 0, m / 2, m - 1 };
+		for (int q = 0; q < 3; q++) {
+			gpu_linear(h, off, x + rows[q] * k, 1, y1, 0);
+			inv += differ(y1, y + rows[q] * n, n, &nan_bits);
+		}
+		CHECK_MSG(inv == 0, "%s m=%" PRIu64 ": rows alone differ from rows in the batch (%zu elements)",
+			  what, m, inv);
+	}
+	printf("linear %-5s %-28s n=%-5" PRIu64 " k=%-5" PRIu64 " m=%-3" PRIu64 " off=%" PRIu64 ": ", dt_name(h->ck.dtype),
+	       what, n, k, m, off);
+	if (nv)
+		printf("%s", d ? "BITS DIFFER" : "bit-identical");
+	else
+		printf("rel_err %.3g", err);
+	printf("%s%s\n", m > 1 ? (inv ? ", NOT batch-invariant" : ", batch-invariant") : "",
+	       nan_bits ? " (NaN bit patterns differ)" : "");
+	free(x);
+	free(ref);
+	free(y);
+	free(y1);
+}
+
+static const uint64_t ms[] = { 1, 2, 3, 8, 17, 64, 300 };
+#define NMS (sizeof(ms) / sizeof(ms[0]))
+
+static void test_plain(void)
+{
+	static const uint64_t shapes[][2] = { { 64, 64 }, { 100, 67 }, { 96, 256 }, { 40, 136 },
+					      { 1024, 2048 }, { 2048, 512 }, { 8200, 2048 } };
+
+	for (int dt = CK_F32; dt <= CK_BF16; dt++)
+		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+			for (size_t i = 0; i < NMS; i++) {
+				struct hw h;
+				make_plain(&h, (enum ck_dtype)dt, shapes[s][0], shapes[s][1], seed_next++);
+				/* an unaligned copy (scalar loads) once per shape */
+				linear_case(&h, "plain", ms[i], i == 2 ? 4 : 0, false);
+				free(h.data);
+			}
+}
+
+static void test_nvfp4(void)
+{
+	static const uint64_t shapes[][2] = { { 64, 64 }, { 96, 128 }, { 100, 144 }, { 40, 256 },
+					      { 1024, 2048 }, { 2048, 512 }, { 8200, 2048 } };
+
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (int parts = 1; parts <= 3; parts++)
+			for (int dyn = 0; dyn < 2; dyn++)
+				for (size_t i = 0; i < NMS; i++) {
+					const uint64_t n = shapes[s][0], k = shapes[s][1];
+					uint64_t rows[3];
+					float is[3];
+					char what[64];
+					struct hw h;
+					if (parts == 3 && (i % 2 || n < 64))
+						continue; /* 3 parts: a sample */
+					rows[0] = parts == 1 ? n : n / 2;
+					rows[1] = parts == 2 ? n - rows[0] : n / 4;
+					rows[2] = n - rows[0] - rows[1];
+					/* calibrated: about the amax of the activations over 6 * 448,
+					 * different per part (the last part dynamic in the mixed
+					 * case) */
+					for (int p = 0; p < parts; p++)
+						is[p] = dyn ? 0.0f : (8.0f / 2688.0f) * (float)(p + 1) * 0.75f;
+					if (!dyn && parts == 3)
+						is[2] = 0;
+					make_nvfp4(&h, n, k, (uint32_t)parts, rows, is, seed_next++);
+					snprintf(what, sizeof(what), "%d part%s %s%s", parts, parts > 1 ? "s" : "",
+						 dyn ? "dynamic" : "calibrated", parts == 3 && !dyn ? "+dynamic" : "");
+					/* records at 8- and 4-byte offsets (8- and 1-byte code loads) now
+					 * and then; Inf/NaN rows in some cases */
+					linear_case(&h, what, ms[i], i == 3 ? 8 : i == 4 ? 4 : 0, i == 2 || i == 5);
+					free(h.data);
+				}
+}
+
+/* --- router ---------------------------------------------------------------------------- */
+
+/* libcore/backend/cpu/moe.c route(), for one row. */
+static void ref_route(const float *l, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *w)
+{
+	float *p = xmalloc(E * sizeof(float)), mx = -INFINITY, sum = 0, top = 0;
+
+	for (uint64_t x = 0; x < E; x++)
+		mx = fmaxf(mx, l[x]);
+	for (uint64_t x = 0; x < E; x++) {
+		p[x] = expf(l[x] - mx);
+		sum += p[x];
+	}
+	for (uint64_t x = 0; x < E; x++)
+		p[x] /= sum;
+	for (uint64_t n = 0; n < k; n++) {
+		uint64_t best = 0;
+		bool found = false;
+		for (uint64_t x = 0; x < E; x++)
+			if (p[x] >= 0 && (!found || p[x] > p[best])) {
+				best = x;
+				found = true;
+			}
+		ids[n] = (int32_t)best;
+		w[n] = p[best];
+		top += p[best];
+		p[best] = -1;
+	}
+	if (norm)
+		for (uint64_t n = 0; n < k; n++)
+			w[n] /= top;
+	for (uint64_t a = 1; a < k; a++)
+		for (uint64_t b = a; b > 0 && ids[b - 1] > ids[b]; b--) {
+			int32_t ti = ids[b];
+			float tw = w[b];
+			ids[b] = ids[b - 1];
+			w[b] = w[b - 1];
+			ids[b - 1] = ti;
+			w[b - 1] = tw;
+		}
+	free(p);
+}
+
+static void test_route(void)
+{
+	static const uint64_t cases[][3] = { { 1, 8, 2 }, { 5, 8, 1 }, { 3, 64, 8 }, { 1, 512, 10 },
+					     { 17, 512, 10 }, { 64, 256, 8 }, { 300, 512, 10 } };
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
+		for (int norm = 0; norm < 2; norm++) {
+			const uint64_t T = cases[c][0], E = cases[c][1], k = cases[c][2];
+			float *l = xmalloc(T * E * 4), *w = xmalloc(T * k * 4), *rw = xmalloc(T * k * 4), *dl, *dw;
+			int32_t *ids = xmalloc(T * k * 4), *rids = xmalloc(T * k * 4), *dids;
+			size_t bad_ids = 0;
+			float werr = 0;
+
+			test_fill(l, T * E, seed_next++, 4.0f);
+			if (T > 1) /* ties: row 1 has equal pairs, the lower index must win */
+				for (uint64_t x = 1; x < E; x += 2)
+					l[E + x] = l[E + x - 1];
+			for (uint64_t t = 0; t < T; t++)
+				ref_route(l + t * E, E, k, norm, rids + t * k, rw + t * k);
+			dl = dev_from(l, T * E * 4);
+			dw = dev_from(NULL, T * k * 4);
+			dids = dev_from(NULL, T * k * 4);
+			CK_OK(ck_moe_route(dl, T, E, k, norm, dids, dw, NULL));
+			dev_to(ids, dids, T * k * 4);
+			dev_to(w, dw, T * k * 4);
+			for (uint64_t i = 0; i < T * k; i++) {
+				bad_ids += ids[i] != rids[i];
+				werr = fmaxf(werr, fabsf(w[i] - rw[i])); /* NaN: fmaxf ignores, checked below */
+				CHECK(!isnan(w[i]));
+			}
+			CHECK_MSG(bad_ids == 0, "route T=%" PRIu64 " E=%" PRIu64 " k=%" PRIu64 ": %zu ids differ", T, E,
+				  k, bad_ids);
+			CHECK_MSG(werr <= 1e-6f, "route: weights differ by %g", (double)werr);
+			printf("route T=%-3" PRIu64 " E=%-3" PRIu64 " k=%-2" PRIu64 " norm=%d: %s, max weight error %.3g\n", T,
+			       E, k, norm, bad_ids ? "IDS DIFFER" : "ids equal", (double)werr);
+			CUDA_OK(cudaFree(dl));
+			CUDA_OK(cudaFree(dw));
+			CUDA_OK(cudaFree(dids));
+			free(l);
+			free(w);
+			free(rw);
+			free(ids);
+			free(rids);
+		}
+}
+
+/* --- experts ----------------------------------------------------------------------------- */
+
+static float silu_ref(float v)
+{
+	return v / (1.0f + expf(-v));
+}
+
+/* E experts' gate_up [2I, H] and down [H, I] records, one contiguous stack each (stride =
+ * the record size). NVFP4: gate_up in two parts (gate, up) with their own scales; every
+ * expert its own input scales (dyn: all 0). */
+struct stack {
+	struct hw *ex; /* [E] */
+	uint64_t E, stride;
+	uint8_t *dev;
+	struct ck_expert_stack ck;
+};
+
+static void make_stack(struct stack *s, enum ck_dtype dt, uint64_t E, uint64_t n, uint64_t k, bool two_parts,
+		       bool dyn)
+{
+	s->E = E;
+	s->ex = xmalloc(E * sizeof(*s->ex));
+	for (uint64_t x = 0; x < E; x++) {
+		if (dt == CK_NVFP4) {
+			const uint64_t rows[2] = { two_parts ? n / 2 : n, n / 2 };
+			const float is[2] = { dyn ? 0.0f : 0.002f * (float)(x % 3 + 1),
+					      dyn ? 0.0f : 0.0015f * (float)(x % 2 + 1) };
+			make_nvfp4(&s->ex[x], n, k, two_parts ? 2 : 1, rows, is, seed_next++);
+		} else {
+			make_plain(&s->ex[x], dt, n, k, seed_next++);
+		}
+	}
+	s->stride = s->ex[0].bytes;
+	s->dev = dev_from(NULL, E * s->stride);
+	for (uint64_t x = 0; x < E; x++)
+		CUDA_OK(cudaMemcpy(s->dev + x * s->stride, s->ex[x].data, s->stride, cudaMemcpyHostToDevice));
+	s->ck.first = s->ex[0].ck;
+	s->ck.first.data = s->dev;
+	s->ck.stride = s->stride;
+	s->ck.E = E;
+}
+
+static void free_stack(struct stack *s)
+{
+	for (uint64_t x = 0; x < s->E; x++)
+		free(s->ex[x].data);
+	free(s->ex);
+	CUDA_OK(cudaFree(s->dev));
+}
+
+static void experts_case(enum ck_dtype dt, uint64_t E, uint64_t H, uint64_t I, uint64_t T, uint64_t k, bool dyn)
+{
+	const uint64_t S = T * k;
+	struct stack gu, dn;
+	float *x = make_x(T, H, seed_next++), *out = xmalloc(S * H * 4), *ref = xmalloc(S * H * 4);
+	float *act = xmalloc(2 * I * 4), *dx, *dout;
+	int32_t *ids = xmalloc(S * 4), *dids;
+	size_t wsb, d = 0, nan_bits = 0;
+	uint8_t *ws;
+	double err = 0;
+
+	make_stack(&gu, dt, E, 2 * I, H, true, dyn);
+	make_stack(&dn, dt, E, H, I, false, dyn);
+	/* k distinct experts per row, ascending (as the router gives them) */
+	for (uint64_t t = 0; t < T; t++) {
+		uint64_t st = seed_next++ * 0x9e3779b97f4a7c15ull + 7, n = 0;
+		for (uint64_t x0 = 0; x0 < E && n < k; x0++) {
+			st ^= st << 13;
+			st ^= st >> 7;
+			st ^= st << 17;
+			if ((st % (E - x0)) < k - n)
+				ids[t * k + n++] = (int32_t)x0;
+		}
+	}
+	for (uint64_t s = 0; s < S; s++) {
+		const int32_t e = ids[s];
+		cpu_linear(&gu.ex[e].ck, gu.ex[e].data, x + (s / k) * H, 1, act);
+		for (uint64_t i = 0; i < I; i++)
+			act[i] = silu_ref(act[i]) * act[I + i];
+		cpu_linear(&dn.ex[e].ck, dn.ex[e].data, act, 1, ref + s * H);
+	}
+	dx = dev_from(x, T * H * 4);
+	dout = dev_from(NULL, S * H * 4);
+	dids = dev_from(ids, S * 4);
+	wsb = ck_moe_ws_bytes(&gu.ck, &dn.ck, S);
+	ws = dev_from(NULL, wsb);
+	CK_OK(ck_moe_experts(&gu.ck, &dn.ck, dx, T, k, dids, dout, ws, NULL));
+	dev_to(out, dout, S * H * 4);
+	if (dt == CK_NVFP4) {
+		d = differ(out, ref, S * H, &nan_bits);
+		CHECK_MSG(d == 0, "experts NVFP4: %zu of %" PRIu64 " elements differ", d, S * H);
+	} else {
+		err = rel_err(out, ref, S * H);
+		CHECK_MSG(err < 1e-5, "experts %s: rel_err %g", dt_name(dt), err);
+	}
+	printf("experts %-5s E=%-3" PRIu64 " H=%-5" PRIu64 " I=%-4" PRIu64 " T=%-3" PRIu64 " k=%-2" PRIu64 " %s: ",
+	       dt_name(dt), E, H, I, T, k, dt == CK_NVFP4 ? (dyn ? "dynamic" : "calibrated") : "");
+	if (dt == CK_NVFP4)
+		printf("%s\n", d ? "BITS DIFFER" : "bit-identical per slot");
+	else
+		printf("rel_err %.3g\n", err);
+	CUDA_OK(cudaFree(dx));
+	CUDA_OK(cudaFree(dout));
+	CUDA_OK(cudaFree(dids));
+	CUDA_OK(cudaFree(ws));
+	free_stack(&gu);
+	free_stack(&dn);
+	free(x);
+	free(out);
+	free(ref);
+	free(act);
+	free(ids);
+}
+
+static void test_experts(void)
+{
+	experts_case(CK_NVFP4, 8, 64, 32, 1, 2, false);
+	experts_case(CK_NVFP4, 8, 64, 32, 3, 4, true);
+	experts_case(CK_NVFP4, 16, 256, 128, 17, 8, false);
+	experts_case(CK_NVFP4, 16, 2048, 512, 1, 10, false);
+	experts_case(CK_NVFP4, 16, 2048, 512, 1, 10, true);
+	experts_case(CK_NVFP4, 16, 2048, 512, 7, 10, false);
+	experts_case(CK_BF16, 8, 64, 32, 1, 2, false);
+	experts_case(CK_BF16, 16, 256, 128, 17, 8, false);
+	experts_case(CK_BF16, 16, 2048, 512, 3, 10, false);
+}
+
+/* --- combine ----------------------------------------------------------------------------- */
+
+static void test_combine(void)
+{
+	static const uint64_t cases[][3] = { { 1, 2, 64 }, { 3, 8, 256 }, { 17, 10, 2048 }, { 64, 10, 2048 } };
+
+	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
+		const uint64_t T = cases[c][0], k = cases[c][1], H = cases[c][2];
+		float *mo = xmalloc(T * k * H * 4), *w = xmalloc(T * k * 4), *sh = xmalloc(T * H * 4),
+		      *g = xmalloc(T * 4), *ref = xmalloc(T * H * 4), *out = xmalloc(T * H * 4);
+		float *dmo, *dw, *dsh, *dg, *dout;
+		size_t bits;
+		double err;
+
+		test_fill(mo, T * k * H, seed_next++, 1.0f);
+		test_fill(w, T * k, seed_next++, 0.5f);
+		test_fill(sh, T * H, seed_next++, 1.0f);
+		test_fill(g, T, seed_next++, 4.0f);
+		for (uint64_t t = 0; t < T; t++) {
+			float gg = 1.0f / (1.0f + expf(-g[t]));
+			for (uint64_t i = 0; i < H; i++) {
+				float o = 0;
+				for (uint64_t j = 0; j < k; j++)
+					o += mo[(t * k + j) * H + i] * w[t * k + j];
+				ref[t * H + i] = o + gg * sh[t * H + i];
+			}
+		}
+		dmo = dev_from(mo, T * k * H * 4);
+		dw = dev_from(w, T * k * 4);
+		dsh = dev_from(sh, T * H * 4);
+		dg = dev_from(g, T * 4);
+		dout = dev_from(NULL, T * H * 4);
+		CK_OK(ck_moe_combine(dmo, dw, dsh, dg, T, k, H, dout, NULL));
+		dev_to(out, dout, T * H * 4);
+		err = rel_err(out, ref, T * H);
+		bits = bits_differ(out, ref, T * H);
+		CHECK_MSG(err < 1e-6, "combine: rel_err %g", err);
+		printf("combine T=%-3" PRIu64 " k=%-2" PRIu64 " H=%-5" PRIu64 ": rel_err %.3g, %zu elements not bit-identical "
+		       "(expf)\n", T, k, H, err, bits);
+		CUDA_OK(cudaFree(dmo));
+		CUDA_OK(cudaFree(dw));
+		CUDA_OK(cudaFree(dsh));
+		CUDA_OK(cudaFree(dg));
+		CUDA_OK(cudaFree(dout));
+		free(mo);
+		free(w);
+		free(sh);
+		free(g);
+		free(ref);
+		free(out);
+	}
+}
+
+int main(void)
+{
+	if (!test_gpu_init()) {
+		fprintf(stderr, "u-cuda-linear: no usable GPU\n");
+		return 1;
+	}
+	RUN(test_plain);
+	RUN(test_nvfp4);
+	RUN(test_route);
+	RUN(test_experts);
+	RUN(test_combine);
+	return test_summary();
+}
