@@ -45,7 +45,7 @@ NVCC_ARCHS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_120a,cod
 NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCHS) -Xcompiler -Wall,-Wextra,-fPIC
 ifeq ($(CUDA),1)
   CPPFLAGS += -DCAPY_HAVE_CUDA=1 -I$(CUDA_HOME)/include
-  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -ldl -lrt
+  LDLIBS += -L$(CUDA_HOME)/lib64 -lcudart -lcublasLt -ldl -lrt -lstdc++
   KERNEL_OBJS = $(patsubst %.cu,$(O)/%.o,$(CUDA_SRCS))
 endif
 
@@ -181,6 +181,7 @@ FUZZERS += fuzz-template
 FUZZERS += fuzz-tokenizer
 
 # GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one source file each in t/cuda/.
+CUDA_TESTS += u-cuda-attention
 
 
 BENCHES += linear-bench

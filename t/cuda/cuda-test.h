@@ -27,10 +27,10 @@
  * fault is reported at the kernel that caused it. */
 #define CK_OK(call)                                                                                 \
 	do {                                                                                        \
-		int rc_ = (call);                                                                   \
-		if (rc_ != 0) {                                                                     \
+		int ck_rc_ = (call);                                                                \
+		if (ck_rc_ != 0) {                                                                  \
 			fprintf(stderr, "FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call,          \
-				cudaGetErrorString((cudaError_t)-rc_));                             \
+				cudaGetErrorString((cudaError_t)-ck_rc_));                          \
 			exit(1);                                                                    \
 		}                                                                                   \
 		CUDA_OK(cudaDeviceSynchronize());                                                   \
@@ -106,7 +106,7 @@ static inline bool test_gpu_init(void)
 		fprintf(stderr, "no CUDA device\n");
 		return false;
 	}
-	CUDA_OK(cudaSetDevice(g ? atoi(g) : 0));
+	CUDA_OK(cudaSetDevice(g ? (int)strtol(g, NULL, 10) : 0));
 	return true;
 }
 
