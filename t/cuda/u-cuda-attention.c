@@ -21,7 +21,7 @@
 #define MAX_ITEMS 8
 
 struct item_spec {
-	uint64_t len, n;
+	uint64_t n, len; /* n rows at positions len .. len + n - 1 */
 };
 
 struct qsa_spec {
