@@ -193,6 +193,7 @@ FUZZERS += fuzz-tokenizer
 CUDA_TESTS += u-cuda-model
 CUDA_TESTS += u-cuda-gdn
 CUDA_TESTS += u-cuda-linear
+CUDA_TESTS += u-cuda-attention
 
 
 BENCHES += linear-bench

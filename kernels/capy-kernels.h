@@ -1,6 +1,6 @@
 /* capy-kernels.h - the CUDA kernels of the CUDA backend (libcore/backend/cuda), as plain C
- * entry points. The kernels live in kernels/<part>.cu (CUDA C++); nothing else includes CUDA
- * headers for them, and this header includes none.
+ * entry points. The kernels live in the .cu files of kernels/ (CUDA C++); nothing else
+ * includes CUDA headers for them, and this header includes none.
  *
  * Conventions, everywhere below:
  * - Every pointer is a device pointer unless the comment says "host".
@@ -195,8 +195,15 @@ int ck_kv_store(const struct ck_step *st, const struct ck_kv_layer *l, const flo
  * key order weighted by exp / sum. q [T][nq][hd]; out [T][nq][hd]. sel (QSA): NULL, or
  * [T][sel_stride] bytes, key j visible to row t only where sel[t * sel_stride + j] != 0.
  * As the CPU's attn_heads (before its output gate; ck_attn_gate applies that).
- * ws: ck_attention_ws_bytes(T, nq, hd, max_ctx) bytes of device memory for the partial
- * results of a split over the keys; max_ctx bounds every row's pos + 1. */
+ * head_dim <= 256, nq / nkv <= 16. Keys are taken in chunks of 256 (fixed: the chunk size
+ * depends on nothing else), each chunk gets its own max, sum and weighted values, and the
+ * chunks are folded in key order (online-softmax rescaling). With ws the chunks of a row
+ * run on separate thread blocks (flash-decoding) and a second kernel folds them; with ws
+ * NULL (or a context beyond what ws holds) one block folds its row's chunks itself. Both
+ * paths give the same bits, so a row's result depends on nothing but the row.
+ * ws: ck_attention_ws_bytes(T, nq, hd, max_ctx) bytes of device memory for steps of at
+ * most T rows and positions below max_ctx, or NULL; it holds at most 8192 row-chunks of
+ * partials (rows beyond that are done in several passes over ws, in stream order). */
 size_t ck_attention_ws_bytes(uint64_t T, uint64_t nq, uint64_t hd, uint64_t max_ctx);
 int ck_attention(const struct ck_step *st, const struct ck_kv_layer *l, const float *q, uint64_t nq,
 		 const uint8_t *sel, uint64_t sel_stride, float *out, void *ws, void *stream);
@@ -215,9 +222,14 @@ int ck_qsa_update_blocks(const struct ck_step *st, const struct ck_kv_layer *l, 
  * blocks, block score = (sum over heads h in order of max(0, q_h . key_b)) / sqrt(idh); sel
  * [T][sel_stride] = 1 for the unfinished tail [nb ratio, pos] and for the tokens of the best
  * min(topk, nb) blocks (highest first, lower index on a tie), 0 elsewhere up to pos. As
- * qsa_select. */
+ * qsa_select (scores bit-identical: the same sums in the same order; a NaN score counts
+ * as the largest, where the CPU's loop would skip it).
+ * ws: ck_qsa_select_ws_bytes(T, max_ctx, ratio) bytes of device memory (each row's block
+ * scores: the top-k is a radix select over them, as contexts reach 2^18 / ratio blocks). */
+size_t ck_qsa_select_ws_bytes(uint64_t T, uint64_t max_ctx, uint64_t ratio);
 int ck_qsa_select(const struct ck_step *st, const struct ck_kv_layer *l, const float *iq, uint64_t ni,
-		  uint64_t idh, uint64_t ratio, uint64_t topk, uint8_t *sel, uint64_t sel_stride, void *stream);
+		  uint64_t idh, uint64_t ratio, uint64_t topk, uint8_t *sel, uint64_t sel_stride, void *ws,
+		  void *stream);
 
 /* --- Gated DeltaNet (kernels/gdn.cu) ---------------------------------------------------- */
 

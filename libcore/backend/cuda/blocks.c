@@ -55,7 +55,7 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 		TRY(ck_rmsnorm(idx, w, a->idx_q_norm, ih, iq, ni * ih, T, ni * ih, ih, eps, s), "qsa q norm");
 		TRY(ck_rope(iq, T, ni, ih, e->rot, st->pos, 0, 0, e->inv_freq, s), "qsa q rope");
 		TRY(ck_qsa_update_blocks(st, kv, ih, ratio, a->idx_k_norm, eps, e->rot, e->inv_freq, s), "qsa blocks");
-		TRY(ck_qsa_select(st, kv, iq, ni, ih, ratio, c->indexer_budget / ratio, e->s.sel, e->s.sel_cap, s),
+		TRY(ck_qsa_select(st, kv, iq, ni, ih, ratio, c->indexer_budget / ratio, e->s.sel, e->s.sel_cap, e->s.attn_ws, s),
 		    "qsa select");
 		sel = e->s.sel;
 	}

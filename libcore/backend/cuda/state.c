@@ -171,8 +171,9 @@ void cu_state_copy(struct capy_engine *core, void *dst, const void *src)
 	memcpy(d->ple_ctx, s->ple_ctx, (size_t)e->hw.n_ple * sizeof(*d->ple_ctx));
 }
 
-/* What grows with the longest context of a step: the attention kernel's workspace and the
- * QSA mask ([tmax][cap] bytes), for contexts up to ctx tokens. */
+/* What grows with the longest context of a step: the attention kernel's workspace (shared
+ * with the QSA selection's, which runs before it) and the QSA mask ([tmax][cap] bytes), for
+ * contexts up to ctx tokens. */
 int cu_sel_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
@@ -188,6 +189,8 @@ int cu_sel_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err)
 	while (cap < ctx)
 		cap *= 2;
 	ws = ck_attention_ws_bytes(e->s.tmax, c->n_heads, c->head_dim, cap);
+	if (qsa)
+		ws = CAPY_MAX(ws, ck_qsa_select_ws_bytes(e->s.tmax, cap, c->indexer_compress_ratio));
 	/* The old buffers may still be read by the previous step's kernels. */
 	if ((rc = cudaStreamSynchronize(e->stream)) != cudaSuccess)
 		return cu_err(err, rc, "the previous step");
