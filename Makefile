@@ -197,6 +197,7 @@ CUDA_TESTS += u-cuda-attention
 
 
 BENCHES += linear-bench
+BENCHES += step-bench
 BENCHES += tokenizer-bench
 
 LIB = $(O)/libcore.a

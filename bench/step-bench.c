@@ -1,0 +1,207 @@
+/* step-bench.c - engine speed on one device, against its physical limit.
+ *
+ *	step-bench MODEL.capy [--device cpu|cuda] [--prefill N,N,...] [--batch B,B,...]
+ *	           [--decode M] [--step-tokens S] [--kv bf16|int8|f32] [--threads T]
+ *
+ * Prefill: one sequence of N tokens through capy_engine_forward (steps of S tokens), timed
+ * from the first token to the last logits (the time to first token of an N-token prompt).
+ * Decode: B sequences with 16-token prompts, then M steps of one token each for all of
+ * them; aggregate tokens per second over the timed steps (after 2 warm-up steps).
+ * With cuda, the device's copy bandwidth is measured first in the same run (a 2 GiB
+ * device-to-device copy, bytes read + written), and decode is put against its floor:
+ * the weight bytes one decode token reads (capy_engine_weight_bytes: every matrix once,
+ * k experts per MoE layer, one token's PLE rows) over that bandwidth.
+ * Prints one line per measurement on stdout. Benchmarks live in bench/, never in tests. */
+#include "core.h"
+#include "engine/engine.h"
+#include "util/parse.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#ifdef CAPY_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+static double now(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static void die(const char *what, const struct capy_err *err)
+{
+	fprintf(stderr, "step-bench: %s: %s\n", what, err ? err->msg : "");
+	exit(1);
+}
+
+/* Device-to-device copy bandwidth (read + write bytes per second), median of 5. */
+static double copy_bandwidth(int gpu)
+{
+#ifdef CAPY_HAVE_CUDA
+	size_t n = (size_t)1 << 30;
+	void *a = NULL, *b = NULL;
+	cudaEvent_t e0, e1;
+	float ms[5];
+
+	if (cudaSetDevice(gpu) != cudaSuccess || cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess)
+		return 0;
+	cudaMemset(a, 1, n);
+	cudaEventCreate(&e0);
+	cudaEventCreate(&e1);
+	cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+	for (int i = 0; i < 5; i++) {
+		cudaEventRecord(e0, 0);
+		cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+		cudaEventRecord(e1, 0);
+		cudaEventSynchronize(e1);
+		cudaEventElapsedTime(&ms[i], e0, e1);
+	}
+	for (int i = 0; i < 5; i++)
+		for (int j = i + 1; j < 5; j++)
+			if (ms[j] < ms[i]) {
+				float t = ms[i];
+				ms[i] = ms[j];
+				ms[j] = t;
+			}
+	cudaFree(a);
+	cudaFree(b);
+	return 2.0 * (double)n / (ms[2] * 1e-3);
+#else
+	(void)gpu;
+	return 0;
+#endif
+}
+
+static uint64_t *list(const char *s, size_t *n)
+{
+	uint64_t *v = calloc(64, sizeof(*v));
+	char *dup = strdup(s), *tok, *save = NULL;
+
+	*n = 0;
+	for (tok = strtok_r(dup, ",", &save); tok && *n < 64; tok = strtok_r(NULL, ",", &save))
+		v[(*n)++] = strtoull(tok, NULL, 10);
+	free(dup);
+	return v;
+}
+
+int main(int argc, char **argv)
+{
+	const char *model = NULL, *device = "cpu", *prefill = "512,4096", *batch = "1,8", *kv = "bf16";
+	uint64_t decode = 64, step_tokens = 2048;
+	int threads = 0;
+	struct capy_err err = { 0 };
+
+	for (int i = 1; i < argc; i++) {
+		const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+		if (!strcmp(a, "--device") && v)
+			device = argv[++i];
+		else if (!strcmp(a, "--prefill") && v)
+			prefill = argv[++i];
+		else if (!strcmp(a, "--batch") && v)
+			batch = argv[++i];
+		else if (!strcmp(a, "--decode") && v)
+			decode = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(a, "--step-tokens") && v)
+			step_tokens = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(a, "--kv") && v)
+			kv = argv[++i];
+		else if (!strcmp(a, "--threads") && v)
+			threads = (int)strtol(argv[++i], NULL, 10);
+		else if (a[0] != '-' && !model)
+			model = a;
+		else {
+			fprintf(stderr, "usage: step-bench MODEL [--device d] [--prefill N,..] [--batch B,..] [--decode M] "
+					"[--step-tokens S] [--kv t] [--threads T]\n");
+			return 2;
+		}
+	}
+	if (!model)
+		return fprintf(stderr, "step-bench: no model\n"), 2;
+	double bw = strcmp(device, "cuda") ? 0 : copy_bandwidth(0);
+	struct capy_artifact *art = NULL;
+	struct capy_engine *e = NULL;
+	struct capy_engine_opts o = { .threads = threads, .device = device, .step_tokens = step_tokens };
+	o.kv = (enum capy_kv_dtype)capy_kv_dtype_parse(kv);
+	if (capy_artifact_open(&art, model, &err) < 0)
+		die(model, &err);
+	double t0 = now();
+	if (capy_engine_new(&e, art, &o, &err) < 0)
+		die("engine", &err);
+	const struct capy_model_config *c = capy_engine_config(e);
+	uint64_t V = c->vocab_size, wb = capy_engine_weight_bytes(e);
+	printf("model %s: %s, %" PRIu64 " layers, hidden %" PRIu64 "; device %s; engine open %.1f s\n", model,
+	       capy_family_name(c->family), c->n_layers, c->hidden_size, device, now() - t0);
+	if (bw > 0)
+		printf("copy bandwidth %.0f GB/s; weights read per decode token %.3f GB: floor %.3f ms/token, %.0f tok/s\n",
+		       bw / 1e9, (double)wb / 1e9, (double)wb / bw * 1e3, bw / (double)wb);
+	else
+		printf("weights read per decode token %.3f GB\n", (double)wb / 1e9);
+
+	size_t np, nb;
+	uint64_t *pre = list(prefill, &np), *bat = list(batch, &nb), maxp = 0;
+	for (size_t i = 0; i < np; i++)
+		maxp = CAPY_MAX(maxp, pre[i]);
+	int32_t *ids = calloc(maxp + 64, sizeof(int32_t));
+	float *logits = calloc(V * 64, sizeof(float));
+	for (uint64_t i = 0; i < maxp + 64; i++)
+		ids[i] = (int32_t)((i * 7919 + 13) % (V - 1000) + 500);
+	for (size_t i = 0; i < np; i++) {
+		struct capy_seq *s = NULL;
+		if (capy_seq_new(e, &s, &err) < 0)
+			die("seq", &err);
+		double a = now();
+		if (capy_engine_forward(e, s, ids, pre[i], logits, false, &err) < 0)
+			die("prefill", &err);
+		double d = now() - a;
+		printf("prefill %6" PRIu64 " tokens: %.3f s, %.0f tok/s (time to first token)\n", pre[i], d,
+		       (double)pre[i] / d);
+		capy_seq_free(s);
+	}
+	for (size_t i = 0; i < nb; i++) {
+		uint64_t B = bat[i];
+		struct capy_seq **s = calloc(B, sizeof(*s));
+		struct capy_step_item *it = calloc(B, sizeof(*it));
+		int32_t *next = calloc(B, sizeof(int32_t));
+		float *lg = calloc(B * V, sizeof(float));
+		for (uint64_t q = 0; q < B; q++) {
+			if (capy_seq_new(e, &s[q], &err) < 0 || capy_engine_forward(e, s[q], ids + q, 16, lg, false, &err) < 0)
+				die("decode prompt", &err);
+			next[q] = ids[q + 16];
+		}
+		double a = 0;
+		for (uint64_t step = 0; step < decode + 2; step++) {
+			if (step == 2)
+				a = now();
+			for (uint64_t q = 0; q < B; q++)
+				it[q] = (struct capy_step_item){ s[q], &next[q], 1, lg + q * V, false };
+			if (capy_engine_step(e, it, B, &err) < 0)
+				die("decode", &err);
+			for (uint64_t q = 0; q < B; q++)
+				next[q] = ids[(step * 31 + q) % maxp];
+		}
+		double d = now() - a;
+		printf("decode batch %3" PRIu64 ": %.3f ms/step, %.1f tok/s aggregate, %.1f tok/s per sequence", B,
+		       d / (double)decode * 1e3, (double)(B * decode) / d, (double)decode / d);
+		if (bw > 0 && B == 1)
+			printf(" (%.0f %% of the floor)", 100.0 * ((double)wb / bw) / (d / (double)decode));
+		printf("\n");
+		for (uint64_t q = 0; q < B; q++)
+			capy_seq_free(s[q]);
+		free(s);
+		free(it);
+		free(next);
+		free(lg);
+	}
+	capy_engine_free(e);
+	capy_artifact_close(art);
+	free(ids);
+	free(logits);
+	free(pre);
+	free(bat);
+	return 0;
+}
