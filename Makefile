@@ -221,7 +221,8 @@ $(O)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(QUIET_CC)$(CC) $(CPPFLAGS) $(BASE_CFLAGS) $(CFLAGS) -c -o $@ $<
 
-$(O)/kernels/%.o: kernels/%.cu
+# Every kernel object depends on every kernel header (nvcc writes no dependency files here).
+$(O)/kernels/%.o: kernels/%.cu $(wildcard kernels/*.h kernels/*.cuh)
 	@mkdir -p $(dir $@)
 	$(QUIET_NVCC)$(NVCC) $(NVCCFLAGS) -Ikernels -c -o $@ $<
 

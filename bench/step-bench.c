@@ -5,7 +5,7 @@
  *
  * Prefill: one sequence of N tokens through capy_engine_forward (steps of S tokens), timed
  * from the first token to the last logits (the time to first token of an N-token prompt).
- * Decode: B sequences with 16-token prompts, then M steps of one token each for all of
+ * Decode: B sequences with prompts of P tokens (--prompt, default 16), then M steps of one token each for all of
  * them; aggregate tokens per second over the timed steps (after 2 warm-up steps).
  * With cuda, the device's copy bandwidth is measured first in the same run (a 2 GiB
  * device-to-device copy, bytes read + written), and decode is put against its floor:
@@ -92,7 +92,7 @@ static uint64_t *list(const char *s, size_t *n)
 int main(int argc, char **argv)
 {
 	const char *model = NULL, *device = "cpu", *prefill = "512,4096", *batch = "1,8", *kv = "bf16";
-	uint64_t decode = 64, step_tokens = 2048;
+	uint64_t decode = 64, step_tokens = 2048, prompt = 16;
 	int threads = 0;
 	struct capy_err err = { 0 };
 
@@ -108,6 +108,8 @@ int main(int argc, char **argv)
 			decode = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(a, "--step-tokens") && v)
 			step_tokens = strtoull(argv[++i], NULL, 10);
+		else if (!strcmp(a, "--prompt") && v)
+			prompt = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(a, "--kv") && v)
 			kv = argv[++i];
 		else if (!strcmp(a, "--threads") && v)
@@ -116,7 +118,7 @@ int main(int argc, char **argv)
 			model = a;
 		else {
 			fprintf(stderr, "usage: step-bench MODEL [--device d] [--prefill N,..] [--batch B,..] [--decode M] "
-					"[--step-tokens S] [--kv t] [--threads T]\n");
+					"[--step-tokens S] [--prompt P] [--kv t] [--threads T]\n");
 			return 2;
 		}
 	}
@@ -143,7 +145,7 @@ int main(int argc, char **argv)
 		printf("weights read per decode token %.3f GB\n", (double)wb / 1e9);
 
 	size_t np, nb;
-	uint64_t *pre = list(prefill, &np), *bat = list(batch, &nb), maxp = 0;
+	uint64_t *pre = list(prefill, &np), *bat = list(batch, &nb), maxp = 64 + prompt;
 	for (size_t i = 0; i < np; i++)
 		maxp = CAPY_MAX(maxp, pre[i]);
 	int32_t *ids = calloc(maxp + 64, sizeof(int32_t));
@@ -169,9 +171,9 @@ int main(int argc, char **argv)
 		int32_t *next = calloc(B, sizeof(int32_t));
 		float *lg = calloc(B * V, sizeof(float));
 		for (uint64_t q = 0; q < B; q++) {
-			if (capy_seq_new(e, &s[q], &err) < 0 || capy_engine_forward(e, s[q], ids + q, 16, lg, false, &err) < 0)
+			if (capy_seq_new(e, &s[q], &err) < 0 || capy_engine_forward(e, s[q], ids + q, prompt, lg, false, &err) < 0)
 				die("decode prompt", &err);
-			next[q] = ids[q + 16];
+			next[q] = ids[q + prompt];
 		}
 		double a = 0;
 		for (uint64_t step = 0; step < decode + 2; step++) {

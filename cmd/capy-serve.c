@@ -258,6 +258,12 @@ int cmd_main(int argc, char **argv)
 	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */
 	if (capy_engine_new(&e, a, &eo, &err) < 0)
 		capy_die("%s", err.msg);
+	/* A GPU takes the attention cache of every request at full context up front, so a
+	 * configuration that cannot fit is refused now, with the numbers, not mid-answer. */
+	if (strcmp(opt_device, "cpu") &&
+	    capy_engine_reserve(e, (uint64_t)opt_concurrency * (uint64_t)opt_max_context, (uint64_t)opt_concurrency, &err) < 0)
+		capy_die("--max-context %" PRId64 " x --max-concurrency %" PRId64 ": %s", opt_max_context, opt_concurrency,
+			 err.msg);
 	sco.max_concurrency = (int)opt_concurrency;
 	sco.max_queue = (uint64_t)opt_queue;
 	sco.max_context = (uint64_t)opt_max_context;
@@ -297,6 +303,11 @@ int cmd_main(int argc, char **argv)
 		opt_profile ? opt_profile : "", capy_tool_name, opt_max_context, opt_concurrency, opt_queue, opt_chunk,
 		sco.cache_bytes ? cache : "off", state, opt_snapshot, capy_engine_page_tokens(e), page,
 		so.n_api_keys ? "API key required" : "no API key");
+	if (strcmp(opt_device, "cpu")) {
+		char d[512];
+		capy_engine_describe(e, d, sizeof(d));
+		fprintf(stderr, "%s: %s\n", capy_tool_name, d);
+	}
 	fflush(stderr);
 
 	for (;;) {

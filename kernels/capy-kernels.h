@@ -85,6 +85,12 @@ size_t ck_linear_ws_bytes(const struct ck_linear *w, uint64_t m);
  * ws: ck_linear_ws_bytes(w, m) bytes of device memory. */
 int ck_linear(const struct ck_linear *w, const float *x, uint64_t m, float *y, void *ws, void *stream);
 
+/* y[j] = x W_j^T for nw matrices over the same input, each exactly as ck_linear computes it
+ * alone (the same bits); plain matrices of one dtype and k (up to 4) run in one launch, so
+ * the small projections of a decode step fill the GPU together. */
+int ck_linear_multi(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
+		    void *ws, void *stream);
+
 /* --- mixture of experts (kernels/moe.cu) ---------------------------------------------- */
 
 /* Router: for each of T rows of logits [T][E], softmax over E in fp32 (max, exp(l - max),

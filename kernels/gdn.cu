@@ -42,7 +42,8 @@ static __global__ void gdn_conv_out(const int32_t *item, const int64_t *t0, floa
 	const int64_t tt = (int64_t)(t - first); /* the row's index in its item */
 	const float *win = state[it] + slot_off;
 
-	for (uint64_t ch = threadIdx.x; ch < C; ch += blockDim.x) {
+	/* Channels are spread over blockIdx.y too: a decode row alone must still fill the GPU. */
+	for (uint64_t ch = (uint64_t)blockIdx.y * blockDim.x + threadIdx.x; ch < C; ch += (uint64_t)gridDim.y * blockDim.x) {
 		float acc = 0;
 		for (uint32_t i = 0; i < K; i++) {
 			int64_t src = tt - (int64_t)(K - 1) + (int64_t)i;
@@ -87,8 +88,8 @@ extern "C" int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *
 		return 0;
 	/* Two kernels in stream order: every conv output has read the old window before any
 	 * window is rewritten. */
-	gdn_conv_out<<<(unsigned)st->T, threads, 0, s>>>(st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C,
-							 (uint32_t)g->K, conv);
+	gdn_conv_out<<<dim3((unsigned)st->T, (unsigned)((g->C + threads - 1) / threads < 65535 ? (g->C + threads - 1) / threads : 65535)),
+		       threads, 0, s>>>(st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C, (uint32_t)g->K, conv);
 	if ((rc = launch_rc()))
 		return rc;
 	if (g->K < 2)

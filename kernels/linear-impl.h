@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 /* Where the weights of activation row i are. */
+#define LIN_MULTI 4
+
 struct lin_mat {
 	enum ck_dtype dtype;
 	const uint8_t *data;
@@ -19,6 +21,14 @@ struct lin_mat {
 	uint32_t nparts;
 	uint64_t part_end[CK_MAX_PARTS]; /* row where part p ends (prefix sums of part_rows) */
 	uint64_t codes_off, scales_off, globals_off;
+	/* Plain weights only: several matrices of the same dtype and k over the same input in one
+	 * launch (nmulti of them; 0: just this one). Rows [mend[j-1], mend[j]) of the combined
+	 * matrix are the rows of matrix j (data mdata[j]), written to my[j] with row stride
+	 * mldy[j]; each element is computed exactly as it would be alone. */
+	uint32_t nmulti;
+	const uint8_t *mdata[LIN_MULTI];
+	uint64_t mend[LIN_MULTI], mldy[LIN_MULTI];
+	float *my[LIN_MULTI];
 };
 
 /* NVFP4 activations quantized for rows [0, m), one copy per part p (with that part's

@@ -436,12 +436,34 @@ static __global__ void __launch_bounds__(THREADS)
 	const int lane = threadIdx.x & 31;
 	const uint64_t r = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
 	const uint64_t k = w.k, nsteps = k / (32 * EV), kfull = nsteps * 32 * EV, ngroups = (m + MT - 1) / MT;
+	const uint8_t *mat = w.data;
+	uint64_t rr = r;
 
 	if (r >= w.n)
 		return;
+	/* Several matrices in one launch: the one row r belongs to, its row there, its output
+	 * (selected with constant indices, so the arrays stay in the parameter space). */
+	if (w.nmulti) {
+		uint64_t start = 0;
+		bool found = false;
+#pragma unroll
+		for (int j = 0; j < LIN_MULTI; j++) {
+			if (j >= (int)w.nmulti || found)
+				continue;
+			if (r < w.mend[j]) {
+				mat = w.mdata[j];
+				rr = r - start;
+				y = w.my[j];
+				ldy = w.mldy[j];
+				found = true;
+			} else {
+				start = w.mend[j];
+			}
+		}
+	}
 	for (uint64_t g = blockIdx.y; g < ngroups; g += gridDim.y) {
 		const uint64_t i0 = g * MT;
-		const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i0] * w.stride : 0), *row = rec + r * k * ES;
+		const uint8_t *rec = mat + (w.ids ? (uint64_t)w.ids[i0] * w.stride : 0), *row = rec + rr * k * ES;
 		const float *xr[MT];
 		float acc[MT];
 
@@ -488,7 +510,7 @@ static __global__ void __launch_bounds__(THREADS)
 		if (lane == 0)
 			for (int i = 0; i < MT; i++)
 				if (i0 + i < m)
-					y[(i0 + i) * ldy + r] = acc[i];
+					y[(i0 + i) * ldy + rr] = acc[i];
 	}
 }
 
@@ -529,12 +551,14 @@ int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m
 	const uint64_t es = w->dtype == CK_F32 ? 4 : 2;
 	/* Every chunk starts at a multiple of 16 bytes: W's base, row length and stride, and x's
 	 * base and row length (k floats). */
-	const bool vl = (uint64_t)(uintptr_t)w->data % 16 == 0 && (w->k * es) % 16 == 0 &&
-			(!w->ids || w->stride % 16 == 0) && (uint64_t)(uintptr_t)x % 16 == 0 && w->k % 4 == 0;
+	bool vl = (uint64_t)(uintptr_t)w->data % 16 == 0 && (w->k * es) % 16 == 0 &&
+		  (!w->ids || w->stride % 16 == 0) && (uint64_t)(uintptr_t)x % 16 == 0 && w->k % 4 == 0;
 	dim3 grid;
 
 	if (!m)
 		return 0;
+	for (uint32_t j = 0; j < w->nmulti; j++)
+		vl = vl && (uint64_t)(uintptr_t)w->mdata[j] % 16 == 0;
 	grid = grid_for(w->n, (m + mt - 1) / mt);
 	switch (w->dtype) {
 	case CK_F32:
@@ -562,6 +586,36 @@ extern "C" size_t ck_linear_ws_bytes(const struct ck_linear *w, uint64_t m)
 		return 0;
 	lm = lin_mat_of(w, w->data, 0, NULL);
 	return lin_act_bytes(&lm, m);
+}
+
+extern "C" int ck_linear_multi(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
+			       void *ws, void *stream)
+{
+	bool one = nw >= 2 && nw <= LIN_MULTI;
+	struct lin_mat lm;
+	int rc;
+
+	for (int j = 0; one && j < nw; j++)
+		one = w[j]->dtype != CK_NVFP4 && w[j]->dtype == w[0]->dtype && w[j]->k == w[0]->k;
+	if (!one) {
+		for (int j = 0; j < nw; j++)
+			if ((rc = ck_linear(w[j], x, m, y[j], ws, stream)))
+				return rc;
+		return 0;
+	}
+	if (!m)
+		return 0;
+	lm = lin_mat_of(w[0], w[0]->data, 0, NULL);
+	lm.nmulti = (uint32_t)nw;
+	lm.n = 0;
+	for (int j = 0; j < nw; j++) {
+		lm.mdata[j] = (const uint8_t *)w[j]->data;
+		lm.n += w[j]->n;
+		lm.mend[j] = lm.n;
+		lm.my[j] = y[j];
+		lm.mldy[j] = w[j]->n;
+	}
+	return lin_plain(&lm, x, 1, m, y[0], w[0]->n, (cudaStream_t)stream);
 }
 
 extern "C" int ck_linear(const struct ck_linear *w, const float *x, uint64_t m, float *y, void *ws, void *stream)

@@ -19,23 +19,25 @@ __global__ void embed_kernel(const void *table, int dt, const int32_t *ids, uint
 	}
 }
 
-// One block per (row, group): the sum of squares in a fixed tree, then the scaling.
-__global__ void rmsnorm_kernel(const float *x, uint64_t xs, const float *w, uint64_t wn, float *y, uint64_t ys,
-			       uint64_t n, uint64_t group, float eps)
+// One block per (row, group): the sum of squares in a fixed tree, then the scaling. The
+// weights are indexed by the value's place in the row (per_value) or in its group.
+__global__ void rmsnorm_kernel(const float *x, uint64_t xs, const float *w, bool per_value, float *y, uint64_t ys,
+			       uint32_t group, float eps)
 {
-	__shared__ float red[CK_BLOCK / 32];
-	uint64_t r = blockIdx.x, g0 = (uint64_t)blockIdx.y * group;
+	__shared__ float red[1024 / 32];
+	uint64_t r = blockIdx.x;
+	uint32_t g0 = blockIdx.y * group;
 	const float *xr = x + r * xs + g0;
+	const float *wr = per_value ? w + g0 : w;
 	float *yr = y + r * ys + g0;
 	float ss = 0;
 
-	for (uint64_t i = threadIdx.x; i < group; i += blockDim.x)
+	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x)
 		ss = __fadd_rn(ss, __fmul_rn(xr[i], xr[i]));
 	ss = ck_block_sum(ss, red);
 	float rs = 1.0f / sqrtf(ss / (float)group + eps);
-	for (uint64_t i = threadIdx.x; i < group; i += blockDim.x)
-		yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), w[(g0 + i) % wn]);
-	(void)n;
+	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x)
+		yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), wr[i]);
 }
 
 __global__ void rope_kernel(float *v, uint64_t heads, uint64_t hd, uint64_t rot, const int64_t *pos, int64_t pos0,
@@ -208,10 +210,12 @@ int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float
 {
 	if (!rows)
 		return 0;
+	/* Few rows (decode): wide blocks, so one row is not a long chain on one multiprocessor. */
+	unsigned threads = rows * (n / group) >= 64 ? CK_BLOCK : group >= 4096 ? 1024 : group >= 1024 ? 512 : CK_BLOCK;
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
-		rmsnorm_kernel<<<dim3((unsigned)nr, (unsigned)(n / group)), CK_BLOCK, 0, (cudaStream_t)stream>>>(
-			x + r0 * xs, xs, w1p, wn, y + r0 * ys, ys, n, group, eps);
+		rmsnorm_kernel<<<dim3((unsigned)nr, (unsigned)(n / group)), threads, 0, (cudaStream_t)stream>>>(
+			x + r0 * xs, xs, w1p, wn == n && n != group, y + r0 * ys, ys, (uint32_t)group, eps);
 	}
 	return ck_launched();
 }

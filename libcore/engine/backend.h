@@ -90,6 +90,8 @@ struct capy_backend_ops {
 	int (*state_new)(struct capy_engine *e, void **out, struct capy_err *err);
 	void (*state_copy)(struct capy_engine *e, void *dst, const void *src);
 	void (*state_free)(struct capy_engine *e, void *st);
+	/* Optional: one line describing the device and its memory (capy_engine_describe). */
+	void (*describe)(const struct capy_engine *e, char *buf, size_t size);
 	/* Run the batch; fill each item's logits. */
 	int (*step)(struct capy_engine *e, const struct capy_batch *b, struct capy_err *err);
 };

@@ -135,6 +135,30 @@ uint64_t capy_engine_weight_bytes(const struct capy_engine *e)
 	return e->ops->weight_bytes(e);
 }
 
+int capy_engine_reserve(struct capy_engine *e, uint64_t tokens, uint64_t sequences, struct capy_err *err)
+{
+	/* Each sequence's last page may be partly used. */
+	uint64_t n = (tokens + e->page_tokens - 1) / e->page_tokens + sequences;
+	int rc;
+
+	if (n > UINT32_MAX - 1)
+		return capy_err_set(err, CAPY_EINVAL, "attention cache: %" PRIu64 " pages are too many", n);
+	if (n <= e->storage_pages)
+		return 0;
+	if ((rc = e->ops->pages_reserve(e, (uint32_t)n, err)) < 0)
+		return rc;
+	e->storage_pages = (uint32_t)n;
+	return 0;
+}
+
+void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size)
+{
+	if (e->ops->describe)
+		e->ops->describe(e, buf, size);
+	else
+		snprintf(buf, size, "%s, %d threads", e->ops->name, e->ops->threads(e));
+}
+
 /* --- the page pool ------------------------------------------------------------------------ */
 
 int engine_page_alloc(struct capy_engine *e, uint32_t *id, struct capy_err *err)

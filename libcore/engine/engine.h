@@ -82,6 +82,12 @@ uint64_t capy_engine_page_bytes(const struct capy_engine *e);
 /* Pages in use (held by any sequence) and the bytes of one sequence's recurrent state. */
 uint64_t capy_engine_pages_used(const struct capy_engine *e);
 uint64_t capy_engine_state_bytes(const struct capy_engine *e);
+/* Storage for the attention cache of `tokens` tokens over `sequences` sequences, taken now
+ * rather than as they come (a GPU plans its memory up front); fails with the numbers when
+ * the backend cannot hold it. Pages beyond it are still taken on demand. */
+int capy_engine_reserve(struct capy_engine *e, uint64_t tokens, uint64_t sequences, struct capy_err *err);
+/* One line on where the engine runs and what memory it holds (for the tools' logs). */
+void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size);
 /* Bytes of weights the engine reads per decoded token with all experts (for reports). */
 uint64_t capy_engine_weight_bytes(const struct capy_engine *e);
 

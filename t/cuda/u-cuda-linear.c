@@ -540,6 +540,61 @@ static void test_combine(void)
 	}
 }
 
+/* ck_linear_multi: matrices of different heights over one input (the fused decode
+ * projections) give every element the bits ck_linear gives it alone; mixed dtypes fall back
+ * to one launch each. */
+static void multi_case(enum ck_dtype dt0, enum ck_dtype dt3, uint64_t k, uint64_t m)
+{
+	const uint64_t ns[4] = { 300, 32, 1, 77 };
+	struct hw h[4];
+	const struct ck_linear *w[4];
+	struct ck_linear ck[4];
+	float *x = make_x(m, k, seed_next++), *dy[4], *y = NULL, *one = NULL;
+	uint8_t *dw[4];
+	size_t bad = 0;
+
+	for (int j = 0; j < 4; j++) {
+		make_plain(&h[j], j == 3 ? dt3 : dt0, ns[j], k, seed_next++);
+		dw[j] = dev_from(h[j].data, h[j].bytes);
+		ck[j] = h[j].ck;
+		ck[j].data = dw[j];
+		w[j] = &ck[j];
+		dy[j] = dev_from(NULL, m * ns[j] * sizeof(float));
+	}
+	float *dx = dev_from(x, m * k * sizeof(float));
+	CK_OK(ck_linear_multi(w, 4, dx, m, dy, NULL, NULL));
+	for (int j = 0; j < 4; j++) {
+		float *d1 = dev_from(NULL, m * ns[j] * sizeof(float));
+		y = xmalloc(m * ns[j] * 4);
+		one = xmalloc(m * ns[j] * 4);
+		CK_OK(ck_linear(&ck[j], dx, m, d1, NULL, NULL));
+		dev_to(y, dy[j], m * ns[j] * 4);
+		dev_to(one, d1, m * ns[j] * 4);
+		bad += bits_differ(y, one, m * ns[j]);
+		CUDA_OK(cudaFree(d1));
+		CUDA_OK(cudaFree(dy[j]));
+		CUDA_OK(cudaFree(dw[j]));
+		free(y);
+		free(one);
+		free(h[j].data);
+	}
+	printf("multi %s/%s k %4" PRIu64 " m %3" PRIu64 ": %zu elements differ from single launches\n", dt_name(dt0),
+	       dt_name(dt3), k, m, bad);
+	CHECK_MSG(bad == 0, "ck_linear_multi %s/%s k %" PRIu64 " m %" PRIu64 ": %zu elements differ", dt_name(dt0),
+		  dt_name(dt3), k, m, bad);
+	CUDA_OK(cudaFree(dx));
+	free(x);
+}
+
+static void test_multi(void)
+{
+	multi_case(CK_BF16, CK_BF16, 2048, 1);
+	multi_case(CK_BF16, CK_BF16, 2048, 8);
+	multi_case(CK_BF16, CK_BF16, 136, 17);
+	multi_case(CK_F32, CK_F32, 512, 3);
+	multi_case(CK_BF16, CK_F16, 256, 5);
+}
+
 int main(void)
 {
 	if (!test_gpu_init()) {
@@ -551,5 +606,6 @@ int main(void)
 	RUN(test_route);
 	RUN(test_experts);
 	RUN(test_combine);
+	RUN(test_multi);
 	return test_summary();
 }

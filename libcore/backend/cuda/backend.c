@@ -141,6 +141,10 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		goto fail;
 	}
 	e->device = e->opts.gpu;
+	{
+		const char *g = getenv("CAPY_CUDA_GRAPHS");
+		e->no_graphs = g && !strcmp(g, "0");
+	}
 	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess) {
 		rc = cu_err(err, r, "opening the device");
 		goto fail;
@@ -197,6 +201,9 @@ static void cu_close(struct capy_engine *core)
 		return;
 	if (e->stream)
 		cudaStreamSynchronize(e->stream);
+	for (int i = 0; i < CU_GRAPHS; i++)
+		if (e->graphs[i].exec)
+			cudaGraphExecDestroy(e->graphs[i].exec);
 	free_scratch(&e->s);
 	cu_weights_release(e);
 	capy_weights_release(&e->hw);
@@ -222,7 +229,25 @@ static uint64_t cu_weight_bytes(const struct capy_engine *core)
 	return capy_weights_decode_bytes(&e->hw, &e->c);
 }
 
+static void cu_describe(const struct capy_engine *core, char *buf, size_t size)
+{
+	const struct cuda_engine *e = core->be;
+	struct cudaDeviceProp p;
+	size_t free_b = 0, total_b = 0;
+
+	if (cudaGetDeviceProperties(&p, e->device) != cudaSuccess)
+		snprintf(p.name, sizeof(p.name), "?");
+	cudaMemGetInfo(&free_b, &total_b);
+	snprintf(buf, size,
+		 "cuda:%d %s (sm_%d%d): %" PRIu64 " MiB taken (weights %" PRIu64 " MiB, attention cache %" PRIu64
+		 " MiB = %" PRIu32 " pages of %" PRIu64 " tokens, step buffers for %" PRIu64 " tokens the rest)%s%s; %zu of %zu MiB free",
+		 e->device, p.name, p.major, p.minor, e->device_bytes >> 20, e->weights_dev_bytes >> 20,
+		 (uint64_t)e->pages_cap * e->page_bytes >> 20, e->pages_cap, e->P, e->s.tmax,
+		 e->opts.gpu_mem ? ", --gpu-mem " : "", e->opts.gpu_mem ? "set" : "", free_b >> 20, total_b >> 20);
+}
+
 const struct capy_backend_ops capy_backend_cuda = {
+	.describe = cu_describe,
 	.name = "cuda",
 	.open = cu_open,
 	.close = cu_close,

@@ -26,6 +26,26 @@ int cu_linear(struct cuda_engine *e, const struct ck_linear *w, const float *x, 
 			return rc_;                                     \
 	} while (0)
 
+/* MULTI(x, m, LINS(&w1, &w2, ...), OUTS(y1, y2, ...)): matrices over the same input x in one
+ * launch, each result the bits ck_linear gives alone. */
+static int multi(struct cuda_engine *e, const float *x, uint64_t m, int n, const struct ck_linear *const *w,
+		 float *const *y, struct capy_err *err)
+{
+	TRY(ck_linear_multi(w, n, x, m, y, e->s.lin_ws, e->stream), "linear");
+	return 0;
+}
+
+#define MULTI(x, m, W, Y)                                                               \
+	do {                                                                            \
+		const struct ck_linear *const *w_ = (W);                                \
+		float *const *y_ = (Y);                                                 \
+		int rc_ = multi(e, (x), (m), (int)(sizeof(Y) / sizeof(float *)), w_, y_, err); \
+		if (rc_ < 0)                                                            \
+			return rc_;                                                     \
+	} while (0)
+#define LINS(...) ((const struct ck_linear *[]){ __VA_ARGS__ })
+#define OUTS(...) ((float *[]){ __VA_ARGS__ })
+
 int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
@@ -38,9 +58,7 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 	const uint8_t *sel = NULL;
 	void *s = e->stream;
 
-	LIN(&a->q, xn, T, qg);
-	LIN(&a->k, xn, T, k);
-	LIN(&a->v, xn, T, v);
+	MULTI(xn, T, LINS(&a->q, &a->k, &a->v), OUTS(qg, k, v));
 	/* q: per head the first hd of [query | gate], normed into q; k normed in place. */
 	TRY(ck_rmsnorm(qg, 2 * hd, a->q_norm, hd, q, hd, T * nq, hd, hd, eps, s), "q norm");
 	TRY(ck_rope(q, T, nq, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "q rope");
@@ -76,10 +94,7 @@ int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	int slot = l->h->gdn_slot;
 	void *s = e->stream;
 
-	LIN(&w->qkv, xn, T, qkv);
-	LIN(&w->z, xn, T, z);
-	LIN(&w->b, xn, T, bb);
-	LIN(&w->a, xn, T, aa);
+	MULTI(xn, T, LINS(&w->qkv, &w->z, &w->b, &w->a), OUTS(qkv, z, bb, aa));
 	TRY(ck_gdn_conv(st, &e->gdn, slot, qkv, w->conv, conv, s), "gdn conv");
 	TRY(ck_gdn_gates(bb, aa, w->neg_a, w->dt_bias, T, nv, beta, g, s), "gdn gates");
 	TRY(ck_gdn_recurrent(st, &e->gdn, slot, conv, beta, g, o, s), "gdn recurrence");
@@ -104,16 +119,15 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	const struct cu_moe *m = &l->moe;
 	uint64_t T = e->step.T, k = c->n_experts_per_tok;
 	struct cu_scratch *sc = &e->s;
-	int rc;
 
 	if (!l->h->moe)
 		return mlp(e, &l->mlp, xn, T, out, sc->big1, sc->big2, err);
-	LIN(&m->router, xn, T, sc->big1);
+	/* The router, the shared expert's gate_up and its gate read the same input. */
+	MULTI(xn, T, LINS(&m->router, &m->shared.gate_up, &m->shared_gate), OUTS(sc->big1, sc->big3, sc->big2));
 	TRY(ck_moe_route(sc->big1, T, c->n_experts, k, c->norm_topk_prob, sc->moe_ids, sc->moe_w, e->stream), "router");
 	TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, sc->moe_out, sc->moe_ws, e->stream), "experts");
-	if ((rc = mlp(e, &m->shared, xn, T, sc->tmp, sc->big3, sc->mix, err)) < 0)
-		return rc;
-	LIN(&m->shared_gate, xn, T, sc->big2);
+	TRY(ck_swiglu(sc->big3, T, m->shared.gate_up.n / 2, sc->mix, e->stream), "swiglu");
+	LIN(&m->shared.down, sc->mix, T, sc->tmp);
 	TRY(ck_moe_combine(sc->moe_out, sc->moe_w, sc->tmp, sc->big2, T, k, c->hidden_size, out, e->stream), "moe combine");
 	return 0;
 }
@@ -127,14 +141,15 @@ int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, const float *X, uint
 	void *s = e->stream;
 
 	TRY(ck_rmsnorm(X, hh, h->norm, hh, xn, hh, T, hh, H, (float)c->rms_norm_eps, s), "hc norm");
-	LIN(&h->down, xn, T, low);
+	if (inj)
+		MULTI(xn, T, LINS(&h->down, &h->inject), OUTS(low, inj));
+	else
+		LIN(&h->down, xn, T, low);
 	TRY(ck_hc_low_act(low, T * r, (float)hc, s), "hc low");
 	LIN(&h->up, low, T, mix);
 	TRY(ck_hc_combine(mix, xn, T, H, hc, mixed, s), "hc combine");
-	if (inj) {
-		LIN(&h->inject, xn, T, inj);
+	if (inj)
 		TRY(ck_hc_inject_act(inj, T * hc, (float)hc, s), "hc inject");
-	}
 	return 0;
 }
 
@@ -147,8 +162,7 @@ int cu_ple(struct cuda_engine *e, const struct cu_layer *l, float *X, struct cap
 	float *key = e->s.big1, *val = e->s.big2, *gv = e->s.tmp, *gvn = e->s.mix;
 	void *s = e->stream;
 
-	LIN(&p->key, emb, T, key);
-	LIN(&p->value, emb, T, val);
+	MULTI(emb, T, LINS(&p->key, &p->value), OUTS(key, val));
 	TRY(ck_ple_gate(key, X, val, p->norm_key, p->norm_query, p->norm_conv, T, H, hc, (float)c->rms_norm_eps, gv, gvn, s),
 	    "ple gate");
 	TRY(ck_ple_conv(&e->step, l->h->ple_slot, gv, gvn, p->conv, hh, c->ple_conv_kernel, c->ngram_size, X, s),

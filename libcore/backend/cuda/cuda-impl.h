@@ -88,6 +88,16 @@ struct cu_scratch {
 	int32_t *hist;                    /* host: a sequence's PLE context and tokens */
 };
 
+/* A decode step captured as a CUDA graph: the layers' kernels for steps of T rows in
+ * n_items items, valid while the buffers its kernels were given stay where they are (gen). */
+struct cu_graph {
+	uint64_t T, gen, used;
+	uint32_t n_items;
+	cudaGraphExec_t exec;
+};
+
+#define CU_GRAPHS 32
+
 struct cuda_engine {
 	struct capy_engine *core;
 	const struct capy_artifact *a;
@@ -121,6 +131,10 @@ struct cuda_engine {
 	uint64_t gdn_floats, ple_floats;  /* per layer slot */
 	uint64_t device_bytes;            /* everything this engine took */
 	struct ck_step step;              /* the step being run (device pointers) */
+	struct cu_graph graphs[CU_GRAPHS];
+	uint64_t gen;                     /* bumped when a buffer kernels are given moves */
+	uint64_t steps;
+	bool no_graphs;                   /* CAPY_CUDA_GRAPHS=0: every step launched eagerly */
 	const struct capy_batch *batch;
 };
 

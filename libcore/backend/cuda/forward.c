@@ -49,6 +49,7 @@ static int meta_reserve(struct cuda_engine *e, size_t need, struct capy_err *err
 		return cu_err(err, rc, "the previous step");
 	cudaFree(s->meta_dev);
 	cudaFreeHost(s->meta_host);
+	e->gen++;
 	s->meta_dev = s->meta_host = NULL;
 	s->meta_bytes = 0;
 	if ((rc = cudaMalloc((void **)&s->meta_dev, cap)) != cudaSuccess ||
@@ -114,14 +115,19 @@ static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_
 		ple[i] = cs->dev ? cs->dev + (uint64_t)e->hw.n_gdn * e->gdn_floats : NULL;
 		max_pos = CAPY_MAX(max_pos, it->seq->len + it->n - 1);
 	}
+	if ((rc = cu_sel_reserve(e, max_pos + 1, err)) < 0)
+		return rc;
 	st->pages = e->pages;
 	st->page_bytes = e->page_bytes;
 	st->page_tokens = e->P;
-	st->max_pos = (int64_t)max_pos;
+	/* Grids are sized for the context the buffers hold, not for this step's longest row
+	 * (the kernels skip what lies past each row's position), so that a captured step stays
+	 * valid as sequences grow. */
+	st->max_pos = (int64_t)e->s.sel_cap - 1;
 	cudaError_t r = cudaMemcpyAsync(e->s.meta_dev, e->s.meta_host, off, cudaMemcpyHostToDevice, e->stream);
 	if (r != cudaSuccess)
 		return cu_err(err, r, "uploading the step");
-	return (rc = cu_sel_reserve(e, max_pos + 1, err)) < 0 ? rc : 0;
+	return 0;
 }
 
 /* PLE: every PLE layer's n-gram rows for every row of the step, hashed and gathered on the
@@ -242,20 +248,18 @@ static int logits_out(struct cuda_engine *e, const struct capy_batch *b, struct 
 	return 0;
 }
 
-int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err)
+/* Embedding and every layer, enqueued on the stream (no copies, no synchronization: the
+ * part of a step a CUDA graph can hold). */
+static int layers(struct cuda_engine *e, struct capy_err *err)
 {
-	struct cuda_engine *e = core->be;
 	const struct capy_model_config *c = &e->c;
 	struct cu_scratch *s = &e->s;
 	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
-	uint64_t H = c->hidden_size, hc = q4 ? c->hc_count : 1, T = b->n_tokens;
+	uint64_t H = c->hidden_size, hc = q4 ? c->hc_count : 1, T = e->step.T;
 	float eps = (float)c->rms_norm_eps;
 	void *st = e->stream;
 	int rc;
 
-	if ((rc = stage(e, b, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
-		return rc;
-	e->batch = b;
 	TRY(ck_embed(e->embed, e->embed_dtype, e->step.ids, T, H, hc, s->x, st), "embedding");
 	for (uint64_t i = 0; i < c->n_layers; i++) {
 		const struct cu_layer *l = &e->layers[i];
@@ -287,7 +291,76 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 		else
 			TRY(ck_add(s->x, s->out, T * H, st), "residual");
 	}
-	rc = logits_out(e, b, err);
+	return 0;
+}
+
+/* Decode steps (one token per item) replay a captured graph of layers(), one per shape of
+ * the step (rows and items) and buffer generation: one launch instead of hundreds. A
+ * shape is captured the first time it runs; the oldest capture makes room. */
+static int layers_graphed(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
+{
+	struct cu_graph *g = NULL, *old = &e->graphs[0];
+	cudaGraph_t graph = NULL;
+	cudaError_t r;
+	int rc;
+
+	for (size_t i = 0; i < b->n_items; i++)
+		if (b->items[i].n != 1)
+			return layers(e, err);
+	if (e->no_graphs)
+		return layers(e, err);
+	for (int i = 0; i < CU_GRAPHS; i++) {
+		struct cu_graph *x = &e->graphs[i];
+		if (x->exec && x->gen == e->gen && x->T == e->step.T && x->n_items == e->step.n_items) {
+			g = x;
+			break;
+		}
+		if (!x->exec || x->used < old->used)
+			old = x;
+	}
+	if (!g) {
+		if (old->exec)
+			cudaGraphExecDestroy(old->exec);
+		memset(old, 0, sizeof(*old));
+		if ((r = cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeRelaxed)) != cudaSuccess)
+			return cu_err(err, r, "capturing a decode step");
+		rc = layers(e, err);
+		r = cudaStreamEndCapture(e->stream, &graph);
+		if (rc < 0) {
+			if (graph)
+				cudaGraphDestroy(graph);
+			return rc;
+		}
+		if (r != cudaSuccess)
+			return cu_err(err, r, "capturing a decode step");
+		r = cudaGraphInstantiate(&old->exec, graph, 0);
+		cudaGraphDestroy(graph);
+		if (r != cudaSuccess) {
+			old->exec = NULL;
+			return cu_err(err, r, "instantiating a decode step");
+		}
+		old->T = e->step.T;
+		old->n_items = e->step.n_items;
+		old->gen = e->gen;
+		g = old;
+	}
+	g->used = ++e->steps;
+	if ((r = cudaGraphLaunch(g->exec, e->stream)) != cudaSuccess)
+		return cu_err(err, r, "a decode step");
+	return 0;
+}
+
+int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err)
+{
+	struct cuda_engine *e = core->be;
+	int rc;
+
+	if ((rc = stage(e, b, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
+		return rc;
+	e->batch = b;
+	rc = layers_graphed(e, b, err);
+	if (rc == 0)
+		rc = logits_out(e, b, err);
 	e->batch = NULL;
 	return rc;
 }

@@ -92,6 +92,7 @@ int cu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err)
 		return cu_err(err, rc, "moving the attention cache");
 	}
 	cudaFree(e->pages);
+	e->gen++; /* captured steps hold the old address */
 	e->device_bytes += (uint64_t)(cap - e->pages_cap) * e->page_bytes;
 	e->pages = p;
 	e->pages_cap = cap;
@@ -202,6 +203,7 @@ int cu_sel_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err)
 	}
 	cudaFree(e->s.sel);
 	cudaFree(e->s.attn_ws);
+	e->gen++;
 	e->device_bytes += ws + (qsa ? e->s.tmax * cap : 0) - e->s.attn_ws_bytes - (qsa ? e->s.tmax * e->s.sel_cap : 0);
 	e->s.sel = p;
 	e->s.attn_ws = w;
