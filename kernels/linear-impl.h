@@ -26,6 +26,7 @@ struct lin_mat {
 	 * matrix are the rows of matrix j (data mdata[j]), written to my[j] with row stride
 	 * mldy[j]; each element is computed exactly as it would be alone. */
 	uint32_t nmulti;
+	int ks;                          /* warps per row they all get alone (k_slices) */
 	const uint8_t *mdata[LIN_MULTI];
 	uint64_t mend[LIN_MULTI], mldy[LIN_MULTI];
 	float *my[LIN_MULTI];
@@ -55,6 +56,8 @@ int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t
 		 cudaStream_t st);
 /* y[i][r] (row stride ldy) for i < a->m from the quantized rows. */
 int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, cudaStream_t st);
+/* Warps per row of a plain matrix of n rows of k elements of es bytes (from n and k alone). */
+int lin_slices(uint64_t n, uint64_t k, uint64_t es);
 /* Plain weights: y[i][r] = x[i / xdiv] . W_i[r] for i < m (x row stride k, y row stride ldy). */
 int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy,
 	      cudaStream_t st);

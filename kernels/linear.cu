@@ -427,19 +427,26 @@ static __device__ __forceinline__ void load_w(const uint8_t *row, uint64_t j0, f
 
 /* VL: weights and activations are 16-byte aligned for every chunk (vector loads); the
  * arithmetic is the same either way. */
-template <int DT, int MT, bool VL>
+/* KS warps share a row, each over a fixed contiguous share of its 16-byte steps (the last
+ * also takes the tail), their sums added in warp order: for matrices too short to give every
+ * multiprocessor work with a warp per row (KS depends on n and k only, never on m, so the
+ * order of each element's sum is still the batch's business alone). */
+template <int DT, int MT, bool VL, int KS>
 static __global__ void __launch_bounds__(THREADS)
 	k_plain(struct lin_mat w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy)
 {
 	constexpr int EV = DT == CK_F32 ? 4 : 8;
 	constexpr uint64_t ES = DT == CK_F32 ? 4 : 2;
-	const int lane = threadIdx.x & 31;
-	const uint64_t r = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+	__shared__ float part[KS > 1 ? WARPS : 1][MT];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, slice = warp % KS;
+	const uint64_t r = (uint64_t)blockIdx.x * (WARPS / KS) + (uint64_t)(warp / KS);
 	const uint64_t k = w.k, nsteps = k / (32 * EV), kfull = nsteps * 32 * EV, ngroups = (m + MT - 1) / MT;
+	const uint64_t s0 = nsteps * (uint64_t)slice / KS, s1 = nsteps * (uint64_t)(slice + 1) / KS;
+	const bool live = r < w.n;
 	const uint8_t *mat = w.data;
 	uint64_t rr = r;
 
-	if (r >= w.n)
+	if (KS == 1 && !live)
 		return;
 	/* Several matrices in one launch: the one row r belongs to, its row there, its output
 	 * (selected with constant indices, so the arrays stay in the parameter space). */
@@ -463,85 +470,134 @@ static __global__ void __launch_bounds__(THREADS)
 	}
 	for (uint64_t g = blockIdx.y; g < ngroups; g += gridDim.y) {
 		const uint64_t i0 = g * MT;
-		const uint8_t *rec = mat + (w.ids ? (uint64_t)w.ids[i0] * w.stride : 0), *row = rec + rr * k * ES;
-		const float *xr[MT];
 		float acc[MT];
 
-		for (int i = 0; i < MT; i++) {
-			acc[i] = 0.0f;
-			xr[i] = x + ((i0 + i < m ? i0 + i : i0) / xdiv) * k;
-		}
-#pragma unroll 2
-		for (uint64_t s = 0; s < nsteps; s++) {
-			const uint64_t j0 = (s * 32 + lane) * EV;
-			float wf[EV];
-			load_w<DT, VL>(row, j0, wf);
-			for (int i = 0; i < MT; i++) {
-				if (i0 + i >= m)
-					break;
-				float xv[EV];
-				if (VL) {
-					for (int q = 0; q < EV / 4; q++) {
-						const float4 f = *(const float4 *)(xr[i] + j0 + 4 * q);
-						xv[4 * q] = f.x;
-						xv[4 * q + 1] = f.y;
-						xv[4 * q + 2] = f.z;
-						xv[4 * q + 3] = f.w;
-					}
-				} else {
-					for (int e = 0; e < EV; e++)
-						xv[e] = xr[i][j0 + e];
-				}
-				for (int e = 0; e < EV; e++)
-					acc[i] = __fmaf_rn(xv[e], wf[e], acc[i]);
-			}
-		}
-		for (uint64_t j = kfull + lane; j < k; j += 32) {
-			const float wj = widen1<DT>(row, j);
-			for (int i = 0; i < MT; i++) {
-				if (i0 + i >= m)
-					break;
-				acc[i] = __fmaf_rn(xr[i][j], wj, acc[i]);
-			}
-		}
 		for (int i = 0; i < MT; i++)
-			for (int off = 16; off; off >>= 1)
-				acc[i] = __fadd_rn(acc[i], __shfl_xor_sync(FULL, acc[i], off));
-		if (lane == 0)
+			acc[i] = 0.0f;
+		if (live) {
+			const uint8_t *rec = mat + (w.ids ? (uint64_t)w.ids[i0] * w.stride : 0), *row = rec + rr * k * ES;
+			const float *xr[MT];
+			for (int i = 0; i < MT; i++)
+				xr[i] = x + ((i0 + i < m ? i0 + i : i0) / xdiv) * k;
+#pragma unroll 2
+			for (uint64_t s = s0; s < s1; s++) {
+				const uint64_t j0 = (s * 32 + lane) * EV;
+				float wf[EV];
+				load_w<DT, VL>(row, j0, wf);
+				for (int i = 0; i < MT; i++) {
+					if (i0 + i >= m)
+						break;
+					float xv[EV];
+					if (VL) {
+						for (int q = 0; q < EV / 4; q++) {
+							const float4 f = *(const float4 *)(xr[i] + j0 + 4 * q);
+							xv[4 * q] = f.x;
+							xv[4 * q + 1] = f.y;
+							xv[4 * q + 2] = f.z;
+							xv[4 * q + 3] = f.w;
+						}
+					} else {
+						for (int e = 0; e < EV; e++)
+							xv[e] = xr[i][j0 + e];
+					}
+					for (int e = 0; e < EV; e++)
+						acc[i] = __fmaf_rn(xv[e], wf[e], acc[i]);
+				}
+			}
+			if (slice == KS - 1)
+				for (uint64_t j = kfull + lane; j < k; j += 32) {
+					const float wj = widen1<DT>(row, j);
+					for (int i = 0; i < MT; i++) {
+						if (i0 + i >= m)
+							break;
+						acc[i] = __fmaf_rn(xr[i][j], wj, acc[i]);
+					}
+				}
+			for (int i = 0; i < MT; i++)
+				for (int off = 16; off; off >>= 1)
+					acc[i] = __fadd_rn(acc[i], __shfl_xor_sync(FULL, acc[i], off));
+		}
+		if (KS > 1) {
+			if (lane == 0)
+				for (int i = 0; i < MT; i++)
+					part[warp][i] = acc[i];
+			__syncthreads();
+			if (live && slice == 0 && lane == 0)
+				for (int i = 0; i < MT; i++) {
+					float sum = part[warp][i];
+					for (int q = 1; q < KS; q++)
+						sum = __fadd_rn(sum, part[warp + q][i]);
+					acc[i] = sum;
+				}
+			__syncthreads();
+		}
+		if (live && slice == 0 && lane == 0)
 			for (int i = 0; i < MT; i++)
 				if (i0 + i < m)
 					y[(i0 + i) * ldy + rr] = acc[i];
 	}
 }
 
-template <int DT, bool VL>
-static void launch_plain_mt(int mt, dim3 grid, const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m,
+/* Warps per row: enough rows x slices to fill the GPU (~4k warps), each slice at least two
+ * 16-byte steps. From the matrix's n and k alone. */
+int lin_slices(uint64_t n, uint64_t k, uint64_t es)
+{
+	const uint64_t nsteps = k * es / (32 * 16);
+	int ks = 1;
+
+	while (ks < 8 && n * (uint64_t)ks < 4096 && nsteps / (uint64_t)(2 * ks) >= 2)
+		ks *= 2;
+	return ks;
+}
+
+template <int DT, bool VL, int KS>
+static void launch_plain_ks(int mt, dim3 grid, const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m,
 			    float *y, uint64_t ldy, cudaStream_t st)
 {
 	switch (mt) {
 	case 1:
-		k_plain<DT, 1, VL><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		k_plain<DT, 1, VL, KS><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
 		break;
 	case 2:
-		k_plain<DT, 2, VL><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		k_plain<DT, 2, VL, KS><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
 		break;
 	case 4:
-		k_plain<DT, 4, VL><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		k_plain<DT, 4, VL, KS><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
 		break;
 	default:
-		k_plain<DT, 8, VL><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		k_plain<DT, 8, VL, KS><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		break;
+	}
+}
+
+template <int DT, bool VL>
+static void launch_plain_mt(int ks, int mt, dim3 grid, const struct lin_mat *w, const float *x, uint64_t xdiv,
+			    uint64_t m, float *y, uint64_t ldy, cudaStream_t st)
+{
+	switch (ks) {
+	case 1:
+		launch_plain_ks<DT, VL, 1>(mt, grid, w, x, xdiv, m, y, ldy, st);
+		break;
+	case 2:
+		launch_plain_ks<DT, VL, 2>(mt, grid, w, x, xdiv, m, y, ldy, st);
+		break;
+	case 4:
+		launch_plain_ks<DT, VL, 4>(mt, grid, w, x, xdiv, m, y, ldy, st);
+		break;
+	default:
+		launch_plain_ks<DT, VL, 8>(mt, grid, w, x, xdiv, m, y, ldy, st);
 		break;
 	}
 }
 
 template <int DT>
-static void launch_plain(bool vl, int mt, dim3 grid, const struct lin_mat *w, const float *x, uint64_t xdiv,
+static void launch_plain(bool vl, int ks, int mt, dim3 grid, const struct lin_mat *w, const float *x, uint64_t xdiv,
 			 uint64_t m, float *y, uint64_t ldy, cudaStream_t st)
 {
 	if (vl)
-		launch_plain_mt<DT, true>(mt, grid, w, x, xdiv, m, y, ldy, st);
+		launch_plain_mt<DT, true>(ks, mt, grid, w, x, xdiv, m, y, ldy, st);
 	else
-		launch_plain_mt<DT, false>(mt, grid, w, x, xdiv, m, y, ldy, st);
+		launch_plain_mt<DT, false>(ks, mt, grid, w, x, xdiv, m, y, ldy, st);
 }
 
 int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy,
@@ -559,16 +615,19 @@ int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m
 		return 0;
 	for (uint32_t j = 0; j < w->nmulti; j++)
 		vl = vl && (uint64_t)(uintptr_t)w->mdata[j] % 16 == 0;
-	grid = grid_for(w->n, (m + mt - 1) / mt);
+	/* Each matrix of a combined launch gets the slices it would get alone (its own n), so
+	 * its bits are the same: combining is only done for matrices that agree on it. */
+	const int ks = w->nmulti ? w->ks : lin_slices(w->n, w->k, es);
+	grid = grid_for(w->n * (uint64_t)ks, (m + mt - 1) / mt);
 	switch (w->dtype) {
 	case CK_F32:
-		launch_plain<CK_F32>(vl, mt, grid, w, x, xdiv, m, y, ldy, st);
+		launch_plain<CK_F32>(vl, ks, mt, grid, w, x, xdiv, m, y, ldy, st);
 		break;
 	case CK_F16:
-		launch_plain<CK_F16>(vl, mt, grid, w, x, xdiv, m, y, ldy, st);
+		launch_plain<CK_F16>(vl, ks, mt, grid, w, x, xdiv, m, y, ldy, st);
 		break;
 	case CK_BF16:
-		launch_plain<CK_BF16>(vl, mt, grid, w, x, xdiv, m, y, ldy, st);
+		launch_plain<CK_BF16>(vl, ks, mt, grid, w, x, xdiv, m, y, ldy, st);
 		break;
 	default:
 		return -(int)cudaErrorInvalidValue;
@@ -591,13 +650,10 @@ extern "C" size_t ck_linear_ws_bytes(const struct ck_linear *w, uint64_t m)
 extern "C" int ck_linear_multi(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
 			       void *ws, void *stream)
 {
-	bool one = nw >= 2 && nw <= LIN_MULTI;
-	struct lin_mat lm;
+	bool done[LIN_MULTI] = { false };
 	int rc;
 
-	for (int j = 0; one && j < nw; j++)
-		one = w[j]->dtype != CK_NVFP4 && w[j]->dtype == w[0]->dtype && w[j]->k == w[0]->k;
-	if (!one) {
+	if (nw < 2 || nw > LIN_MULTI) {
 		for (int j = 0; j < nw; j++)
 			if ((rc = ck_linear(w[j], x, m, y[j], ws, stream)))
 				return rc;
@@ -605,17 +661,37 @@ extern "C" int ck_linear_multi(const struct ck_linear *const *w, int nw, const f
 	}
 	if (!m)
 		return 0;
-	lm = lin_mat_of(w[0], w[0]->data, 0, NULL);
-	lm.nmulti = (uint32_t)nw;
-	lm.n = 0;
+	/* One launch per set of plain matrices that agree on dtype, k and warps per row (so each
+	 * element's order is the one it has alone); NVFP4 matrices on their own. */
 	for (int j = 0; j < nw; j++) {
-		lm.mdata[j] = (const uint8_t *)w[j]->data;
-		lm.n += w[j]->n;
-		lm.mend[j] = lm.n;
-		lm.my[j] = y[j];
-		lm.mldy[j] = w[j]->n;
+		if (done[j])
+			continue;
+		const uint64_t es = w[j]->dtype == CK_F32 ? 4 : 2;
+		if (w[j]->dtype == CK_NVFP4) {
+			done[j] = true;
+			if ((rc = ck_linear(w[j], x, m, y[j], ws, stream)))
+				return rc;
+			continue;
+		}
+		const int ks = lin_slices(w[j]->n, w[j]->k, es);
+		struct lin_mat lm = lin_mat_of(w[j], w[j]->data, 0, NULL);
+		lm.ks = ks;
+		lm.n = 0;
+		for (int q = j; q < nw; q++) {
+			if (done[q] || w[q]->dtype != w[j]->dtype || w[q]->k != w[j]->k ||
+			    lin_slices(w[q]->n, w[q]->k, es) != ks)
+				continue;
+			done[q] = true;
+			lm.mdata[lm.nmulti] = (const uint8_t *)w[q]->data;
+			lm.n += w[q]->n;
+			lm.mend[lm.nmulti] = lm.n;
+			lm.my[lm.nmulti] = y[q];
+			lm.mldy[lm.nmulti++] = w[q]->n;
+		}
+		if ((rc = lin_plain(&lm, x, 1, m, y[j], w[j]->n, (cudaStream_t)stream)))
+			return rc;
 	}
-	return lin_plain(&lm, x, 1, m, y[0], w[0]->n, (cudaStream_t)stream);
+	return 0;
 }
 
 extern "C" int ck_linear(const struct ck_linear *w, const float *x, uint64_t m, float *y, void *ws, void *stream)

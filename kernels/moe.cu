@@ -138,12 +138,118 @@ static __global__ void __launch_bounds__(RTHREADS)
 	}
 }
 
+/* The same function for E <= 32 * RW_J experts with one warp per row and no block barriers:
+ * each lane holds experts lane + 32 j in registers; the sum runs on lane 0 in ascending
+ * order over a shared copy (the CPU's order, so the same bits); each of the k rounds is a
+ * warp argmax with the CPU's tie rule. Decode routes one row per layer: its latency is the
+ * kernel's. */
+#define RW_J 32
+template <int NJ>
+static __global__ void __launch_bounds__(32)
+	k_route_warp(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
+{
+	__shared__ float p[32 * NJ];
+	__shared__ float s_sum;
+	const uint64_t t = blockIdx.x;
+	const unsigned lane = threadIdx.x;
+	const float *l = logits + t * E;
+	int32_t *id = ids + t * k;
+	float *w = wout + t * k, mx = -INFINITY, v[NJ], top = 0;
+
+#pragma unroll
+	for (int j = 0; j < NJ; j++) {
+		uint64_t x = lane + 32 * (uint64_t)j;
+		v[j] = x < E ? l[x] : -INFINITY;
+		mx = fmaxf(mx, v[j]);
+	}
+	for (int off = 16; off; off >>= 1)
+		mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, off));
+#pragma unroll
+	for (int j = 0; j < NJ; j++) {
+		uint64_t x = lane + 32 * (uint64_t)j;
+		if (x < E)
+			p[x] = v[j] = cpu_expf(__fsub_rn(v[j], mx));
+	}
+	__syncwarp();
+	if (lane == 0) {
+		/* Eight loads ahead of the dependent adds; the adds stay in ascending order. */
+		float sum = 0;
+		uint64_t x = 0;
+		for (; x + 8 <= E; x += 8) {
+			float q[8];
+			for (int u = 0; u < 8; u++)
+				q[u] = p[x + u];
+			for (int u = 0; u < 8; u++)
+				sum = __fadd_rn(sum, q[u]);
+		}
+		for (; x < E; x++)
+			sum = __fadd_rn(sum, p[x]);
+		s_sum = sum;
+	}
+	__syncwarp();
+	const float sum = s_sum;
+#pragma unroll
+	for (int j = 0; j < NJ; j++)
+		v[j] = lane + 32 * (uint64_t)j < E ? __fdiv_rn(v[j], sum) : -1.0f;
+	for (uint64_t n = 0; n < k; n++) {
+		float bv = 0;
+		int bx = -1;
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			if (v[j] >= 0 && (bx < 0 || v[j] > bv)) {
+				bv = v[j];
+				bx = (int)(lane + 32 * j);
+			}
+		for (int off = 16; off; off >>= 1) {
+			float ov = __shfl_xor_sync(FULL, bv, off);
+			int ox = __shfl_xor_sync(FULL, bx, off);
+			if (beats(bv, bx, ov, ox)) {
+				bv = ov;
+				bx = ox;
+			}
+		}
+		const int best = bx < 0 ? 0 : bx; /* none left: the CPU's loop leaves best at 0 */
+#pragma unroll
+		for (int j = 0; j < NJ; j++)
+			if ((int)(lane + 32 * j) == best)
+				v[j] = -1.0f; /* taken */
+		if (lane == 0) {
+			id[n] = best;
+			w[n] = bx < 0 ? -1.0f : bv;
+			top = __fadd_rn(top, w[n]);
+		}
+	}
+	if (lane == 0) {
+		if (norm)
+			for (uint64_t n = 0; n < k; n++)
+				w[n] = __fdiv_rn(w[n], top);
+		/* Ascending expert id (insertion sort, as the CPU). */
+		for (uint64_t a = 1; a < k; a++)
+			for (uint64_t b = a; b > 0 && id[b - 1] > id[b]; b--) {
+				int32_t ti = id[b];
+				float tw = w[b];
+				id[b] = id[b - 1];
+				w[b] = w[b - 1];
+				id[b - 1] = ti;
+				w[b - 1] = tw;
+			}
+	}
+}
+
 extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_t k, bool norm_topk, int32_t *ids,
 			    float *w, void *stream)
 {
 	if (!T || !k)
 		return 0;
-	k_route<<<(unsigned)T, RTHREADS, E * sizeof(float), (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+	/* Registers for the experts each lane holds: as few as E needs. */
+	if (E <= 32 * 8)
+		k_route_warp<8><<<(unsigned)T, 32, 0, (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+	else if (E <= 32 * 16)
+		k_route_warp<16><<<(unsigned)T, 32, 0, (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+	else if (E <= 32 * RW_J)
+		k_route_warp<RW_J><<<(unsigned)T, 32, 0, (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+	else
+		k_route<<<(unsigned)T, RTHREADS, E * sizeof(float), (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
 	return launch_err();
 }
 
