@@ -369,6 +369,7 @@ help:
 	@echo "make            build libcore.a and the tools into $(O)/"
 	@echo "make serve      install, build and serve a bundled tiny model on 127.0.0.1:8080"
 	@echo "make test       install the test dependencies, then unit tests, BATS tests, man pages and headers (CPU only)"
+	@echo "make test-cuda  the GPU tests of t/cuda (a machine with an NVIDIA GPU; docs/testing.md)"
 	@echo "make check      the tests again under ASan + UBSan (build/san/)"
 	@echo "make fuzz       build the libFuzzer targets (build/fuzz/)"
 	@echo "make bench      build the benchmark programs (build/bench/)"

@@ -10,6 +10,7 @@
  * paths (split over blocks, or folded in one block) give identical bits.
  */
 #include "capy-kernels.h"
+#include "ck-common.cuh"
 
 #include <cuda_runtime.h>
 #include <math.h>
@@ -24,13 +25,6 @@
 #define ATT_SPLIT_MAX 8192 /* row-chunks of partials ws holds (see ck_attention_ws_bytes) */
 
 static_assert(ATT_NT == ATT_CH, "the chunk prologue gives each thread one key");
-
-static int launch_rc(void)
-{
-	cudaError_t e = cudaGetLastError();
-
-	return e == cudaSuccess ? 0 : -(int)e;
-}
 
 __device__ __forceinline__ uint64_t kv_elem_bytes(enum ck_kv_dtype dt)
 {
@@ -102,7 +96,7 @@ extern "C" int ck_kv_store(const struct ck_step *st, const struct ck_kv_layer *l
 	if (!st->T)
 		return 0;
 	kv_store_kernel<<<dim3((unsigned)st->T, 2), 256, 0, (cudaStream_t)stream>>>(*st, *l, k, v);
-	return launch_rc();
+	return ck_launched();
 }
 
 /* --- ck_attention ----------------------------------------------------------------------- */
@@ -415,17 +409,17 @@ static int attention_dt(struct attn_args &a, void *ws, cudaStream_t stream)
 			uint64_t rows = T - a.r0 < R ? T - a.r0 : R;
 			unsigned ct = (unsigned)((a.l.hd + 31) / 32 * 32);
 			attn_split_kernel<DT><<<(unsigned)(rows * nkv * nch), ATT_NT, 0, stream>>>(a);
-			int rc = launch_rc();
+			int rc = ck_launched();
 			if (rc)
 				return rc;
 			attn_combine_kernel<<<(unsigned)(rows * a.nq), ct, 0, stream>>>(a);
-			if ((rc = launch_rc()))
+			if ((rc = ck_launched()))
 				return rc;
 		}
 		return 0;
 	}
 	attn_unsplit_kernel<DT><<<(unsigned)(T * nkv), ATT_NT, 0, stream>>>(a);
-	return launch_rc();
+	return ck_launched();
 }
 
 extern "C" int ck_attention(const struct ck_step *st, const struct ck_kv_layer *l, const float *q, uint64_t nq,
@@ -478,7 +472,7 @@ extern "C" int ck_qsa_store_keys(const struct ck_step *st, const struct ck_kv_la
 	if (!st->T)
 		return 0;
 	qsa_store_keys_kernel<<<(unsigned)st->T, 128, 0, (cudaStream_t)stream>>>(*st, *l, idx, row_stride, key_col, idh);
-	return launch_rc();
+	return ck_launched();
 }
 
 /* QSA: the pooled key row of block blk (tokens [blk ratio, (blk + 1) ratio)), as qsa_block:
@@ -548,7 +542,7 @@ extern "C" int ck_qsa_update_blocks(const struct ck_step *st, const struct ck_kv
 		return 0;
 	qsa_update_blocks_kernel<<<(unsigned)(st->n_items * nbmax), 128, 0, (cudaStream_t)stream>>>(
 		*st, *l, idh, ratio, nbmax, k_norm1p, eps, rot, inv_freq);
-	return launch_rc();
+	return ck_launched();
 }
 
 #define QSA_NT 256
@@ -664,5 +658,5 @@ extern "C" int ck_qsa_select(const struct ck_step *st, const struct ck_kv_layer 
 	qsa_select_kernel<<<(unsigned)st->T, QSA_NT, 0, (cudaStream_t)stream>>>(
 		*st, *l, iq, ni, idh, ratio, topk, 1.0f / sqrtf((float)idh), sel, sel_stride, (float *)ws,
 		((uint64_t)st->max_pos + 1) / ratio);
-	return launch_rc();
+	return ck_launched();
 }

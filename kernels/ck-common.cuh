@@ -9,7 +9,10 @@
 #include <cuda_runtime.h>
 #include <stdint.h>
 
+#include "capy-kernels.h"
+
 #define CK_BLOCK 256
+#define CK_FULL 0xffffffffu /* every lane of a warp */
 #define CK_MAX_GRID_X 65535u
 
 // Blocks of CK_BLOCK threads for n elements, capped (grid-stride loops cover the rest).
@@ -24,6 +27,11 @@ static inline int ck_launched(void)
 {
 	cudaError_t e = cudaGetLastError();
 	return e == cudaSuccess ? 0 : -(int)e;
+}
+
+static inline uint64_t ck_align_up(uint64_t x, uint64_t a)
+{
+	return (x + a - 1) / a * a;
 }
 
 // Element i of a stored float array of dtype dt (enum ck_dtype: F32, F16, BF16), widened.

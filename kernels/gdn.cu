@@ -2,17 +2,11 @@
  * the gated delta rule (recurrent form, every item token by token) and the gated RMSNorm.
  * The oracle is libcore/backend/cpu/gdn.c; see capy-kernels.h for the contract. */
 #include "capy-kernels.h"
+#include "ck-common.cuh"
 
 #include <cuda_runtime.h>
 
 /* After a launch: 0, or the launch error as the header's negative cudaError_t. */
-static int launch_rc(void)
-{
-	cudaError_t e = cudaGetLastError();
-
-	return e == cudaSuccess ? 0 : -(int)e;
-}
-
 static __device__ __forceinline__ float silu_(float x)
 {
 	return x / (1.0f + expf(-x));
@@ -90,13 +84,13 @@ extern "C" int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *
 	 * window is rewritten. */
 	gdn_conv_out<<<dim3((unsigned)st->T, (unsigned)((g->C + threads - 1) / threads < 65535 ? (g->C + threads - 1) / threads : 65535)),
 		       threads, 0, s>>>(st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C, (uint32_t)g->K, conv);
-	if ((rc = launch_rc()))
+	if ((rc = ck_launched()))
 		return rc;
 	if (g->K < 2)
 		return 0;
 	gdn_conv_window<<<dim3(st->n_items, (unsigned)((g->C + threads - 1) / threads)), threads, 0, s>>>(
 		st->t0, st->n, st->gdn_state, slot_off, qkv, g->C, (uint32_t)g->K);
-	return launch_rc();
+	return ck_launched();
 }
 
 /* --- gates ----------------------------------------------------------------------------- */
@@ -125,7 +119,7 @@ extern "C" int ck_gdn_gates(const float *b, const float *a, const float *neg_a, 
 	if (blocks > (1u << 20))
 		blocks = 1u << 20; /* grid-stride beyond */
 	gdn_gates_k<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(b, a, neg_a, dt_bias, N, nv, beta, g);
-	return launch_rc();
+	return ck_launched();
 }
 
 /* --- the gated delta rule, recurrent ---------------------------------------------------- */
@@ -264,7 +258,7 @@ extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_sh
 							     nk, nv, dk, dv, g->C);
 	else
 		return -(int)cudaErrorInvalidValue; /* dk > 256: no model has it */
-	return launch_rc();
+	return ck_launched();
 }
 
 /* --- gated RMSNorm ---------------------------------------------------------------------- */
@@ -302,5 +296,5 @@ extern "C" int ck_gdn_gated_norm(float *o, const float *z, const float *norm_w, 
 		return 0;
 	gdn_gated_norm_k<<<(unsigned)(T * nv), 128, 0, (cudaStream_t)stream>>>(o, z, norm_w, (uint32_t)dv, eps,
 										gate_sigmoid);
-	return launch_rc();
+	return ck_launched();
 }

@@ -19,25 +19,14 @@
  * int64 sum of dot * Sa * Sw and the final scaling in IEEE double, as libcore/cpu/linear.h
  * defines it: bit-identical to the CPU, in any order. */
 #include "linear-impl.h"
+#include "ck-common.cuh"
 
 #include <cuda_fp16.h>
 #include <string.h>
 
 #define WARPS 8
 #define THREADS (WARPS * 32)
-#define FULL 0xffffffffu
-
-static int launch_err(void)
-{
-	cudaError_t e = cudaGetLastError();
-
-	return e == cudaSuccess ? 0 : -(int)e;
-}
-
-static uint64_t align_up(uint64_t x, uint64_t a)
-{
-	return (x + a - 1) / a * a;
-}
+#define FULL CK_FULL
 
 /* Enough blocks for every SM several times over (132 SMs on an H200); more activation
  * groups than that loop inside the blocks. */
@@ -85,19 +74,19 @@ size_t lin_act_bytes(const struct lin_mat *w, uint64_t m)
 {
 	uint64_t rows = (uint64_t)w->nparts * m, nb = w->k / 16;
 
-	return (size_t)(align_up(rows * w->k, 256) + align_up(rows * nb * 4, 256) + align_up(rows * 4, 256) + 256);
+	return (size_t)(ck_align_up(rows * w->k, 256) + ck_align_up(rows * nb * 4, 256) + ck_align_up(rows * 4, 256) + 256);
 }
 
 struct lin_act lin_act_carve(const struct lin_mat *w, uint64_t m, void *ws)
 {
 	uint64_t rows = (uint64_t)w->nparts * m, nb = w->k / 16;
-	uint8_t *p = (uint8_t *)align_up((uint64_t)(uintptr_t)ws, 256);
+	uint8_t *p = (uint8_t *)ck_align_up((uint64_t)(uintptr_t)ws, 256);
 	struct lin_act a;
 
 	a.qa = (int8_t *)p;
-	p += align_up(rows * w->k, 256);
+	p += ck_align_up(rows * w->k, 256);
 	a.sa = (int32_t *)p;
-	p += align_up(rows * nb * 4, 256);
+	p += ck_align_up(rows * nb * 4, 256);
 	a.gs = (float *)p;
 	a.m = m;
 	return a;
@@ -229,7 +218,7 @@ int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t
 	if (!a->m)
 		return 0;
 	k_quant<<<dim3((unsigned)a->m, w->nparts, 1), QTHREADS, 0, st>>>(*w, x, ldx, xdiv, *a);
-	return launch_err();
+	return ck_launched();
 }
 
 /* --- NVFP4: the integer dot products ---------------------------------------------------- */
@@ -383,7 +372,7 @@ int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64
 		launch_nvfp4<1>(mt, grid, w, a, y, ldy, st);
 	else
 		launch_nvfp4<0>(mt, grid, w, a, y, ldy, st);
-	return launch_err();
+	return ck_launched();
 }
 
 /* --- plain weights ----------------------------------------------------------------------- */
@@ -632,7 +621,7 @@ int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m
 	default:
 		return -(int)cudaErrorInvalidValue;
 	}
-	return launch_err();
+	return ck_launched();
 }
 
 /* --- entry points -------------------------------------------------------------------------- */

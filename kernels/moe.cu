@@ -9,22 +9,11 @@
  * expert re-read its weights (from L2 mostly); grouping slots by expert for prefill is left
  * for later. */
 #include "linear-impl.h"
+#include "ck-common.cuh"
 
 #include <math.h>
 
-#define FULL 0xffffffffu
-
-static int launch_err(void)
-{
-	cudaError_t e = cudaGetLastError();
-
-	return e == cudaSuccess ? 0 : -(int)e;
-}
-
-static uint64_t align_up(uint64_t x, uint64_t a)
-{
-	return (x + a - 1) / a * a;
-}
+#define FULL CK_FULL
 
 /* --- router ------------------------------------------------------------------------------- */
 
@@ -39,6 +28,24 @@ static __device__ __forceinline__ bool beats(float v1, int x1, float v2, int x2)
 	if (x1 < 0)
 		return true;
 	return v2 > v1 || (v2 == v1 && x2 < x1);
+}
+
+/* A row's chosen experts, in the order they were chosen: their weights renormalized by their
+ * sum (when norm), then sorted by ascending expert id (insertion sort, as the CPU). */
+static __device__ void route_finish(int32_t *id, float *w, uint64_t k, bool norm, float top)
+{
+	if (norm)
+		for (uint64_t n = 0; n < k; n++)
+			w[n] = __fdiv_rn(w[n], top);
+	for (uint64_t a = 1; a < k; a++)
+		for (uint64_t b = a; b > 0 && id[b - 1] > id[b]; b--) {
+			int32_t ti = id[b];
+			float tw = w[b];
+			id[b] = id[b - 1];
+			w[b] = w[b - 1];
+			id[b - 1] = ti;
+			w[b - 1] = tw;
+		}
 }
 
 /* One block per row: max (exact in any order), exp, the sum in ascending order on one thread,
@@ -122,19 +129,7 @@ static __global__ void __launch_bounds__(RTHREADS)
 		__syncthreads();
 	}
 	if (tid == 0) {
-		if (norm)
-			for (uint64_t n = 0; n < k; n++)
-				w[n] = __fdiv_rn(w[n], top);
-		/* Ascending expert id (insertion sort, as the CPU). */
-		for (uint64_t a = 1; a < k; a++)
-			for (uint64_t b = a; b > 0 && id[b - 1] > id[b]; b--) {
-				int32_t ti = id[b];
-				float tw = w[b];
-				id[b] = id[b - 1];
-				w[b] = w[b - 1];
-				id[b - 1] = ti;
-				w[b - 1] = tw;
-			}
+		route_finish(id, w, k, norm, top);
 	}
 }
 
@@ -220,19 +215,7 @@ static __global__ void __launch_bounds__(32)
 		}
 	}
 	if (lane == 0) {
-		if (norm)
-			for (uint64_t n = 0; n < k; n++)
-				w[n] = __fdiv_rn(w[n], top);
-		/* Ascending expert id (insertion sort, as the CPU). */
-		for (uint64_t a = 1; a < k; a++)
-			for (uint64_t b = a; b > 0 && id[b - 1] > id[b]; b--) {
-				int32_t ti = id[b];
-				float tw = w[b];
-				id[b] = id[b - 1];
-				w[b] = w[b - 1];
-				id[b - 1] = ti;
-				w[b - 1] = tw;
-			}
+		route_finish(id, w, k, norm, top);
 	}
 }
 
@@ -250,7 +233,7 @@ extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_
 		k_route_warp<RW_J><<<(unsigned)T, 32, 0, (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
 	else
 		k_route<<<(unsigned)T, RTHREADS, E * sizeof(float), (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
-	return launch_err();
+	return ck_launched();
 }
 
 /* --- experts ------------------------------------------------------------------------------ */
@@ -275,12 +258,12 @@ struct moe_ws {
 static struct moe_ws moe_carve(uint64_t S, uint64_t I, void *ws)
 {
 	struct moe_ws m;
-	uint8_t *p = (uint8_t *)align_up((uint64_t)(uintptr_t)ws, 256);
+	uint8_t *p = (uint8_t *)ck_align_up((uint64_t)(uintptr_t)ws, 256);
 
 	m.act = (float *)p;
-	p += align_up(S * 2 * I * 4, 256);
+	p += ck_align_up(S * 2 * I * 4, 256);
 	m.h = (float *)p;
-	p += align_up(S * I * 4, 256);
+	p += ck_align_up(S * I * 4, 256);
 	m.q = p;
 	return m;
 }
@@ -297,7 +280,7 @@ extern "C" size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const s
 		q = lin_act_bytes(&gu, slots);
 	if (dn.dtype == CK_NVFP4)
 		qd = lin_act_bytes(&dn, slots);
-	return (size_t)(256 + align_up(slots * 2 * I * 4, 256) + align_up(slots * I * 4, 256)) + (q > qd ? q : qd);
+	return (size_t)(256 + ck_align_up(slots * 2 * I * 4, 256) + ck_align_up(slots * I * 4, 256)) + (q > qd ? q : qd);
 }
 
 extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
@@ -322,7 +305,7 @@ extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struc
 		return rc;
 	}
 	k_swiglu<<<(unsigned)((S * I + 255) / 256), 256, 0, st>>>(m.act, S, I, m.h);
-	if ((rc = launch_err()))
+	if ((rc = ck_launched()))
 		return rc;
 	if (dn.dtype == CK_NVFP4) {
 		struct lin_act a = lin_act_carve(&dn, S, m.q);
@@ -362,5 +345,5 @@ extern "C" int ck_moe_combine(const float *moe_out, const float *w, const float 
 		return 0;
 	k_combine<<<(unsigned)((T * H + 255) / 256), 256, 0, (cudaStream_t)stream>>>(moe_out, w, shared, gate, T, k,
 										       H, out);
-	return launch_err();
+	return ck_launched();
 }

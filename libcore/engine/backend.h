@@ -96,6 +96,20 @@ struct capy_backend_ops {
 	int (*step)(struct capy_engine *e, const struct capy_batch *b, struct capy_err *err);
 };
 
+/* Where one attention layer's rows are inside an attention-cache page (byte offsets): K and V
+ * [P][nkv * hd] in the KV dtype; INT8: one float scale per 32 values [P][nkv * hd / 32] at
+ * k_scale / v_scale; QSA (qwen4_exp): raw indexer keys [P][idh] float and pooled block keys
+ * [P / ratio][idh] float. */
+struct capy_kv_fields {
+	uint64_t k, v, k_scale, v_scale, idx_keys, blocks;
+};
+
+/* The page layout every backend uses: P = 64 tokens per page, rounded up to a multiple of
+ * the QSA compression ratio (a page holds whole key blocks); the n_kv layers' fields one after
+ * another, each aligned to `align` bytes. Fills lay[n_kv], *P and *page_bytes. */
+int capy_kv_page_layout(const struct capy_model_config *c, enum capy_kv_dtype kv, int n_kv, uint64_t align,
+			struct capy_kv_fields *lay, uint64_t *P, uint64_t *page_bytes, struct capy_err *err);
+
 /* The backend called name ("cpu", or one added with capy_backend_add); NULL if none. */
 const struct capy_backend_ops *capy_backend_find(const char *name);
 /* Make a backend available by its name (test builds add scripted ones); -1 if the table

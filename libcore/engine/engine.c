@@ -32,6 +32,43 @@ int capy_backend_add(const struct capy_backend_ops *ops)
 	return -1;
 }
 
+int capy_kv_page_layout(const struct capy_model_config *c, enum capy_kv_dtype kv, int n_kv, uint64_t align,
+			struct capy_kv_fields *lay, uint64_t *P_out, uint64_t *page_bytes, struct capy_err *err)
+{
+	uint64_t n = c->n_kv_heads * c->head_dim, off = 0, P = 64;
+	uint64_t row = n * (kv == CAPY_KV_F32 ? 4 : kv == CAPY_KV_BF16 ? 2 : 1);
+	bool qsa = c->family == CAPY_FAMILY_QWEN4_EXP;
+
+	if (qsa)
+		P = CAPY_ALIGN_UP(P, c->indexer_compress_ratio);
+	if (P > (1u << 20))
+		return capy_err_set(err, CAPY_EUNSUPPORTED, "indexer_compress_ratio %" PRIu64 " is too large",
+				    c->indexer_compress_ratio);
+	for (int i = 0; i < n_kv; i++) {
+		struct capy_kv_fields *l = &lay[i];
+		memset(l, 0, sizeof(*l));
+		l->k = off;
+		off = CAPY_ALIGN_UP(off + P * row, align);
+		l->v = off;
+		off = CAPY_ALIGN_UP(off + P * row, align);
+		if (kv == CAPY_KV_INT8) {
+			l->k_scale = off;
+			off = CAPY_ALIGN_UP(off + P * (n / 32) * sizeof(float), align);
+			l->v_scale = off;
+			off = CAPY_ALIGN_UP(off + P * (n / 32) * sizeof(float), align);
+		}
+		if (qsa) {
+			l->idx_keys = off;
+			off = CAPY_ALIGN_UP(off + P * c->indexer_head_dim * sizeof(float), align);
+			l->blocks = off;
+			off = CAPY_ALIGN_UP(off + (P / c->indexer_compress_ratio) * c->indexer_head_dim * sizeof(float), align);
+		}
+	}
+	*P_out = P;
+	*page_bytes = off ? off : align;
+	return 0;
+}
+
 int capy_kv_dtype_parse(const char *name)
 {
 	static const char *const names[] = { [CAPY_KV_BF16] = "bf16", [CAPY_KV_F32] = "f32", [CAPY_KV_INT8] = "int8" };

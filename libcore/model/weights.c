@@ -497,3 +497,33 @@ uint64_t capy_weights_decode_bytes(const struct capy_weights *w, const struct ca
 	}
 	return b;
 }
+
+uint64_t capy_widest_row(const struct capy_model_config *c)
+{
+	uint64_t hd = c->head_dim, w = c->hidden_size * (c->hc_count ? c->hc_count : 1);
+	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + c->linear_value_heads * c->linear_value_head_dim;
+	uint64_t v[] = { w, conv, c->n_heads * 2 * hd, 4 * c->linear_value_heads, c->n_experts,
+			 2 * c->moe_intermediate_size, 2 * c->shared_expert_intermediate_size,
+			 2 * c->intermediate_size, (c->indexer_n_heads + 1) * c->indexer_head_dim,
+			 c->hc_lowrank, c->ple_embed_dim };
+
+	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
+		w = CAPY_MAX(w, v[i]);
+	return w;
+}
+
+uint64_t capy_rope_dims(const struct capy_model_config *c)
+{
+	return (uint64_t)((double)c->head_dim * c->partial_rotary_factor);
+}
+
+void capy_rope_inv_freq(const struct capy_model_config *c, float *out)
+{
+	uint64_t rot = capy_rope_dims(c);
+
+	/* Each step in float32, as transformers computes it. */
+	for (uint64_t i = 0; i < rot / 2; i++) {
+		float ex = (float)(2 * i) / (float)rot;
+		out[i] = 1.0f / powf((float)c->rope_theta, ex);
+	}
+}

@@ -100,6 +100,15 @@ void capy_weights_each_linear(const struct capy_weights *w, const struct capy_mo
  * tables, one token's rows (not the embedding row, which is tiny). */
 uint64_t capy_weights_decode_bytes(const struct capy_weights *w, const struct capy_model_config *c);
 
+/* The widest activation row a step's scratch must hold (floats): the streams, the widest
+ * projection, the router's logits, the experts' gate_up. */
+uint64_t capy_widest_row(const struct capy_model_config *c);
+
+/* RoPE: the rotated dims of a head (head_dim * partial_rotary_factor), and their inverse
+ * frequencies inv_freq[i] = 1 / theta^(2i / rot), i < rot / 2. */
+uint64_t capy_rope_dims(const struct capy_model_config *c);
+void capy_rope_inv_freq(const struct capy_model_config *c, float *out);
+
 /* PLE: the table row of every n-gram head (orders 2..ngram_size, heads_per_ngram each) for
  * the token at index p of hist, where hist[0 .. p] are the token ids up to it (the
  * sequence's saved context first): the n-grams ending at it, not crossing an EOS, padded

@@ -20,7 +20,7 @@
 static void kv_store(const struct cpu_engine *e, const struct capy_seq *s, int slot, bool is_k, uint64_t pos,
 		     const float *x)
 {
-	const struct kv_layout *lay = &e->lay[slot];
+	const struct capy_kv_fields *lay = &e->lay[slot];
 	uint64_t n = e->c.n_kv_heads * e->c.head_dim;
 	void *row = page_row(e, s, pos, is_k ? lay->k : lay->v, e->kv_row);
 
@@ -62,7 +62,7 @@ struct kv_cursor {
 static void kv_cursor_init(struct kv_cursor *kc, const struct cpu_engine *e, const struct capy_seq *s, int slot,
 			   bool is_k)
 {
-	const struct kv_layout *lay = &e->lay[slot];
+	const struct capy_kv_fields *lay = &e->lay[slot];
 
 	kc->e = e;
 	kc->s = s;

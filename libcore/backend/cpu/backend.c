@@ -4,20 +4,6 @@
 
 #include <math.h>
 
-static uint64_t widest(const struct capy_model_config *c)
-{
-	uint64_t hd = c->head_dim, w = c->hidden_size * (c->hc_count ? c->hc_count : 1);
-	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + c->linear_value_heads * c->linear_value_head_dim;
-	uint64_t v[] = { w, conv, c->n_heads * 2 * hd, 4 * c->linear_value_heads, c->n_experts,
-			 2 * c->moe_intermediate_size, 2 * c->shared_expert_intermediate_size,
-			 2 * c->intermediate_size, (c->indexer_n_heads + 1) * c->indexer_head_dim,
-			 c->hc_lowrank, c->ple_embed_dim };
-
-	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
-		w = CAPY_MAX(w, v[i]);
-	return w;
-}
-
 static void ws_need(const struct capy_linear *l, void *p)
 {
 	struct cpu_engine *e = p;
@@ -35,7 +21,7 @@ static int alloc_scratch(struct cpu_engine *e, struct capy_err *err)
 	uint64_t k = c->n_experts_per_tok ? c->n_experts_per_tok : 1, I = c->moe_intermediate_size;
 	bool ok;
 
-	e->wide = widest(c);
+	e->wide = capy_widest_row(c);
 	/* The activation workspace must fit the largest input any matrix gets. */
 	capy_weights_each_linear(&e->w, c, ws_need, e);
 	s->x = calloc(T * hh, sizeof(float));
@@ -126,17 +112,13 @@ static int cpu_open(struct capy_engine *core, struct capy_err *err)
 	e->s.tmax = core->step_tokens;
 	if ((rc = capy_weights_bind(&e->w, e->a, &e->c, err)) < 0 || (rc = alloc_scratch(e, err)) < 0 || (rc = cpu_pages_layout(e, err)) < 0)
 		goto fail;
-	e->rot = (uint64_t)((double)e->c.head_dim * e->c.partial_rotary_factor);
+	e->rot = capy_rope_dims(&e->c);
 	e->rope_inv_freq = calloc(e->rot / 2 + 1, sizeof(float));
 	if (!e->rope_inv_freq) {
 		rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
 		goto fail;
 	}
-	/* inv_freq[i] = 1 / theta^(2i / rot), each step in float32 as transformers computes it. */
-	for (uint64_t i = 0; i < e->rot / 2; i++) {
-		float ex = (float)(2 * i) / (float)e->rot;
-		e->rope_inv_freq[i] = 1.0f / powf((float)e->c.rope_theta, ex);
-	}
+	capy_rope_inv_freq(&e->c, e->rope_inv_freq);
 	return 0;
 fail:
 	cpu_close(core);

@@ -47,14 +47,6 @@ struct scratch {
 	uint64_t logits_rows_cap;
 };
 
-/* Where a KV layer's rows are in a page (byte offsets); rows are per token. */
-struct kv_layout {
-	uint64_t k, v;                    /* [P][nkv * hd] in the KV dtype */
-	uint64_t k_scale, v_scale;        /* INT8: [P][nkv * hd / 32] float */
-	uint64_t idx_keys;                /* QSA: raw indexer keys [P][idh] float */
-	uint64_t blocks;                  /* QSA: pooled, normed, rotated block keys [P / ratio][idh] */
-};
-
 struct cpu_engine {
 	struct capy_engine *core;
 	const struct capy_artifact *a;
@@ -71,7 +63,7 @@ struct cpu_engine {
 	/* attention-cache pages */
 	uint64_t P;                       /* tokens per page */
 	uint64_t kv_row;                  /* bytes of one token's K (or V) row of one layer */
-	struct kv_layout *lay;            /* [n_kv] */
+	struct capy_kv_fields *lay;            /* [n_kv] */
 	uint64_t page_bytes;
 	uint8_t **pages;                  /* [pages_cap] */
 	uint32_t pages_cap, pages_have;
@@ -101,7 +93,7 @@ static inline struct cpu_state *seq_state(const struct capy_seq *s)
 	return s->state;
 }
 
-/* Row `i` (of `row` bytes) of the field at byte offset `field` (a struct kv_layout member)
+/* Row `i` (of `row` bytes) of the field at byte offset `field` (a struct capy_kv_fields member)
  * in the page holding position pos of s: i is pos's row in its page for per-token fields. */
 static inline uint8_t *page_field(const struct cpu_engine *e, const struct capy_seq *s, uint64_t pos,
 				  uint64_t field, uint64_t row, uint64_t i)

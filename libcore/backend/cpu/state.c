@@ -26,45 +26,17 @@ static uint64_t ple_conv_floats(const struct capy_model_config *c)
 	return (c->ple_conv_kernel - 1) * c->ngram_size * c->hc_count * c->hidden_size;
 }
 
-/* Pages hold 64 tokens, rounded up to a multiple of the QSA compression ratio so that a
- * page holds whole key blocks. Each KV layer's fields follow one another, 64-byte aligned. */
+/* The shared layout (capy_kv_page_layout), 64-byte aligned. */
 int cpu_pages_layout(struct cpu_engine *e, struct capy_err *err)
 {
-	const struct capy_model_config *c = &e->c;
-	uint64_t n = c->n_kv_heads * c->head_dim, off = 0, P = 64;
-	bool qsa = c->family == CAPY_FAMILY_QWEN4_EXP;
+	int rc;
 
-	if (qsa)
-		P = CAPY_ALIGN_UP(P, c->indexer_compress_ratio);
-	if (P > (1u << 20))
-		return capy_err_set(err, CAPY_EUNSUPPORTED, "indexer_compress_ratio %" PRIu64 " is too large",
-				    c->indexer_compress_ratio);
-	e->P = P;
-	e->core->page_tokens = P;
-	e->kv_row = n * kv_elem(e->opts.kv);
-	e->lay = calloc((size_t)e->w.n_kv + 1, sizeof(*e->lay));
-	if (!e->lay)
+	e->kv_row = e->c.n_kv_heads * e->c.head_dim * kv_elem(e->opts.kv);
+	if (!(e->lay = calloc((size_t)e->w.n_kv + 1, sizeof(*e->lay))))
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-	for (int i = 0; i < e->w.n_kv; i++) {
-		struct kv_layout *l = &e->lay[i];
-		l->k = off;
-		off = CAPY_ALIGN_UP(off + P * e->kv_row, 64);
-		l->v = off;
-		off = CAPY_ALIGN_UP(off + P * e->kv_row, 64);
-		if (e->opts.kv == CAPY_KV_INT8) {
-			l->k_scale = off;
-			off = CAPY_ALIGN_UP(off + P * (n / KV_GROUP) * sizeof(float), 64);
-			l->v_scale = off;
-			off = CAPY_ALIGN_UP(off + P * (n / KV_GROUP) * sizeof(float), 64);
-		}
-		if (qsa) {
-			l->idx_keys = off;
-			off = CAPY_ALIGN_UP(off + P * c->indexer_head_dim * sizeof(float), 64);
-			l->blocks = off;
-			off = CAPY_ALIGN_UP(off + (P / c->indexer_compress_ratio) * c->indexer_head_dim * sizeof(float), 64);
-		}
-	}
-	e->page_bytes = off ? off : 64;
+	if ((rc = capy_kv_page_layout(&e->c, e->opts.kv, e->w.n_kv, 64, e->lay, &e->P, &e->page_bytes, err)) < 0)
+		return rc;
+	e->core->page_tokens = e->P;
 	return 0;
 }
 

@@ -7,20 +7,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-static uint64_t widest(const struct capy_model_config *c)
-{
-	uint64_t hd = c->head_dim, w = c->hidden_size * (c->hc_count ? c->hc_count : 1);
-	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + c->linear_value_heads * c->linear_value_head_dim;
-	uint64_t v[] = { w, conv, c->n_heads * 2 * hd, 4 * c->linear_value_heads, c->n_experts,
-			 2 * c->moe_intermediate_size, 2 * c->shared_expert_intermediate_size,
-			 2 * c->intermediate_size, (c->indexer_n_heads + 1) * c->indexer_head_dim,
-			 c->hc_lowrank, c->ple_embed_dim };
-
-	for (size_t i = 0; i < ARRAY_SIZE(v); i++)
-		w = CAPY_MAX(w, v[i]);
-	return w;
-}
-
 struct ws_need {
 	const struct cuda_engine *e;
 	size_t bytes;
@@ -52,7 +38,7 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	struct cu_scratch *s = &e->s;
-	uint64_t T = s->tmax, H = c->hidden_size, hh = H * (c->hc_count ? c->hc_count : 1), wide = widest(c);
+	uint64_t T = s->tmax, H = c->hidden_size, hh = H * (c->hc_count ? c->hc_count : 1), wide = capy_widest_row(c);
 	uint64_t k = c->n_experts_per_tok ? c->n_experts_per_tok : 1, V = c->vocab_size;
 	struct ws_need need = { e, 0 };
 	cudaError_t rc;
@@ -162,15 +148,14 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	e->ple_floats = (c->ple_conv_kernel ? c->ple_conv_kernel - 1 : 0) * c->ngram_size * c->hc_count * c->hidden_size;
 	/* inv_freq[i] = 1 / theta^(2i / rot), each step in float32 as transformers computes it
 	 * (the CPU backend's table, uploaded). */
-	e->rot = (uint64_t)((double)c->head_dim * c->partial_rotary_factor);
+	e->rot = capy_rope_dims(c);
 	{
 		float *f = calloc(e->rot / 2 + 1, sizeof(float));
 		if (!f) {
 			rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
 			goto fail;
 		}
-		for (uint64_t i = 0; i < e->rot / 2; i++)
-			f[i] = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)e->rot);
+		capy_rope_inv_freq(c, f);
 		r = cudaMalloc((void **)&e->inv_freq, (e->rot / 2 + 1) * sizeof(float));
 		if (r == cudaSuccess)
 			r = cudaMemcpy(e->inv_freq, f, (e->rot / 2 + 1) * sizeof(float), cudaMemcpyHostToDevice);

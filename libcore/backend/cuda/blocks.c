@@ -5,13 +5,6 @@
  * same roles as the CPU's); every kernel runs over all rows of the step at once. */
 #include "cuda-impl.h"
 
-#define TRY(call, what)                                                 \
-	do {                                                            \
-		int rc_ = (call);                                       \
-		if (rc_)                                                \
-			return cu_check(err, rc_, what);                \
-	} while (0)
-
 int cu_linear(struct cuda_engine *e, const struct ck_linear *w, const float *x, uint64_t m, float *y,
 	      struct capy_err *err)
 {

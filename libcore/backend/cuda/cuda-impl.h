@@ -149,6 +149,14 @@ struct cu_state {
 int cu_err(struct capy_err *err, cudaError_t rc, const char *what);
 /* A kernel entry point's result (0 or -cudaError) as a capy error. */
 int cu_check(struct capy_err *err, int rc, const char *what);
+/* Enqueue a kernel entry point; on failure return its error (err in scope) naming `what`. */
+#define TRY(call, what)                                                 \
+	do {                                                            \
+		int rc_ = (call);                                       \
+		if (rc_)                                                \
+			return cu_check(err, rc_, what);                \
+	} while (0)
+
 
 /* weights.c */
 int cu_weights_upload(struct cuda_engine *e, struct capy_err *err);

@@ -8,13 +8,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define TRY(call, what)                                                 \
-	do {                                                            \
-		int rc_ = (call);                                       \
-		if (rc_)                                                \
-			return cu_check(err, rc_, what);                \
-	} while (0)
-
 /* Carve n bytes (8-aligned) at *off of the metadata block; the device address of the same
  * place is returned through dev. */
 static void *carve(struct cuda_engine *e, size_t *off, size_t n, void **dev)

@@ -8,54 +8,33 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define KV_GROUP 32 /* INT8 KV: one scale per 32 values */
-
-static size_t kv_elem(enum capy_kv_dtype kv)
-{
-	return kv == CAPY_KV_F32 ? 4 : kv == CAPY_KV_BF16 ? 2 : 1;
-}
-
-/* Pages hold 64 tokens, rounded up to a multiple of the QSA compression ratio so that a
- * page holds whole key blocks; each KV layer's fields follow one another, 256-byte aligned. */
+/* The shared layout (capy_kv_page_layout), 256-byte aligned, as the kernels' descriptors. */
 int cu_pages_layout(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
-	uint64_t n = c->n_kv_heads * c->head_dim, off = 0, P = 64, row = n * kv_elem(e->opts.kv);
-	bool qsa = c->family == CAPY_FAMILY_QWEN4_EXP;
+	struct capy_kv_fields *f = calloc((size_t)e->hw.n_kv + 1, sizeof(*f));
+	int rc;
 
-	if (qsa)
-		P = CAPY_ALIGN_UP(P, c->indexer_compress_ratio);
-	if (P > (1u << 20))
-		return capy_err_set(err, CAPY_EUNSUPPORTED, "indexer_compress_ratio %" PRIu64 " is too large",
-				    c->indexer_compress_ratio);
-	e->P = P;
-	e->core->page_tokens = P;
-	if (!(e->kv = calloc((size_t)e->hw.n_kv + 1, sizeof(*e->kv))))
+	if (!f || !(e->kv = calloc((size_t)e->hw.n_kv + 1, sizeof(*e->kv)))) {
+		free(f);
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-	for (int i = 0; i < e->hw.n_kv; i++) {
+	}
+	rc = capy_kv_page_layout(c, e->opts.kv, e->hw.n_kv, 256, f, &e->P, &e->page_bytes, err);
+	for (int i = 0; rc == 0 && i < e->hw.n_kv; i++) {
 		struct ck_kv_layer *l = &e->kv[i];
 		l->dtype = e->opts.kv == CAPY_KV_F32 ? CK_KV_F32 : e->opts.kv == CAPY_KV_INT8 ? CK_KV_INT8 : CK_KV_BF16;
 		l->nkv = c->n_kv_heads;
 		l->hd = c->head_dim;
-		l->k = off;
-		off = CAPY_ALIGN_UP(off + P * row, 256);
-		l->v = off;
-		off = CAPY_ALIGN_UP(off + P * row, 256);
-		if (e->opts.kv == CAPY_KV_INT8) {
-			l->k_scale = off;
-			off = CAPY_ALIGN_UP(off + P * (n / KV_GROUP) * sizeof(float), 256);
-			l->v_scale = off;
-			off = CAPY_ALIGN_UP(off + P * (n / KV_GROUP) * sizeof(float), 256);
-		}
-		if (qsa) {
-			l->idx_keys = off;
-			off = CAPY_ALIGN_UP(off + P * c->indexer_head_dim * sizeof(float), 256);
-			l->blocks = off;
-			off = CAPY_ALIGN_UP(off + (P / c->indexer_compress_ratio) * c->indexer_head_dim * sizeof(float), 256);
-		}
+		l->k = f[i].k;
+		l->v = f[i].v;
+		l->k_scale = f[i].k_scale;
+		l->v_scale = f[i].v_scale;
+		l->idx_keys = f[i].idx_keys;
+		l->blocks = f[i].blocks;
 	}
-	e->page_bytes = off ? off : 256;
-	return 0;
+	free(f);
+	e->core->page_tokens = e->P;
+	return rc;
 }
 
 uint64_t cu_page_bytes(const struct capy_engine *core)
