@@ -184,6 +184,7 @@ static void cu_close(struct capy_engine *core)
 
 	if (!e)
 		return;
+	cu_use_device(e);
 	if (e->stream)
 		cudaStreamSynchronize(e->stream);
 	for (int i = 0; i < CU_GRAPHS; i++)

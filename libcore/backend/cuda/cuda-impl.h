@@ -145,6 +145,14 @@ struct cu_state {
 	int32_t (*ple_ctx)[16];           /* [n_ple] */
 };
 
+/* Make the engine's GPU the calling thread's current device: the CUDA runtime's current
+ * device is per thread, and capy-serve steps the engine from its own thread (with --gpu 1,
+ * that thread would otherwise launch on GPU 0). */
+static inline void cu_use_device(const struct cuda_engine *e)
+{
+	cudaSetDevice(e->device);
+}
+
 /* The CUDA error as a capy error (CAPY_EIO, naming what failed). */
 int cu_err(struct capy_err *err, cudaError_t rc, const char *what);
 /* A kernel entry point's result (0 or -cudaError) as a capy error. */

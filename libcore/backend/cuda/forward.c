@@ -348,6 +348,7 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 	struct cuda_engine *e = core->be;
 	int rc;
 
+	cu_use_device(e);
 	if ((rc = stage(e, b, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
 		return rc;
 	e->batch = b;

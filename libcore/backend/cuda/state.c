@@ -51,6 +51,7 @@ int cu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err)
 	uint8_t *p;
 	cudaError_t rc;
 
+	cu_use_device(e);
 	if (n <= e->pages_cap)
 		return 0;
 	while (cap < n)
@@ -82,6 +83,7 @@ void cu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src)
 {
 	struct cuda_engine *e = core->be;
 
+	cu_use_device(e);
 	/* Ordered on the step stream: a step enqueued after it sees the copy. */
 	cudaMemcpyAsync(e->pages + (uint64_t)dst * e->page_bytes, e->pages + (uint64_t)src * e->page_bytes, e->page_bytes,
 			cudaMemcpyDeviceToDevice, e->stream);
@@ -103,9 +105,9 @@ void cu_state_free(struct capy_engine *core, void *p)
 {
 	struct cu_state *st = p;
 
-	(void)core;
 	if (!st)
 		return;
+	cu_use_device(core->be);
 	cudaFree(st->dev);
 	free(st->ple_ctx);
 	free(st);
@@ -118,6 +120,7 @@ int cu_state_new(struct capy_engine *core, void **out, struct capy_err *err)
 	uint64_t n = state_floats(e);
 	cudaError_t rc;
 
+	cu_use_device(e);
 	if (!st || !(st->ple_ctx = calloc((size_t)e->hw.n_ple + 1, sizeof(*st->ple_ctx)))) {
 		free(st);
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory for a sequence's recurrent state");
@@ -146,6 +149,7 @@ void cu_state_copy(struct capy_engine *core, void *dst, const void *src)
 	const struct cu_state *s = src;
 	uint64_t n = state_floats(e);
 
+	cu_use_device(e);
 	if (n)
 		cudaMemcpyAsync(d->dev, s->dev, n * sizeof(float), cudaMemcpyDeviceToDevice, e->stream);
 	memcpy(d->ple_ctx, s->ple_ctx, (size_t)e->hw.n_ple * sizeof(*d->ple_ctx));
