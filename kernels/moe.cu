@@ -347,3 +347,159 @@ extern "C" int ck_moe_combine(const float *moe_out, const float *w, const float 
 										       H, out);
 	return ck_launched();
 }
+
+/* --- decode: the routed experts and their combine in two kernels ----------------------------- */
+
+/* A warp's W4A4 product of weight row r (of a record laid out as w says, codes 8-byte
+ * aligned) with an activation quantized into qa [k] / sa [k / 16]: the int64 sum of
+ * k_nvfp4 (lane l takes blocks l, l + 32, ...; integer sums are exact in any order), then the
+ * same final scaling, so the same bits. */
+static __device__ __forceinline__ float warp_nvfp4_row(const struct lin_mat &w, const uint8_t *rec, uint64_t r,
+							const int8_t *qa, const int32_t *sa, float gs)
+{
+	const unsigned lane = threadIdx.x & 31;
+	const uint64_t k = w.k, nb = k / 16;
+	const uint8_t *codes = rec + w.codes_off + r * (k / 2), *scales = rec + w.scales_off + r * nb;
+	uint32_t p = 0;
+	long long acc = 0;
+
+	while (p + 1 < w.nparts && r >= w.part_end[p])
+		p++;
+	for (uint64_t b = lane; b < nb; b += 32) {
+		const uint2 c = __ldg((const uint2 *)(codes + b * 8));
+		uint32_t wv[4];
+		decode8(c.x, &wv[0], &wv[1]);
+		decode8(c.y, &wv[2], &wv[3]);
+		const uint4 av = *(const uint4 *)(qa + b * 16);
+		int dot = __dp4a((int)wv[0], (int)av.x, 0);
+		dot = __dp4a((int)wv[1], (int)av.y, dot);
+		dot = __dp4a((int)wv[2], (int)av.z, dot);
+		dot = __dp4a((int)wv[3], (int)av.w, dot);
+		acc += (long long)(dot * sa[b]) * scale_int(scales[b]);
+	}
+	for (int off = 16; off; off >>= 1)
+		acc += __shfl_xor_sync(FULL, acc, off);
+	return nv_finish(acc, ((const float *)(rec + w.globals_off))[p], gs);
+}
+
+/* Shared memory of one quantized row per part: codes, then block scales, 16-byte aligned. */
+static __host__ __device__ uint64_t qrow_bytes(uint64_t k)
+{
+	return ck_align_up(k, 16) + ck_align_up(k / 16 * 4, 16);
+}
+
+/* Slot s = blockIdx.y: x[s / k] quantized in shared memory for every part of expert ids[s]'s
+ * gate_up (lin_quant_row, as k_quant), then warp w of block b computes gate row i = b * 8 + w
+ * and up row I + i and writes h[s][i] = silu(gate) * up (k_swiglu's formula). */
+static __global__ void __launch_bounds__(256)
+	k_moe_gate_up(struct lin_mat gu, const float *x, uint64_t ktop, const int32_t *ids, uint64_t I, float *h)
+{
+	extern __shared__ __align__(16) uint8_t qs[];
+	__shared__ float s_gs[CK_MAX_PARTS];
+	const uint64_t s = blockIdx.y, H = gu.k, qb = qrow_bytes(H);
+	const uint8_t *rec = gu.data + (uint64_t)ids[s] * gu.stride;
+	const uint64_t i = (uint64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+
+	for (unsigned p = 0; p < gu.nparts; p++)
+		lin_quant_row(&gu, rec, x + (s / ktop) * H, p, (int8_t *)(qs + p * qb),
+			      (int32_t *)(qs + p * qb + ck_align_up(H, 16)), &s_gs[p]);
+	__syncthreads();
+	if (i >= I)
+		return;
+	float g = 0, u = 0;
+	for (int half = 0; half < 2; half++) {
+		const uint64_t r = i + (half ? I : 0);
+		uint32_t p = 0;
+		while (p + 1 < gu.nparts && r >= gu.part_end[p])
+			p++;
+		const float v = warp_nvfp4_row(gu, rec, r, (const int8_t *)(qs + p * qb),
+					       (const int32_t *)(qs + p * qb + ck_align_up(H, 16)), s_gs[p]);
+		if (half)
+			u = v;
+		else
+			g = v;
+	}
+	if ((threadIdx.x & 31) == 0)
+		h[s * I + i] = __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, cpu_expf(-g))), u);
+}
+
+/* Token t = blockIdx.y: its k slots' h quantized in shared memory for their down experts,
+ * then warp w of block b computes output row r = b * 8 + w: each slot's down row (in slot
+ * order) times its routing weight, summed as k_combine sums, plus the gated shared expert. */
+static __global__ void __launch_bounds__(256)
+	k_moe_down_combine(struct lin_mat dn, const float *h, uint64_t ktop, const int32_t *ids, const float *wts,
+			   const float *shared, const float *gate, float *out)
+{
+	extern __shared__ __align__(16) uint8_t qs[];
+	__shared__ float s_gs[16 * CK_MAX_PARTS];
+	const uint64_t t = blockIdx.y, H = dn.n, I = dn.k, qb = qrow_bytes(I);
+	const uint64_t r = (uint64_t)blockIdx.x * 8 + (threadIdx.x >> 5);
+
+	for (uint64_t j = 0; j < ktop; j++) {
+		const uint8_t *rec = dn.data + (uint64_t)ids[t * ktop + j] * dn.stride;
+		for (unsigned p = 0; p < dn.nparts; p++) {
+			uint8_t *q = qs + (j * dn.nparts + p) * qb;
+			lin_quant_row(&dn, rec, h + (t * ktop + j) * I, p, (int8_t *)q, (int32_t *)(q + ck_align_up(I, 16)),
+				      &s_gs[j * dn.nparts + p]);
+		}
+	}
+	__syncthreads();
+	if (r >= H)
+		return;
+	float o = 0.0f;
+	for (uint64_t j = 0; j < ktop; j++) {
+		const uint8_t *rec = dn.data + (uint64_t)ids[t * ktop + j] * dn.stride;
+		uint32_t p = 0;
+		while (p + 1 < dn.nparts && r >= dn.part_end[p])
+			p++;
+		const uint8_t *q = qs + (j * dn.nparts + p) * qb;
+		const float d = warp_nvfp4_row(dn, rec, r, (const int8_t *)q, (const int32_t *)(q + ck_align_up(I, 16)),
+					       s_gs[j * dn.nparts + p]);
+		o = __fadd_rn(o, __fmul_rn(d, wts[t * ktop + j]));
+	}
+	if (shared) {
+		const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-gate[t])));
+		o = __fadd_rn(o, __fmul_rn(g, shared[t * H + r]));
+	}
+	if ((threadIdx.x & 31) == 0)
+		out[t * H + r] = o;
+}
+
+/* The fused kernels take NVFP4 stacks whose codes are 8-byte aligned in every expert, up to
+ * 16 experts a token, for steps of a few tokens (each block quantizes its own inputs again:
+ * cheap for a decode step, wasteful for a prompt). */
+static bool moe_fusable(const struct lin_mat &gu, const struct lin_mat &dn, uint64_t T, uint64_t k)
+{
+	const uint64_t c1 = (uint64_t)(uintptr_t)gu.data + gu.codes_off, c2 = (uint64_t)(uintptr_t)dn.data + dn.codes_off;
+
+	return gu.dtype == CK_NVFP4 && dn.dtype == CK_NVFP4 && T <= 8 && k <= 16 && c1 % 8 == 0 && c2 % 8 == 0 &&
+	       gu.stride % 8 == 0 && dn.stride % 8 == 0 && gu.k % 16 == 0 && dn.k % 16 == 0 &&
+	       gu.nparts * qrow_bytes(gu.k) <= 48 * 1024 && k * dn.nparts * qrow_bytes(dn.k) <= 48 * 1024;
+}
+
+extern "C" int ck_moe_forward(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
+			      const float *x, uint64_t T, uint64_t k, const int32_t *ids, const float *w,
+			      const float *shared, const float *gate, float *moe_out, float *out, void *ws, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	struct lin_mat gu = lin_mat_of(&gate_up->first, gate_up->first.data, gate_up->stride, NULL);
+	struct lin_mat dn = lin_mat_of(&down->first, down->first.data, down->stride, NULL);
+	const uint64_t I = gate_up->first.n / 2, H = down->first.n;
+	int rc;
+
+	if (!T)
+		return 0;
+	if (!moe_fusable(gu, dn, T, k)) {
+		if ((rc = ck_moe_experts(gate_up, down, x, T, k, ids, moe_out, ws, stream)))
+			return rc;
+		return ck_moe_combine(moe_out, w, shared, gate, T, k, H, out, stream);
+	}
+	struct moe_ws m = moe_carve(T * k, I, ws);
+	k_moe_gate_up<<<dim3((unsigned)((I + 7) / 8), (unsigned)(T * k)), 256, (size_t)(gu.nparts * qrow_bytes(gu.k)), st>>>(
+		gu, x, k, ids, I, m.h);
+	if ((rc = ck_launched()))
+		return rc;
+	k_moe_down_combine<<<dim3((unsigned)((H + 7) / 8), (unsigned)T), 256, (size_t)(k * dn.nparts * qrow_bytes(dn.k)),
+			     st>>>(dn, m.h, k, ids, w, shared, gate, out);
+	return ck_launched();
+}
