@@ -120,14 +120,6 @@ size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const struct ck_ex
 int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
 		   const float *x, uint64_t T, uint64_t k, const int32_t *ids, float *out, void *ws, void *stream);
 
-/* The whole routed part of a MoE block: ck_moe_experts into moe_out [T * k][H], then
- * ck_moe_combine into out, with the same bits; for decode steps (a few tokens, NVFP4 experts)
- * in two kernels instead (gate_up with SwiGLU, then down with the combine), each quantizing
- * its own inputs: moe_out is then not written. ws: ck_moe_ws_bytes(gate_up, down, T * k). */
-int ck_moe_forward(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down, const float *x,
-		   uint64_t T, uint64_t k, const int32_t *ids, const float *w, const float *shared, const float *gate,
-		   float *moe_out, float *out, void *ws, void *stream);
-
 /* out[t][H] = sum over j < k in order of moe_out[t * k + j][i] * w[t * k + j], then
  * + sigmoid(gate[t]) * shared[t][i] (sigmoid(v) = 1 / (1 + exp(-v))). As moe_forward. */
 int ck_moe_combine(const float *moe_out, const float *w, const float *shared, const float *gate, uint64_t T,

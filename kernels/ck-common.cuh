@@ -29,7 +29,7 @@ static inline int ck_launched(void)
 	return e == cudaSuccess ? 0 : -(int)e;
 }
 
-static inline __host__ __device__ uint64_t ck_align_up(uint64_t x, uint64_t a)
+static inline uint64_t ck_align_up(uint64_t x, uint64_t a)
 {
 	return (x + a - 1) / a * a;
 }

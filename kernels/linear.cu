@@ -92,16 +92,124 @@ struct lin_act lin_act_carve(const struct lin_mat *w, uint64_t m, void *ws)
 	return a;
 }
 
+/* An E4M3 byte as the integer value * 2^9 (capy_nv_scale_int; 0x7f reads as 480). */
+static __device__ __forceinline__ int32_t scale_int(uint32_t s)
+{
+	uint32_t e = (s >> 3) & 15, mm = s & 7;
+	int32_t v = (int32_t)(e ? (8 + mm) << (e - 1) : mm);
+
+	return (s & 0x80) ? -v : v;
+}
+
+/* capy_f32_to_e4m3: round to nearest even, saturating to NaN (0x7f) from 480 up. */
+static __device__ __forceinline__ uint32_t f32_to_e4m3(float f)
+{
+	uint32_t u = __float_as_uint(f), sign = (u >> 24) & 0x80, a = u & 0x7fffffff, e, keep, rest;
+
+	if (a >= 0x43f00000)
+		return sign | 0x7f;
+	if (a < 0x3c800000) /* subnormal: RNE(|f| * 2^9), exact scaling */
+		return sign | (uint32_t)rintf(__fmul_rn(__uint_as_float(a), 512.0f));
+	e = (a >> 23) - 127 + 7;
+	keep = (a >> 20) & 7;
+	rest = a & 0xfffff;
+	if (rest > 0x80000 || (rest == 0x80000 && (keep & 1))) {
+		if (++keep == 8) {
+			keep = 0;
+			e++;
+		}
+	}
+	return sign | (e << 3) | keep;
+}
+
+/* 2 * e2m1 of x by capy_e2m1_code's rule (ties to the even mantissa), as a signed integer. */
+static __device__ __forceinline__ int e2m1_a(float x)
+{
+	float a = fabsf(x);
+	int ord = (0.25f < a) + (0.75f < a) + (1.25f < a) + (1.75f < a) + (2.5f < a) + (3.5f < a) + (5.0f < a);
+	int mag;
+
+	if (a == 0.75f || a == 1.75f || a == 3.5f)
+		ord++;
+	mag = ord < 4 ? ord : (2 + (ord & 1)) << ((ord >> 1) - 1); /* 0 1 2 3 4 6 8 12 */
+	return x < 0 ? -mag : mag;
+}
+
 #define QTHREADS 128
 
-/* One block per (row i, part p): lin_quant_row into the row's place in a. */
+/* One block per (row i, part p): the row's amax and Inf/NaN flag (needed for the dynamic
+ * scale), then one thread per 16-block. */
 static __global__ void __launch_bounds__(QTHREADS)
 	k_quant(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, struct lin_act a)
 {
 	const uint64_t i = blockIdx.x, k = w.k, nb = k / 16, row = (uint64_t)blockIdx.y * a.m + i;
+	const unsigned p = blockIdx.y, tid = threadIdx.x;
+	const float *xr = x + (i / xdiv) * ldx;
 	const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i] * w.stride : 0);
+	const float sixth = (float)(1.0 / 6.0);
+	__shared__ float s_amax[QTHREADS / 32];
+	__shared__ int s_bad[QTHREADS / 32];
+	float amax = 0, is, gs, inv_gs;
+	int bad = 0;
 
-	lin_quant_row(&w, rec, x + (i / xdiv) * ldx, blockIdx.y, a.qa + row * k, a.sa + row * nb, a.gs + row);
+	/* fmaxf is exact and ignores NaN, so any order gives the CPU's row amax. */
+	for (uint64_t j = tid; j < k; j += QTHREADS) {
+		float v = xr[j];
+		bad |= !isfinite(v);
+		amax = fmaxf(amax, fabsf(v));
+	}
+	for (int off = 16; off; off >>= 1) {
+		amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
+		bad |= __shfl_xor_sync(FULL, bad, off);
+	}
+	if ((tid & 31) == 0) {
+		s_amax[tid / 32] = amax;
+		s_bad[tid / 32] = bad;
+	}
+	__syncthreads();
+	amax = s_amax[0];
+	bad = s_bad[0];
+	for (int q = 1; q < QTHREADS / 32; q++) {
+		amax = fmaxf(amax, s_amax[q]);
+		bad |= s_bad[q];
+	}
+
+	is = ((const float *)(rec + w.globals_off))[w.nparts + p];
+	if (is == 0) { /* dynamic: capy_nvfp4_weight_scale2(amax) */
+		is = __fdiv_rn(amax, 2688.0f);
+		if (!(is > 0))
+			is = 1.0f;
+	}
+	gs = __fdiv_rn(1.0f, is);
+	inv_gs = __fdiv_rn(1.0f, gs);
+	if (tid == 0)
+		a.gs[row] = (bad || !isfinite(gs)) ? __uint_as_float(0x7fc00000) : gs;
+
+	for (uint64_t b = tid; b < nb; b += QTHREADS) {
+		const float *blk = xr + b * 16;
+		float v[16], bam = 0, s, t, os;
+		uint32_t sc, word[4] = { 0, 0, 0, 0 };
+		int32_t si;
+		for (int e = 0; e < 16; e++) {
+			v[e] = blk[e];
+			bam = fmaxf(bam, fabsf(v[e]));
+		}
+		s = __fmul_rn(gs, __fmul_rn(bam, sixth));
+		if (s > 448.0f)
+			s = 448.0f;
+		sc = f32_to_e4m3(s);
+		si = scale_int(sc);
+		/* e4m3_to_f32(sc) is exactly si * 2^-9 wherever the result matters (finite rows
+		 * with a finite gs never give the NaN byte). */
+		t = __fmul_rn(__fmul_rn((float)si, 0x1p-9f), inv_gs);
+		os = t == 0 ? 0.0f : __fdiv_rn(1.0f, t);
+		for (int e = 0; e < 16; e++) {
+			float q = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
+			word[e / 4] |= ((uint32_t)e2m1_a(q) & 0xff) << (8 * (e % 4));
+		}
+		*(uint4 *)(a.qa + row * k + b * 16) = make_uint4(word[0], word[1], word[2], word[3]);
+		a.sa[row * nb + b] = si;
+	}
 }
 
 int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t xdiv, const struct lin_act *a,
@@ -114,6 +222,33 @@ int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t
 }
 
 /* --- NVFP4: the integer dot products ---------------------------------------------------- */
+
+/* Eight weight codes (one 32-bit word, element 2t in the low nibble of byte t, so nibble i is
+ * element i) to 2*e2m1 as int8, two words of four: the nibbles are byte_perm selectors into a
+ * table of magnitudes and one of their negatives, and the sign bit picks between them. */
+static __device__ __forceinline__ void decode8(uint32_t c, uint32_t *w0, uint32_t *w1)
+{
+	const uint32_t P0 = 0x03020100u, P1 = 0x0c080604u; /* 0 1 2 3 | 4 6 8 12 */
+	const uint32_t N0 = 0xfdfeff00u, N1 = 0xf4f8fafcu; /* 0 -1 -2 -3 | -4 -6 -8 -12 */
+	uint32_t lo = c & 0x7777u, hi = (c >> 16) & 0x7777u;
+	uint32_t pl = __byte_perm(P0, P1, lo), nl = __byte_perm(N0, N1, lo);
+	uint32_t ph = __byte_perm(P0, P1, hi), nh = __byte_perm(N0, N1, hi);
+
+	*w0 = __byte_perm(pl, nl, 0x3210u | ((c >> 1) & 0x4444u));
+	*w1 = __byte_perm(ph, nh, 0x3210u | ((c >> 17) & 0x4444u));
+}
+
+/* The CPU's capy_nv_finish(acc, capy_nv_factor(scale2, gs)); NaN rows give the CPU's NaN (the
+ * device would give another NaN bit pattern). */
+static __device__ __forceinline__ float nv_finish(long long acc, float s2, float gs)
+{
+	double f;
+
+	if (isnan(gs))
+		return __uint_as_float(0x7fc00000);
+	f = __ddiv_rn((double)s2, (double)gs);
+	return __double2float_rn(__dmul_rn(__dmul_rn(__ll2double_rn(acc), 0x1p-20), f));
+}
 
 /* VEC 2: two blocks per lane step (16-byte code loads); 1: one block (8 bytes); 0: one block
  * read byte by byte (codes not 8-byte aligned). */

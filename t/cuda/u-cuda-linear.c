@@ -487,62 +487,6 @@ static void test_experts(void)
 	experts_case(CK_BF16, 16, 2048, 512, 3, 10, false);
 }
 
-/* ck_moe_forward: the fused decode kernels (gate_up + SwiGLU, down + combine) give the bits of
- * ck_moe_experts followed by ck_moe_combine (which the cases above prove equal to the CPU). */
-static void forward_case(uint64_t E, uint64_t H, uint64_t I, uint64_t T, uint64_t k, bool dyn, bool with_shared)
-{
-	const uint64_t S = T * k;
-	struct stack gu, dn;
-	float *x = make_x(T, H, seed_next++), *sh = make_x(T, H, seed_next++), *g = make_x(1, T, seed_next++);
-	float *w = xmalloc(S * 4), *a = xmalloc(T * H * 4), *b = xmalloc(T * H * 4);
-	int32_t *ids = xmalloc(S * 4);
-
-	make_stack(&gu, CK_NVFP4, E, 2 * I, H, true, dyn);
-	make_stack(&dn, CK_NVFP4, E, H, I, false, dyn);
-	for (uint64_t t = 0; t < T; t++)
-		for (uint64_t j = 0; j < k; j++) {
-			ids[t * k + j] = (int32_t)((t * 7 + j * 3) % E);
-			w[t * k + j] = 0.05f + 0.01f * (float)j;
-		}
-	float *dx = dev_from(x, T * H * 4), *dsh = dev_from(sh, T * H * 4), *dg = dev_from(g, T * 4);
-	float *dw = dev_from(w, S * 4), *dmo = dev_from(NULL, S * H * 4), *da = dev_from(NULL, T * H * 4),
-	      *db = dev_from(NULL, T * H * 4);
-	int32_t *dids = dev_from(ids, S * 4);
-	uint8_t *ws = dev_from(NULL, ck_moe_ws_bytes(&gu.ck, &dn.ck, S));
-	CK_OK(ck_moe_forward(&gu.ck, &dn.ck, dx, T, k, dids, dw, with_shared ? dsh : NULL, dg, dmo, da, ws, NULL));
-	CK_OK(ck_moe_experts(&gu.ck, &dn.ck, dx, T, k, dids, dmo, ws, NULL));
-	CK_OK(ck_moe_combine(dmo, dw, with_shared ? dsh : NULL, dg, T, k, H, db, NULL));
-	dev_to(a, da, T * H * 4);
-	dev_to(b, db, T * H * 4);
-	size_t nan_bits = 0, d = differ(a, b, T * H, &nan_bits);
-	printf("moe forward NVFP4 E=%-3" PRIu64 " H=%-5" PRIu64 " I=%-4" PRIu64 " T=%-2" PRIu64 " k=%-2" PRIu64 " %s%s: %s\n", E,
-	       H, I, T, k, dyn ? "dynamic" : "calibrated", with_shared ? ", shared" : "",
-	       d ? "BITS DIFFER from experts + combine" : "the bits of experts + combine");
-	CHECK_MSG(d == 0, "ck_moe_forward T=%" PRIu64 ": %zu of %" PRIu64 " elements differ", T, d, T * H);
-	void *f[] = { dx, dsh, dg, dw, dmo, da, db, dids, ws };
-	for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++)
-		CUDA_OK(cudaFree(f[i]));
-	free_stack(&gu);
-	free_stack(&dn);
-	free(x);
-	free(sh);
-	free(g);
-	free(w);
-	free(a);
-	free(b);
-	free(ids);
-}
-
-static void test_moe_forward(void)
-{
-	forward_case(8, 64, 32, 1, 2, false, true);
-	forward_case(16, 256, 128, 3, 8, true, true);
-	forward_case(16, 2048, 512, 1, 8, false, true);
-	forward_case(16, 2048, 512, 8, 10, false, false);
-	forward_case(32, 2560, 512, 1, 10, true, true);
-	forward_case(16, 2048, 512, 12, 8, false, true); /* past the fused bound: the two-step path */
-}
-
 /* --- combine ----------------------------------------------------------------------------- */
 
 static void test_combine(void)
@@ -661,7 +605,6 @@ int main(void)
 	RUN(test_nvfp4);
 	RUN(test_route);
 	RUN(test_experts);
-	RUN(test_moe_forward);
 	RUN(test_combine);
 	RUN(test_multi);
 	return test_summary();
