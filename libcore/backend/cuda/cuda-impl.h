@@ -135,7 +135,6 @@ struct cuda_engine {
 	uint64_t gen;                     /* bumped when a buffer kernels are given moves */
 	uint64_t steps;
 	bool no_graphs;                   /* CAPY_CUDA_GRAPHS=0: every step launched eagerly */
-	const struct capy_batch *batch;
 };
 
 /* A sequence's recurrent state: one device block (GDN slots, then PLE windows) and, on the
@@ -179,7 +178,7 @@ uint64_t cu_state_bytes(const struct capy_engine *core);
 int cu_state_new(struct capy_engine *core, void **out, struct capy_err *err);
 void cu_state_copy(struct capy_engine *core, void *dst, const void *src);
 void cu_state_free(struct capy_engine *core, void *st);
-int cu_sel_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err);
+int cu_context_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err);
 
 /* blocks.c: the layers' blocks, each reading the block input [T][H] (or the streams) */
 int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err);

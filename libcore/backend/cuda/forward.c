@@ -108,7 +108,7 @@ static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_
 		ple[i] = cs->dev ? cs->dev + (uint64_t)e->hw.n_gdn * e->gdn_floats : NULL;
 		max_pos = CAPY_MAX(max_pos, it->seq->len + it->n - 1);
 	}
-	if ((rc = cu_sel_reserve(e, max_pos + 1, err)) < 0)
+	if ((rc = cu_context_reserve(e, max_pos + 1, err)) < 0)
 		return rc;
 	st->pages = e->pages;
 	st->page_bytes = e->page_bytes;
@@ -351,10 +351,6 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 	cu_use_device(e);
 	if ((rc = stage(e, b, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
 		return rc;
-	e->batch = b;
 	rc = layers_graphed(e, b, err);
-	if (rc == 0)
-		rc = logits_out(e, b, err);
-	e->batch = NULL;
-	return rc;
+	return rc < 0 ? rc : logits_out(e, b, err);
 }

@@ -158,7 +158,7 @@ void cu_state_copy(struct capy_engine *core, void *dst, const void *src)
 /* What grows with the longest context of a step: the attention kernel's workspace (shared
  * with the QSA selection's, which runs before it) and the QSA mask ([tmax][cap] bytes), for
  * contexts up to ctx tokens. */
-int cu_sel_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err)
+int cu_context_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t cap = e->s.sel_cap ? e->s.sel_cap : 1024;
