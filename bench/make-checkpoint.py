@@ -6,8 +6,8 @@
 
 A qwen3_5_moe checkpoint in the real layout (model.language_model.*, per-expert experts as
 save_pretrained writes them, sharded with model.safetensors.index.json, plus a tokenizer.json
-copied from the fixtures), with random finite BF16 values. Standard library only; the data is
-random bytes with the exponent's top bit cleared, so every value is finite and below 2.
+copied from the fixtures), with random finite BF16 values of magnitude 2^-7 .. 2^-4 (small enough
+to run the model on them). Standard library only.
 
 --nvfp4-experts writes the routed experts as NVIDIA ModelOpt exports NVFP4 (docs/artifact.md,
 the layout capy-convert and other engines read without re-quantizing): per projection a U8
@@ -79,8 +79,10 @@ tensors += [(p + "norm.weight", [H]), ("lm_head.weight", [a.vocab, H])]
 tensors = [t if len(t) == 3 else (t[0], t[1], "BF16") for t in tensors]
 SIZE = {"BF16": 2, "U8": 1, "F8_E4M3": 1, "F32": 4}
 
+# BF16 values with random signs and mantissas and exponents 120..123 (|v| in [2^-7, 2^-4)):
+# small enough that a forward pass of this width stays finite, so the model can be run too.
 pool = bytearray(os.urandom(64 << 20))
-pool[1::2] = bytes(pool[1::2]).translate(bytes(b & 0xBF for b in range(256)))
+pool[1::2] = bytes(pool[1::2]).translate(bytes((b & 0x81) | 0x3C for b in range(256)))
 pool = bytes(pool)
 codes = os.urandom(16 << 20)  # any byte is two valid E2M1 codes
 # E4M3 block scales of a realistic spread, 2^-3 .. 2^2 (exponent fields 4..9): never NaN
@@ -131,8 +133,11 @@ for i, sh in enumerate(shards):
                 f.write(src[o:o + k])
                 o = (o + k) % (len(src) - 4096)
                 n -= k
-            off = (off + 4099) % (1 << 20)
+            off = (off + 4100) % (1 << 20)  # even: a BF16 value's two bytes stay paired
 json.dump({"metadata": {"total_size": total}, "weight_map": weight_map}, open(os.path.join(a.out, "model.safetensors.index.json"), "w"))
+qc = os.path.join(a.out, "hf_quant_config.json")
+if os.path.exists(qc):
+    os.remove(qc)  # from an earlier run into the same directory
 if a.nvfp4_experts:
     # Every module but the routed experts stays BF16 (fnmatch patterns, as ModelOpt writes them).
     exclude = ["lm_head", "model.language_model.embed_tokens", "*linear_attn*", "*self_attn*", "*mlp.gate",
