@@ -1,6 +1,7 @@
 /* u-engine.c - sequence state: fork gives an independent copy, a checkpoint lets a sequence
  * be cut back exactly, shared prefixes and snapshots resume exactly, bad token ids are
- * refused, and a batched step gives every sequence the bits it gets alone. Runs on the
+ * refused, storage reserved up front serves them, and a batched step gives every sequence the
+ * bits it gets alone. Runs on the
  * qwen4_exp fixture, whose state has every kind (KV pages, QSA blocks, GDN, PLE), and the
  * batch tests on every family. */
 #include "test.h"
@@ -252,6 +253,31 @@ static void test_batch_invariance(void)
 	}
 }
 
+/* capy_engine_reserve takes the attention cache's storage up front: pages for the tokens plus
+ * one partly used page per sequence, none of them held by anyone; a request of more page ids
+ * than there can be is refused with the count. capy_engine_describe names the backend. */
+static void test_reserve_describe(void)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *s;
+	float *l = malloc(V * 4);
+	char d[256];
+
+	CHECK_MSG(capy_engine_reserve(eng, 10 * capy_engine_page_tokens(eng), 3, &err) == 0, "%s", err.msg);
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+	CHECK_EQ_INT(capy_engine_reserve(eng, UINT64_MAX / 2, 1, &err), CAPY_EINVAL);
+	CHECK_CONTAINS(err.msg, "pages are too many");
+	/* The reserved storage serves sequences as before. */
+	CHECK_EQ_INT(capy_seq_new(eng, &s, &err), 0);
+	CHECK_EQ_INT(capy_engine_forward(eng, s, A, 20, l, false, &err), 0);
+	CHECK(capy_engine_pages_used(eng) >= 1);
+	capy_seq_free(s);
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+	capy_engine_describe(eng, d, sizeof(d));
+	CHECK_MSG(!strncmp(d, "cpu, 2 threads", 14), "describe: '%s'", d);
+	free(l);
+}
+
 int main(void)
 {
 	RUN(setup);
@@ -261,6 +287,7 @@ int main(void)
 		RUN(test_bad_ids);
 		RUN(test_share_snapshot);
 		RUN(test_step_errors);
+		RUN(test_reserve_describe);
 	}
 	RUN(test_batch_invariance);
 	capy_engine_free(eng);
