@@ -48,6 +48,8 @@ struct ck_step {
 	uint64_t page_bytes, page_tokens;
 	float *const *gdn_state;    /* [n_items] the item's GDN state block (see ck_gdn_*), or NULL */
 	float *const *ple_state;    /* [n_items] the item's PLE conv windows (see ck_ple_conv), or NULL */
+	const uint8_t *grouped;     /* [T] 1 where the row's item has >= CK_GROUPED_MIN_ROWS rows */
+	uint64_t n_grouped;         /* host: how many rows are */
 	int64_t max_pos;            /* the largest pos of the step (for grid sizes) */
 };
 
@@ -109,16 +111,28 @@ struct ck_expert_stack {
 	uint64_t E;
 };
 
+/* Rows of an item with at least this many tokens in the step (a prefill chunk) run their
+ * NVFP4 routed experts as grouped GEMMs on the tensor cores; the rest (decode, short chunks)
+ * as the exact W4A4 of the CPU. The choice is the row's own item's, so a sequence's results
+ * never depend on the other sequences of its step. */
+#define CK_GROUPED_MIN_ROWS 16
+
 /* The routed experts of T rows: for every slot s = t * k + j (the j-th chosen expert of row
- * t, ids[s]), out[s][H] = down_x(swiglu(gate_up_x(x[t]))) with x = ids[s], exactly as the
- * CPU's expert_worker: gate_up [2I, H] (gate rows, then up rows), swiglu(g, u) = silu(g) * u
- * with silu(v) = v / (1 + exp(-v)), down [H, I]. With NVFP4 experts each slot's output is
- * bit-identical to the CPU's (each linear is ck_linear's function on that one row).
+ * t, ids[s]), out[s][H] = down_x(swiglu(gate_up_x(x[t]))) with x = ids[s], as the CPU's
+ * expert_worker: gate_up [2I, H] (gate rows, then up rows), swiglu(g, u) = silu(g) * u with
+ * silu(v) = v / (1 + exp(-v)), down [H, I].
+ * - NVFP4, rows with grouped[t] == 0 (or grouped NULL): each slot's output is bit-identical
+ *   to the CPU's (each linear is ck_linear's function on that one row);
+ * - NVFP4, rows with grouped[t] == 1 (n_grouped of them, counted by the host): the same
+ *   quantized operands on the tensor cores (kernels/moe-grouped.cu), every product exact and
+ *   the sums in fp32: within ~1e-6 relative of the CPU;
+ * - plain weights: ck_linear's plain numerics per slot.
  * ws: ck_moe_ws_bytes(gate_up, down, T * k) bytes. */
 size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
 		       uint64_t slots);
 int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
-		   const float *x, uint64_t T, uint64_t k, const int32_t *ids, float *out, void *ws, void *stream);
+		   const float *x, uint64_t T, uint64_t k, const int32_t *ids, const uint8_t *grouped,
+		   uint64_t n_grouped, float *out, void *ws, void *stream);
 
 /* out[t][H] = sum over j < k in order of moe_out[t * k + j][i] * w[t * k + j], then
  * + sigmoid(gate[t]) * shared[t][i] (sigmoid(v) = 1 / (1 + exp(-v))). As moe_forward. */

@@ -41,6 +41,14 @@ struct lin_act {
 	int32_t *sa;
 	float *gs;
 	uint64_t m;
+	/* Instead of qa and sa: each quantized value as the BF16 that holds 2*e2m1 * Sa exactly,
+	 * [nparts][m][k] (the grouped experts' activations, moe-grouped.cu). */
+	uint16_t *xb;
+	/* Only rows i with sel[i / sel_div] == sel_val (sel NULL: every row), for quantizing
+	 * and for lin_nvfp4: the slots of a step split between the exact and grouped experts. */
+	const uint8_t *sel;
+	uint64_t sel_div;
+	uint8_t sel_val;
 };
 
 struct lin_mat lin_mat_of(const struct ck_linear *w, const void *data, uint64_t stride, const int32_t *ids);
@@ -62,12 +70,44 @@ int lin_slices(uint64_t n, uint64_t k, uint64_t es);
 int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy,
 	      cudaStream_t st);
 
+/* BF16 on the tensor cores (linear-mma.cu): whether w (with x) can go there (BF16, one
+ * matrix or a multi set, k a multiple of 32, 16-byte aligned), the slices of k it uses, and
+ * y[i][r] = x[i] . W[r] for i < m (x row stride k, y row stride ldy; a multi set writes its
+ * own outputs). The same bits for an element whatever m is. */
+bool lin_mma_ok(const struct lin_mat *w, const float *x);
+int lin_mma_slices(uint64_t n, uint64_t k);
+int lin_mma(const struct lin_mat *w, const float *x, uint64_t m, float *y, uint64_t ldy, cudaStream_t st);
+
 /* float expf as the CPU's libm gives it, as near as the device can: exp in double, rounded
  * once to float (correctly rounded except for values within ~2^-29 of a rounding midpoint,
  * where glibc's expf, itself accurate to 0.502 ulp, may round the other way). */
 static __device__ __forceinline__ float cpu_expf(float x)
 {
 	return __double2float_rn(exp((double)x));
+}
+
+/* An E4M3 byte as the integer value * 2^9 (capy_nv_scale_int; 0x7f reads as 480). */
+static __device__ __forceinline__ int32_t scale_int(uint32_t s)
+{
+	uint32_t e = (s >> 3) & 15, mm = s & 7;
+	int32_t v = (int32_t)(e ? (8 + mm) << (e - 1) : mm);
+
+	return (s & 0x80) ? -v : v;
+}
+
+/* Eight weight codes (one 32-bit word, element 2t in the low nibble of byte t, so nibble i is
+ * element i) to 2*e2m1 as int8, two words of four: the nibbles are byte_perm selectors into a
+ * table of magnitudes and one of their negatives, and the sign bit picks between them. */
+static __device__ __forceinline__ void decode8(uint32_t c, uint32_t *w0, uint32_t *w1)
+{
+	const uint32_t P0 = 0x03020100u, P1 = 0x0c080604u; /* 0 1 2 3 | 4 6 8 12 */
+	const uint32_t N0 = 0xfdfeff00u, N1 = 0xf4f8fafcu; /* 0 -1 -2 -3 | -4 -6 -8 -12 */
+	uint32_t lo = c & 0x7777u, hi = (c >> 16) & 0x7777u;
+	uint32_t pl = __byte_perm(P0, P1, lo), nl = __byte_perm(N0, N1, lo);
+	uint32_t ph = __byte_perm(P0, P1, hi), nh = __byte_perm(N0, N1, hi);
+
+	*w0 = __byte_perm(pl, nl, 0x3210u | ((c >> 1) & 0x4444u));
+	*w1 = __byte_perm(ph, nh, 0x3210u | ((c >> 17) & 0x4444u));
 }
 
 #endif

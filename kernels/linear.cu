@@ -89,16 +89,11 @@ struct lin_act lin_act_carve(const struct lin_mat *w, uint64_t m, void *ws)
 	p += ck_align_up(rows * nb * 4, 256);
 	a.gs = (float *)p;
 	a.m = m;
+	a.xb = NULL;
+	a.sel = NULL;
+	a.sel_div = 1;
+	a.sel_val = 0;
 	return a;
-}
-
-/* An E4M3 byte as the integer value * 2^9 (capy_nv_scale_int; 0x7f reads as 480). */
-static __device__ __forceinline__ int32_t scale_int(uint32_t s)
-{
-	uint32_t e = (s >> 3) & 15, mm = s & 7;
-	int32_t v = (int32_t)(e ? (8 + mm) << (e - 1) : mm);
-
-	return (s & 0x80) ? -v : v;
 }
 
 /* capy_f32_to_e4m3: round to nearest even, saturating to NaN (0x7f) from 480 up. */
@@ -144,6 +139,8 @@ static __global__ void __launch_bounds__(QTHREADS)
 {
 	const uint64_t i = blockIdx.x, k = w.k, nb = k / 16, row = (uint64_t)blockIdx.y * a.m + i;
 	const unsigned p = blockIdx.y, tid = threadIdx.x;
+	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
+		return; /* the whole block: a row of the other kind */
 	const float *xr = x + (i / xdiv) * ldx;
 	const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i] * w.stride : 0);
 	const float sixth = (float)(1.0 / 6.0);
@@ -203,6 +200,19 @@ static __global__ void __launch_bounds__(QTHREADS)
 		 * with a finite gs never give the NaN byte). */
 		t = __fmul_rn(__fmul_rn((float)si, 0x1p-9f), inv_gs);
 		os = t == 0 ? 0.0f : __fdiv_rn(1.0f, t);
+		if (a.xb) { /* 2*e2m1 * Sa: at most 6 significant bits, exact in BF16 */
+			uint32_t pk[8];
+			for (int e = 0; e < 16; e += 2) {
+				const float q0 = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
+				const float q1 = fminf(fmaxf(__fmul_rn(v[e + 1], os), -6.0f), 6.0f);
+				pk[e / 2] = (__float_as_uint(__int2float_rn(e2m1_a(q0) * si)) >> 16) |
+					    (__float_as_uint(__int2float_rn(e2m1_a(q1) * si)) & 0xffff0000u);
+			}
+			uint4 *dst = (uint4 *)(a.xb + row * k + b * 16);
+			dst[0] = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+			dst[1] = make_uint4(pk[4], pk[5], pk[6], pk[7]);
+			continue;
+		}
 		for (int e = 0; e < 16; e++) {
 			float q = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
 			word[e / 4] |= ((uint32_t)e2m1_a(q) & 0xff) << (8 * (e % 4));
@@ -222,21 +232,6 @@ int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t
 }
 
 /* --- NVFP4: the integer dot products ---------------------------------------------------- */
-
-/* Eight weight codes (one 32-bit word, element 2t in the low nibble of byte t, so nibble i is
- * element i) to 2*e2m1 as int8, two words of four: the nibbles are byte_perm selectors into a
- * table of magnitudes and one of their negatives, and the sign bit picks between them. */
-static __device__ __forceinline__ void decode8(uint32_t c, uint32_t *w0, uint32_t *w1)
-{
-	const uint32_t P0 = 0x03020100u, P1 = 0x0c080604u; /* 0 1 2 3 | 4 6 8 12 */
-	const uint32_t N0 = 0xfdfeff00u, N1 = 0xf4f8fafcu; /* 0 -1 -2 -3 | -4 -6 -8 -12 */
-	uint32_t lo = c & 0x7777u, hi = (c >> 16) & 0x7777u;
-	uint32_t pl = __byte_perm(P0, P1, lo), nl = __byte_perm(N0, N1, lo);
-	uint32_t ph = __byte_perm(P0, P1, hi), nh = __byte_perm(N0, N1, hi);
-
-	*w0 = __byte_perm(pl, nl, 0x3210u | ((c >> 1) & 0x4444u));
-	*w1 = __byte_perm(ph, nh, 0x3210u | ((c >> 17) & 0x4444u));
-}
 
 /* The CPU's capy_nv_finish(acc, capy_nv_factor(scale2, gs)); NaN rows give the CPU's NaN (the
  * device would give another NaN bit pattern). */
@@ -267,6 +262,8 @@ static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, stru
 		p++;
 	for (uint64_t g = blockIdx.y; g < ngroups; g += gridDim.y) {
 		const uint64_t i0 = g * MT, rowbase = (uint64_t)p * m + i0;
+		if (MT == 1 && a.sel && a.sel[i0 / a.sel_div] != a.sel_val)
+			continue; /* a slot of the grouped experts (moe-grouped.cu) */
 		const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i0] * w.stride : 0);
 		const uint8_t *codes = rec + w.codes_off + r * (k / 2), *scales = rec + w.scales_off + r * nb;
 		long long acc[MT];
@@ -602,6 +599,8 @@ int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m
 
 	if (!m)
 		return 0;
+	if (xdiv == 1 && lin_mma_ok(w, x))
+		return lin_mma(w, x, m, y, ldy, st);
 	for (uint32_t j = 0; j < w->nmulti; j++)
 		vl = vl && (uint64_t)(uintptr_t)w->mdata[j] % 16 == 0;
 	/* Each matrix of a combined launch gets the slices it would get alone (its own n), so
@@ -636,6 +635,17 @@ extern "C" size_t ck_linear_ws_bytes(const struct ck_linear *w, uint64_t m)
 	return lin_act_bytes(&lm, m);
 }
 
+/* Matrices that may share a launch agree on this: the kernel (tensor cores or not) and its
+ * slices of k, so each element keeps the order it has alone. */
+static int multi_key(const struct ck_linear *w, const float *x)
+{
+	const struct lin_mat lm = lin_mat_of(w, w->data, 0, NULL);
+
+	if (lin_mma_ok(&lm, x))
+		return 16 + lin_mma_slices(w->n, w->k);
+	return lin_slices(w->n, w->k, w->dtype == CK_F32 ? 4 : 2);
+}
+
 extern "C" int ck_linear_multi(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
 			       void *ws, void *stream)
 {
@@ -662,13 +672,12 @@ extern "C" int ck_linear_multi(const struct ck_linear *const *w, int nw, const f
 				return rc;
 			continue;
 		}
-		const int ks = lin_slices(w[j]->n, w[j]->k, es);
+		const int key = multi_key(w[j], x);
 		struct lin_mat lm = lin_mat_of(w[j], w[j]->data, 0, NULL);
-		lm.ks = ks;
+		lm.ks = lin_slices(w[j]->n, w[j]->k, es);
 		lm.n = 0;
 		for (int q = j; q < nw; q++) {
-			if (done[q] || w[q]->dtype != w[j]->dtype || w[q]->k != w[j]->k ||
-			    lin_slices(w[q]->n, w[q]->k, es) != ks)
+			if (done[q] || w[q]->dtype != w[j]->dtype || w[q]->k != w[j]->k || multi_key(w[q], x) != key)
 				continue;
 			done[q] = true;
 			lm.mdata[lm.nmulti] = (const uint8_t *)w[q]->data;

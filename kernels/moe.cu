@@ -6,9 +6,9 @@
  * gate_up for every slot, SwiGLU, quantize, down. Each stage is linear.cu's kernel with the
  * weights of row s taken from expert ids[s]'s record, so a slot's output is exactly ck_linear's
  * function applied to that one row (bit-identical to the CPU for NVFP4). Slots that share an
- * expert re-read its weights (from L2 mostly); grouping slots by expert for prefill is left
- * for later. */
-#include "linear-impl.h"
+ * expert re-read its weights (from L2 mostly): right for decode, where few slots share one.
+ * The slots of prefill rows run as grouped GEMMs instead (moe-grouped.cu). */
+#include "moe-grouped.h"
 #include "ck-common.cuh"
 
 #include <math.h>
@@ -274,32 +274,76 @@ extern "C" size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const s
 	const uint64_t I = gate_up->first.n / 2;
 	struct lin_mat gu = lin_mat_of(&gate_up->first, gate_up->first.data, gate_up->stride, NULL);
 	struct lin_mat dn = lin_mat_of(&down->first, down->first.data, down->stride, NULL);
-	size_t q = 0, qd = 0;
+	size_t q = 0, qd = 0, g = 0;
 
 	if (gu.dtype == CK_NVFP4)
 		q = lin_act_bytes(&gu, slots);
 	if (dn.dtype == CK_NVFP4)
 		qd = lin_act_bytes(&dn, slots);
-	return (size_t)(256 + ck_align_up(slots * 2 * I * 4, 256) + ck_align_up(slots * I * 4, 256)) + (q > qd ? q : qd);
+	if (moe_grouped_ok(&gu) && moe_grouped_ok(&dn))
+		g = moe_grouped_ws_bytes(&gu, &dn, slots, gate_up->E);
+	return (size_t)(256 + ck_align_up(slots * 2 * I * 4, 256) + ck_align_up(slots * I * 4, 256)) + (q > qd ? q : qd) +
+	       g;
+}
+
+/* One NVFP4 stage (gate_up or down) of every slot: the exact slots through lin_nvfp4, the
+ * grouped ones (if any) through moe-grouped.cu. x row of slot s: x + (s / xdiv) * ldx. */
+static int nvfp4_stage(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t xdiv, uint64_t S, uint64_t k,
+		       const uint8_t *grouped, uint64_t n_grouped, uint64_t T, struct moe_grouped_ws *g, uint64_t E,
+		       void *qws, float *y, uint64_t ldy, cudaStream_t st)
+{
+	struct lin_act a = lin_act_carve(w, S, qws);
+	int rc;
+
+	if (n_grouped < T) { /* exact slots */
+		a.sel = n_grouped ? grouped : NULL;
+		a.sel_div = k;
+		a.sel_val = 0;
+		if ((rc = lin_quantize(w, x, ldx, xdiv, &a, st)) || (rc = lin_nvfp4(w, &a, y, ldy, st)))
+			return rc;
+	}
+	if (!n_grouped)
+		return 0;
+	struct lin_act b = a;
+	b.xb = g->xb;
+	b.gs = g->gs;
+	b.sel = grouped;
+	b.sel_div = k;
+	b.sel_val = 1;
+	if ((rc = lin_quantize(w, x, ldx, xdiv, &b, st)))
+		return rc;
+	return moe_grouped_linear(g, w, &b, S, n_grouped * k, E, y, ldy, st);
 }
 
 extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
-			      const float *x, uint64_t T, uint64_t k, const int32_t *ids, float *out, void *ws,
-			      void *stream)
+			      const float *x, uint64_t T, uint64_t k, const int32_t *ids, const uint8_t *grouped,
+			      uint64_t n_grouped, float *out, void *ws, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
-	const uint64_t S = T * k, H = gate_up->first.k, I = gate_up->first.n / 2;
+	const uint64_t S = T * k, H = gate_up->first.k, I = gate_up->first.n / 2, E = gate_up->E;
 	struct lin_mat gu = lin_mat_of(&gate_up->first, gate_up->first.data, gate_up->stride, ids);
 	struct lin_mat dn = lin_mat_of(&down->first, down->first.data, down->stride, ids);
 	struct moe_ws m = moe_carve(S, I, ws);
+	struct moe_grouped_ws g;
+	size_t q = 0, qd = 0;
 	int rc;
 
 	if (!S)
 		return 0;
+	if (!grouped || !moe_grouped_ok(&gu) || !moe_grouped_ok(&dn))
+		n_grouped = 0;
+	if (gu.dtype == CK_NVFP4)
+		q = lin_act_bytes(&gu, S);
+	if (dn.dtype == CK_NVFP4)
+		qd = lin_act_bytes(&dn, S);
+	if (n_grouped) {
+		g = moe_grouped_carve(&gu, &dn, S, E, (uint8_t *)m.q + (q > qd ? q : qd));
+		if ((rc = moe_grouped_plan(&g, ids, grouped, T, k, E, st)))
+			return rc;
+	}
 	/* gate_up: slot s reads x[s / k]. */
 	if (gu.dtype == CK_NVFP4) {
-		struct lin_act a = lin_act_carve(&gu, S, m.q);
-		if ((rc = lin_quantize(&gu, x, H, k, &a, st)) || (rc = lin_nvfp4(&gu, &a, m.act, 2 * I, st)))
+		if ((rc = nvfp4_stage(&gu, x, H, k, S, k, grouped, n_grouped, T, &g, E, m.q, m.act, 2 * I, st)))
 			return rc;
 	} else if ((rc = lin_plain(&gu, x, k, S, m.act, 2 * I, st))) {
 		return rc;
@@ -307,12 +351,8 @@ extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struc
 	k_swiglu<<<(unsigned)((S * I + 255) / 256), 256, 0, st>>>(m.act, S, I, m.h);
 	if ((rc = ck_launched()))
 		return rc;
-	if (dn.dtype == CK_NVFP4) {
-		struct lin_act a = lin_act_carve(&dn, S, m.q);
-		if ((rc = lin_quantize(&dn, m.h, I, 1, &a, st)) || (rc = lin_nvfp4(&dn, &a, out, H, st)))
-			return rc;
-		return 0;
-	}
+	if (dn.dtype == CK_NVFP4)
+		return nvfp4_stage(&dn, m.h, I, 1, S, k, grouped, n_grouped, T, &g, E, m.q, out, H, st);
 	return lin_plain(&dn, m.h, 1, S, out, H, st);
 }
 

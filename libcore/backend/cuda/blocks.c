@@ -118,7 +118,9 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	/* The router, the shared expert's gate_up and its gate read the same input. */
 	MULTI(xn, T, LINS(&m->router, &m->shared.gate_up, &m->shared_gate), OUTS(sc->big1, sc->big3, sc->big2));
 	TRY(ck_moe_route(sc->big1, T, c->n_experts, k, c->norm_topk_prob, sc->moe_ids, sc->moe_w, e->stream), "router");
-	TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, sc->moe_out, sc->moe_ws, e->stream), "experts");
+	TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, e->step.grouped, e->step.n_grouped, sc->moe_out,
+			   sc->moe_ws, e->stream),
+	    "experts");
 	TRY(ck_swiglu(sc->big3, T, m->shared.gate_up.n / 2, sc->mix, e->stream), "swiglu");
 	LIN(&m->shared.down, sc->mix, T, sc->tmp);
 	TRY(ck_moe_combine(sc->moe_out, sc->moe_w, sc->tmp, sc->big2, T, k, c->hidden_size, out, e->stream), "moe combine");

@@ -21,7 +21,7 @@ static void *carve(struct cuda_engine *e, size_t *off, size_t n, void **dev)
 
 static size_t meta_need(const struct capy_batch *b)
 {
-	size_t n = b->n_tokens * (4 + 8 + 4 + 4) + b->n_items * (3 * 8 + 4 + 2 * 8) + 64 * 8;
+	size_t n = b->n_tokens * (4 + 8 + 4 + 4 + 1) + b->n_items * (3 * 8 + 4 + 2 * 8) + 64 * 8;
 
 	for (size_t i = 0; i < b->n_items; i++)
 		n += (b->items[i].seq->n_pages + 1) * 4;
@@ -87,13 +87,18 @@ static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_
 	st->ple_state = d;
 	for (size_t i = 0; i < ni; i++)
 		bt_total += b->items[i].seq->n_pages;
+	uint8_t *grouped = carve(e, &off, T, &d);
+	st->grouped = d;
 	uint32_t *bt = carve(e, &off, (bt_total + 1) * 4, &d);
 	st->block_table = d;
 	bt_total = 0;
 	for (size_t i = 0; i < ni; i++) {
 		const struct capy_batch_item *it = &b->items[i];
 		const struct cu_state *cs = it->seq->state;
+		const bool big = it->n >= CK_GROUPED_MIN_ROWS;
+		st->n_grouped += big ? it->n : 0;
 		for (uint64_t t = 0; t < it->n; t++) {
+			grouped[it->t0 + t] = big;
 			ids[it->t0 + t] = it->tokens[t];
 			pos[it->t0 + t] = (int64_t)(it->seq->len + t);
 			item[it->t0 + t] = (int32_t)i;

@@ -1,0 +1,278 @@
+/* linear-mma.cu - BF16 linears on the tensor cores: y = x W^T with W BF16 [n][k] and fp32
+ * activations split into BF16 halves (mma.cuh). Two kernels of identical numerics:
+ *
+ * - skinny, for few activation rows (decode): a warp owns 16 weight rows and one of KS slices
+ *   of k, streams them from global memory (16-byte loads, 4 steps ahead) and applies each
+ *   step to up to 32 activation rows (NB tiles of 8); the slices' sums meet in shared memory
+ *   and are added in slice order.
+ * - tiled (mma-tile.cuh), for many rows (prefill): 128 x 128 tiles through shared memory;
+ *   the same steps, the same chain of MMAs per element and the same slices folded in order.
+ *
+ * KS comes from n and k alone, and which kernel runs changes no bits: an element depends on
+ * its own activation row and W only, never on m or on the other rows (batch invariance). */
+#include "mma-tile.cuh"
+
+#include <string.h>
+
+#define SK_WARPS 8
+#define SK_STEPS 4 /* steps loaded ahead per warp */
+
+struct skinny_args {
+	const float *x;
+	uint64_t m, k;
+	uint32_t nmat;
+	const uint8_t *w[LIN_MULTI];
+	uint64_t n[LIN_MULTI], tile_end[LIN_MULTI], ldy[LIN_MULTI];
+	float *y[LIN_MULTI];
+};
+
+/* A lane's 8 activations of step s of row xr (zeros for a row past m). */
+static __device__ __forceinline__ void sk_load_x(const float *xr, bool valid, uint64_t s, uint32_t hi[4],
+						 uint32_t lo[4])
+{
+	float f[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
+
+	if (valid) {
+		const float4 a = *(const float4 *)(xr + s * MMA_STEP), b = *(const float4 *)(xr + s * MMA_STEP + 4);
+		f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+	}
+	mma_split8(f, hi, lo);
+}
+
+template <int NB, int KS>
+static __global__ void __launch_bounds__(SK_WARPS * 32) k_skinny(struct skinny_args a)
+{
+	__shared__ float part[KS > 1 ? SK_WARPS : 1][NB][4][32];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, slice = warp % KS;
+	const uint64_t tile = (uint64_t)blockIdx.x * (SK_WARPS / KS) + (uint64_t)(warp / KS);
+	const uint64_t k = a.k, nsteps = k / MMA_STEP;
+	const uint64_t s0 = nsteps * (uint64_t)slice / KS, s1 = nsteps * (uint64_t)(slice + 1) / KS;
+	const uint8_t *w = a.w[0];
+	uint64_t n = 0, ldy = 0, r0 = 0, start = 0;
+	float *y = NULL;
+	bool live = false;
+
+	/* the matrix of this tile (constant indices: the arrays stay in the parameter space) */
+#pragma unroll
+	for (int j = 0; j < LIN_MULTI; j++) {
+		if (j >= (int)a.nmat || live)
+			continue;
+		if (tile < a.tile_end[j]) {
+			w = a.w[j];
+			n = a.n[j];
+			y = a.y[j];
+			ldy = a.ldy[j];
+			r0 = (tile - start) * 16;
+			live = true;
+		} else {
+			start = a.tile_end[j];
+		}
+	}
+	if (KS == 1 && !live)
+		return;
+	const uint64_t ra = r0 + g, rb = r0 + g + 8;
+	const bool va = live && ra < n, vb = live && rb < n;
+	const uint8_t *wa = w + (va ? ra : 0) * k * 2 + c * 16, *wb = w + (vb ? rb : 0) * k * 2 + c * 16;
+	const uint64_t ngroups = (a.m + 8 * NB - 1) / (8 * NB);
+
+	for (uint64_t tg = blockIdx.y; tg < ngroups; tg += gridDim.y) {
+		float acc[NB][4];
+		const float *xr[NB];
+		bool xv[NB];
+#pragma unroll
+		for (int nb = 0; nb < NB; nb++) {
+			const uint64_t tok = tg * 8 * NB + nb * 8 + g;
+			xv[nb] = tok < a.m;
+			xr[nb] = a.x + (xv[nb] ? tok : 0) * k + c * 8;
+			for (int q = 0; q < 4; q++)
+				acc[nb][q] = 0.0f;
+		}
+		if (live) {
+			uint64_t s = s0;
+			for (; s + SK_STEPS <= s1; s += SK_STEPS) {
+				uint4 A[SK_STEPS], B[SK_STEPS];
+#pragma unroll
+				for (int u = 0; u < SK_STEPS; u++) {
+					A[u] = va ? __ldg((const uint4 *)(wa + (s + u) * MMA_STEP * 2)) : make_uint4(0, 0, 0, 0);
+					B[u] = vb ? __ldg((const uint4 *)(wb + (s + u) * MMA_STEP * 2)) : make_uint4(0, 0, 0, 0);
+				}
+#pragma unroll
+				for (int u = 0; u < SK_STEPS; u++)
+#pragma unroll
+					for (int nb = 0; nb < NB; nb++) {
+						uint32_t hi[4], lo[4];
+						sk_load_x(xr[nb], xv[nb], s + u, hi, lo);
+						mma_step_split(acc[nb], A[u], B[u], hi, lo);
+					}
+			}
+			for (; s < s1; s++) {
+				const uint4 A = va ? __ldg((const uint4 *)(wa + s * MMA_STEP * 2)) : make_uint4(0, 0, 0, 0);
+				const uint4 B = vb ? __ldg((const uint4 *)(wb + s * MMA_STEP * 2)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+				for (int nb = 0; nb < NB; nb++) {
+					uint32_t hi[4], lo[4];
+					sk_load_x(xr[nb], xv[nb], s, hi, lo);
+					mma_step_split(acc[nb], A, B, hi, lo);
+				}
+			}
+		}
+		if (KS > 1) {
+#pragma unroll
+			for (int nb = 0; nb < NB; nb++)
+				for (int q = 0; q < 4; q++)
+					part[KS > 1 ? warp : 0][nb][q][lane] = acc[nb][q];
+			__syncthreads();
+			if (slice == 0)
+#pragma unroll
+				for (int nb = 0; nb < NB; nb++)
+					for (int q = 0; q < 4; q++) {
+						float sum = part[KS > 1 ? warp : 0][nb][q][lane];
+						for (int p = 1; p < KS; p++)
+							sum = __fadd_rn(sum, part[KS > 1 ? warp + p : 0][nb][q][lane]);
+						acc[nb][q] = sum;
+					}
+			__syncthreads();
+		}
+		if (live && slice == 0)
+#pragma unroll
+			for (int nb = 0; nb < NB; nb++)
+				for (int q = 0; q < 4; q++) {
+					const uint64_t r = q >= 2 ? rb : ra, t = tg * 8 * NB + nb * 8 + 2 * c + (q & 1);
+					if (r < n && t < a.m)
+						y[t * ldy + r] = acc[nb][q];
+				}
+	}
+}
+
+/* Slices of k per 16-row tile: enough tiles x slices to keep every multiprocessor streaming
+ * (~2k warps), each slice at least 8 steps. From n and k alone. */
+int lin_mma_slices(uint64_t n, uint64_t k)
+{
+	const uint64_t tiles = (n + 15) / 16, nsteps = k / MMA_STEP;
+	int ks = 1;
+
+	while (ks < SK_WARPS && tiles * (uint64_t)ks < 2048 && nsteps / (uint64_t)(2 * ks) >= 8)
+		ks *= 2;
+	return ks;
+}
+
+bool lin_mma_ok(const struct lin_mat *w, const float *x)
+{
+	if (w->dtype != CK_BF16 || w->ids || w->k % MMA_STEP || (uint64_t)(uintptr_t)x % 16)
+		return false;
+	if (w->nmulti) {
+		for (uint32_t j = 0; j < w->nmulti; j++)
+			if ((uint64_t)(uintptr_t)w->mdata[j] % 16)
+				return false;
+		return true;
+	}
+	return (uint64_t)(uintptr_t)w->data % 16 == 0;
+}
+
+template <int NB>
+static void launch_skinny_nb(int ks, dim3 grid, const struct skinny_args *a, cudaStream_t st)
+{
+	switch (ks) {
+	case 1:
+		k_skinny<NB, 1><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		break;
+	case 2:
+		k_skinny<NB, 2><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		break;
+	case 4:
+		k_skinny<NB, 4><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		break;
+	default:
+		k_skinny<NB, 8><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		break;
+	}
+}
+
+static int launch_skinny(const struct skinny_args *a, int ks, cudaStream_t st)
+{
+	const int nb = a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
+	const uint64_t tiles = a->tile_end[a->nmat - 1], gx = (tiles * (uint64_t)ks + SK_WARPS - 1) / SK_WARPS;
+	const uint64_t ngroups = (a->m + 8 * (uint64_t)nb - 1) / (8 * (uint64_t)nb), want = (4 * 132 + gx - 1) / gx;
+	uint64_t gy = ngroups < want ? ngroups : want;
+
+	gy = gy < 1 ? 1 : gy > 65535 ? 65535 : gy;
+	const dim3 grid((unsigned)gx, (unsigned)gy, 1);
+	if (nb == 1)
+		launch_skinny_nb<1>(ks, grid, a, st);
+	else if (nb == 2)
+		launch_skinny_nb<2>(ks, grid, a, st);
+	else
+		launch_skinny_nb<4>(ks, grid, a, st);
+	return ck_launched();
+}
+
+static int launch_tiled(const uint8_t *w, uint64_t n, uint64_t k, const float *x, uint64_t m, float *y, uint64_t ldy,
+			cudaStream_t st)
+{
+	struct tile_args a;
+	const size_t smem = tile_smem_bytes(false);
+
+	memset(&a, 0, sizeof(a));
+	a.w = w;
+	a.n = n;
+	a.k = k;
+	a.nparts = 1;
+	a.part_end[0] = n;
+	a.x = x;
+	a.m = m;
+	a.y = y;
+	a.ldy = ldy;
+	a.ks = lin_mma_slices(n, k);
+	const dim3 grid((unsigned)tile_row_tiles(&a), (unsigned)((m + TBN - 1) / TBN), 1);
+	if (a.ks > 1) {
+		cudaFuncSetAttribute(k_tile<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		k_tile<false, true><<<grid, TTHREADS, smem, st>>>(a);
+	} else {
+		cudaFuncSetAttribute(k_tile<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		k_tile<false, false><<<grid, TTHREADS, smem, st>>>(a);
+	}
+	return ck_launched();
+}
+
+/* The tiled kernel where it fills the GPU (the choice changes no bits, only the time). */
+static bool use_tiled(uint64_t n, uint64_t m)
+{
+	return m >= 128 && (((n + TBM - 1) / TBM) * ((m + TBN - 1) / TBN) >= 66 || m >= 1024);
+}
+
+int lin_mma(const struct lin_mat *w, const float *x, uint64_t m, float *y, uint64_t ldy, cudaStream_t st)
+{
+	struct skinny_args a;
+	const uint32_t nmat = w->nmulti ? w->nmulti : 1;
+	uint64_t tiles = 0, rows_before = 0;
+	int ks = -1, rc;
+
+	if (!m)
+		return 0;
+	memset(&a, 0, sizeof(a));
+	a.x = x;
+	a.m = m;
+	a.k = w->k;
+	a.nmat = nmat;
+	for (uint32_t j = 0; j < nmat; j++) {
+		const uint64_t n = w->nmulti ? w->mend[j] - rows_before : w->n;
+		const int kj = lin_mma_slices(n, w->k);
+		a.w[j] = w->nmulti ? w->mdata[j] : w->data;
+		a.n[j] = n;
+		a.y[j] = w->nmulti ? w->my[j] : y;
+		a.ldy[j] = w->nmulti ? w->mldy[j] : ldy;
+		tiles += (n + 15) / 16;
+		a.tile_end[j] = tiles;
+		rows_before = w->nmulti ? w->mend[j] : 0;
+		if (ks >= 0 && kj != ks)
+			return -(int)cudaErrorInvalidValue; /* the caller combines only matrices that agree */
+		ks = kj;
+	}
+	if (use_tiled(tiles * 16, m)) {
+		for (uint32_t j = 0; j < nmat; j++)
+			if ((rc = launch_tiled(a.w[j], a.n[j], a.k, x, m, a.y[j], a.ldy[j], st)))
+				return rc;
+		return 0;
+	}
+	return launch_skinny(&a, ks, st);
+}
