@@ -112,7 +112,13 @@ struct attn_args {
 	float *out;
 	float *ws_acc, *ws_ml; /* split: [R][nch][nq][hd] weighted values, [R][nch][nq] (max, sum) */
 	uint64_t r0, nch;      /* split: the pass's first row, chunks per row in ws */
+	bool skip_grouped;     /* rows with st.grouped set are attention-flash.cu's */
 };
+
+/* attention-flash.cu */
+bool fa_ok(const struct ck_step *st, const struct ck_kv_layer *l, uint64_t nq);
+int fa_attention(const struct ck_step *st, const struct ck_kv_layer *l, const float *q, uint64_t nq,
+		 const uint8_t *sel, uint64_t sel_stride, float *out, cudaStream_t stream);
 
 struct attn_smem {
 	float q[ATT_MAXG * ATT_MAXHD];
@@ -283,6 +289,8 @@ __global__ void __launch_bounds__(ATT_NT) attn_unsplit_kernel(struct attn_args a
 	uint32_t gd[ATT_MAXJ];
 	float acc[ATT_MAXJ], A[ATT_MAXJ];
 
+	if (a.skip_grouped && a.st.grouped[t])
+		return; /* uniform over the block */
 	attn_outputs(a.G, hd, gd);
 	load_q(a, s, t, kvh);
 	if (threadIdx.x < a.G) {
@@ -340,7 +348,7 @@ __global__ void __launch_bounds__(ATT_NT) attn_split_kernel(struct attn_args a)
 	uint32_t gd[ATT_MAXJ];
 	float acc[ATT_MAXJ];
 
-	if (c > pos / ATT_CH)
+	if (c > pos / ATT_CH || (a.skip_grouped && a.st.grouped[t]))
 		return; /* uniform over the block */
 	attn_outputs(a.G, hd, gd);
 	load_q(a, s, t, kvh);
@@ -365,6 +373,9 @@ __global__ void attn_combine_kernel(struct attn_args a)
 {
 	const uint64_t rr = blockIdx.x / a.nq, h = blockIdx.x % a.nq, t = a.r0 + rr, hd = a.l.hd;
 	const uint64_t nc = (uint64_t)a.st.pos[t] / ATT_CH + 1;
+
+	if (a.skip_grouped && a.st.grouped[t])
+		return;
 
 	for (uint64_t d = threadIdx.x; d < hd; d += blockDim.x) {
 		float M = -INFINITY, L = 0, A = 0;
@@ -440,6 +451,12 @@ extern "C" int ck_attention(const struct ck_step *st, const struct ck_kv_layer *
 	a.sel_stride = sel_stride;
 	a.scale = 1.0f / sqrtf((float)l->hd);
 	a.out = out;
+	if (fa_ok(st, l, nq)) {
+		int rc = fa_attention(st, l, q, nq, sel, sel_stride, out, (cudaStream_t)stream);
+		if (rc || st->n_grouped == st->T)
+			return rc;
+		a.skip_grouped = true;
+	}
 	switch (l->dtype) {
 	case CK_KV_F32:
 		return attention_dt<CK_KV_F32>(a, ws, (cudaStream_t)stream);

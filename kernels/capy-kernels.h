@@ -50,6 +50,7 @@ struct ck_step {
 	float *const *ple_state;    /* [n_items] the item's PLE conv windows (see ck_ple_conv), or NULL */
 	const uint8_t *grouped;     /* [T] 1 where the row's item has >= CK_GROUPED_MIN_ROWS rows */
 	uint64_t n_grouped;         /* host: how many rows are */
+	uint64_t max_item_n;        /* host: the most rows of one item */
 	int64_t max_pos;            /* the largest pos of the step (for grid sizes) */
 };
 
@@ -221,6 +222,10 @@ int ck_kv_store(const struct ck_step *st, const struct ck_kv_layer *l, const flo
  * run on separate thread blocks (flash-decoding) and a second kernel folds them; with ws
  * NULL (or a context beyond what ws holds) one block folds its row's chunks itself. Both
  * paths give the same bits, so a row's result depends on nothing but the row.
+ * Rows with st->grouped set (prefill chunks) go to the tensor cores instead where the cache
+ * is BF16, head_dim is 64, 128 or 256 and 64 % (nq / nkv) == 0 (kernels/attention-flash.cu:
+ * keys in blocks of 32 from key 0, Q and P split into BF16 halves; its own fixed order, so
+ * again a row's result depends on nothing but the row and its sequence).
  * ws: ck_attention_ws_bytes(T, nq, hd, max_ctx) bytes of device memory for steps of at
  * most T rows and positions below max_ctx, or NULL; it holds at most 8192 row-chunks of
  * partials (rows beyond that are done in several passes over ws, in stream order). */

@@ -15,7 +15,7 @@
 #include <string.h>
 
 #define SK_WARPS 8
-#define SK_STEPS 4 /* steps loaded ahead per warp */
+#define SK_STEPS 8 /* steps loaded ahead per warp: 512 contiguous bytes of each of its rows */
 
 struct skinny_args {
 	const float *x;
@@ -145,13 +145,14 @@ static __global__ void __launch_bounds__(SK_WARPS * 32) k_skinny(struct skinny_a
 }
 
 /* Slices of k per 16-row tile: enough tiles x slices to keep every multiprocessor streaming
- * (~2k warps), each slice at least 8 steps. From n and k alone. */
+ * (~4k warps, few round trips each), each slice at least SK_STEPS steps. From n and k
+ * alone. */
 int lin_mma_slices(uint64_t n, uint64_t k)
 {
 	const uint64_t tiles = (n + 15) / 16, nsteps = k / MMA_STEP;
 	int ks = 1;
 
-	while (ks < SK_WARPS && tiles * (uint64_t)ks < 2048 && nsteps / (uint64_t)(2 * ks) >= 8)
+	while (ks < SK_WARPS && tiles * (uint64_t)ks < 4096 && nsteps >= (uint64_t)(2 * ks * SK_STEPS))
 		ks *= 2;
 	return ks;
 }

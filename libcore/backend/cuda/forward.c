@@ -97,6 +97,7 @@ static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_
 		const struct cu_state *cs = it->seq->state;
 		const bool big = it->n >= CK_GROUPED_MIN_ROWS;
 		st->n_grouped += big ? it->n : 0;
+		st->max_item_n = CAPY_MAX(st->max_item_n, it->n);
 		for (uint64_t t = 0; t < it->n; t++) {
 			grouped[it->t0 + t] = big;
 			ids[it->t0 + t] = it->tokens[t];
