@@ -166,6 +166,11 @@ int ck_swiglu(const float *act, uint64_t rows, uint64_t I, float *out, void *str
 /* x[i] += y[i] for i < n. */
 int ck_add(float *x, const float *y, uint64_t n, void *stream);
 
+/* ck_add(x, add, rows * n) then ck_rmsnorm(x, n, w1p, n, y, n, rows, n, n, eps) in one launch,
+ * the same bits (the residual add and the next norm of a decode step). */
+int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
+		   void *stream);
+
 /* out[t][h * hd + i] = att[t][h * hd + i] * sigmoid(qg[t][h * 2 hd + hd + i]): the attention
  * output gate (q_proj gives per head [query | gate]). */
 int ck_attn_gate(const float *att, const float *qg, uint64_t T, uint64_t nq, uint64_t hd, float *out,

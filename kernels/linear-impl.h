@@ -44,6 +44,9 @@ struct lin_act {
 	/* Instead of qa and sa: each quantized value as the BF16 that holds 2*e2m1 * Sa exactly,
 	 * [nparts][m][k] (the grouped experts' activations, moe-grouped.cu). */
 	uint16_t *xb;
+	/* The rows to quantize are [gate | up] rows of 2k values and the input is their SwiGLU
+	 * (lin_quantize's ldx is then 2k): the experts' down input without its own pass. */
+	bool swiglu;
 	/* Only rows i with sel[i / sel_div] == sel_val (sel NULL: every row), for quantizing
 	 * and for lin_nvfp4: the slots of a step split between the exact and grouped experts. */
 	const uint8_t *sel;

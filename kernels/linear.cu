@@ -90,6 +90,7 @@ struct lin_act lin_act_carve(const struct lin_mat *w, uint64_t m, void *ws)
 	a.gs = (float *)p;
 	a.m = m;
 	a.xb = NULL;
+	a.swiglu = false;
 	a.sel = NULL;
 	a.sel_div = 1;
 	a.sel_val = 0;
@@ -130,7 +131,18 @@ static __device__ __forceinline__ int e2m1_a(float x)
 	return x < 0 ? -mag : mag;
 }
 
+/* Element j of the row to quantize: x itself, or (swiglu) silu(gate) * up of a [gate | up] row
+ * of 2k values, exactly as moe.cu's k_swiglu computes it (so fusing the two changes no bits). */
+static __device__ __forceinline__ float quant_in(const float *xr, uint64_t j, uint64_t k, bool swiglu)
+{
+	if (!swiglu)
+		return xr[j];
+	const float g = xr[j], u = xr[k + j];
+	return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, cpu_expf(-g))), u);
+}
+
 #define QTHREADS 128
+#define QSWIGLU_MAX 2048 /* SwiGLU rows up to this long keep their values in shared memory */
 
 /* One block per (row i, part p): the row's amax and Inf/NaN flag (needed for the dynamic
  * scale), then one thread per 16-block. */
@@ -149,9 +161,15 @@ static __global__ void __launch_bounds__(QTHREADS)
 	float amax = 0, is, gs, inv_gs;
 	int bad = 0;
 
+	/* SwiGLU rows: each value computed once, kept in shared memory for the blocks below. */
+	__shared__ float s_x[QSWIGLU_MAX];
+	const bool keep = a.swiglu && k <= QSWIGLU_MAX;
+
 	/* fmaxf is exact and ignores NaN, so any order gives the CPU's row amax. */
 	for (uint64_t j = tid; j < k; j += QTHREADS) {
-		float v = xr[j];
+		float v = quant_in(xr, j, k, a.swiglu);
+		if (keep)
+			s_x[j] = v;
 		bad |= !isfinite(v);
 		amax = fmaxf(amax, fabsf(v));
 	}
@@ -183,12 +201,11 @@ static __global__ void __launch_bounds__(QTHREADS)
 		a.gs[row] = (bad || !isfinite(gs)) ? __uint_as_float(0x7fc00000) : gs;
 
 	for (uint64_t b = tid; b < nb; b += QTHREADS) {
-		const float *blk = xr + b * 16;
 		float v[16], bam = 0, s, t, os;
 		uint32_t sc, word[4] = { 0, 0, 0, 0 };
 		int32_t si;
 		for (int e = 0; e < 16; e++) {
-			v[e] = blk[e];
+			v[e] = keep ? s_x[b * 16 + e] : quant_in(xr, b * 16 + e, k, a.swiglu);
 			bam = fmaxf(bam, fabsf(v[e]));
 		}
 		s = __fmul_rn(gs, __fmul_rn(bam, sixth));
@@ -247,16 +264,21 @@ static __device__ __forceinline__ float nv_finish(long long acc, float s2, float
 
 /* VEC 2: two blocks per lane step (16-byte code loads); 1: one block (8 bytes); 0: one block
  * read byte by byte (codes not 8-byte aligned). */
-template <int MT, int VEC>
+/* RPW weight rows per warp, 32 / RPW lanes each (short rows: a warp per row would leave most
+ * lanes one block and the warp's fixed costs for very few bytes); the integer sums are exact,
+ * so how the lanes share a row changes no bits. */
+template <int MT, int VEC, int RPW>
 static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, struct lin_act a, float *y, uint64_t ldy)
 {
-	constexpr int BPL = VEC == 2 ? 2 : 1;
-	const int lane = threadIdx.x & 31;
-	const uint64_t r = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5);
+	constexpr int BPL = VEC == 2 ? 2 : 1, LPR = 32 / RPW;
+	const int lane = threadIdx.x & 31, sl = lane % LPR;
+	const uint64_t wr = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5), r0 = wr * RPW;
+	const uint64_t rr = r0 + (uint64_t)(lane / LPR), r = rr < w.n ? rr : w.n - 1;
+	const bool live = rr < w.n;
 	const uint64_t k = w.k, nb = k / 16, m = a.m, ngroups = (m + MT - 1) / MT, units = nb / BPL;
 	uint32_t p = 0;
 
-	if (r >= w.n)
+	if (r0 >= w.n)
 		return; /* a whole warp: nothing below synchronizes the block */
 	while (p + 1 < w.nparts && r >= w.part_end[p])
 		p++;
@@ -271,7 +293,7 @@ static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, stru
 		for (int i = 0; i < MT; i++)
 			acc[i] = 0;
 #pragma unroll 2
-		for (uint64_t u = lane; u < units; u += 32) {
+		for (uint64_t u = sl; u < units; u += LPR) {
 			uint32_t cw[2 * BPL], wv[4 * BPL];
 			int32_t sw[BPL];
 			if (VEC == 2) {
@@ -311,9 +333,9 @@ static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, stru
 			}
 		}
 		for (int i = 0; i < MT; i++)
-			for (int off = 16; off; off >>= 1)
+			for (int off = LPR / 2; off; off >>= 1)
 				acc[i] += __shfl_xor_sync(FULL, acc[i], off);
-		if (lane == 0) {
+		if (sl == 0 && live) {
 			const float s2 = ((const float *)(rec + w.globals_off))[p];
 			for (int i = 0; i < MT; i++)
 				if (i0 + i < m)
@@ -328,16 +350,21 @@ static void launch_nvfp4(int mt, dim3 grid, const struct lin_mat *w, const struc
 {
 	switch (mt) {
 	case 1:
-		k_nvfp4<1, VEC><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		if (w->k / 16 <= 64) { /* rows of at most 64 blocks: 4 to a warp */
+			grid.x = (unsigned)((w->n + 4 * WARPS - 1) / (4 * WARPS));
+			k_nvfp4<1, VEC, 4><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		} else {
+			k_nvfp4<1, VEC, 1><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		}
 		break;
 	case 2:
-		k_nvfp4<2, VEC><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		k_nvfp4<2, VEC, 1><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
 		break;
 	case 4:
-		k_nvfp4<4, VEC><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		k_nvfp4<4, VEC, 1><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
 		break;
 	default:
-		k_nvfp4<8, VEC><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		k_nvfp4<8, VEC, 1><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
 		break;
 	}
 }

@@ -348,6 +348,13 @@ extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struc
 	} else if ((rc = lin_plain(&gu, x, k, S, m.act, 2 * I, st))) {
 		return rc;
 	}
+	if (dn.dtype == CK_NVFP4 && !n_grouped) { /* decode: SwiGLU inside the quantization */
+		struct lin_act a = lin_act_carve(&dn, S, m.q);
+		a.swiglu = true;
+		if ((rc = lin_quantize(&dn, m.act, 2 * I, 1, &a, st)))
+			return rc;
+		return lin_nvfp4(&dn, &a, out, H, st);
+	}
 	k_swiglu<<<(unsigned)((S * I + 255) / 256), 256, 0, st>>>(m.act, S, I, m.h);
 	if ((rc = ck_launched()))
 		return rc;

@@ -21,19 +21,29 @@ __global__ void embed_kernel(const void *table, int dt, const int32_t *ids, uint
 
 // One block per (row, group): the sum of squares in a fixed tree, then the scaling. The
 // weights are indexed by the value's place in the row (per_value) or in its group.
-__global__ void rmsnorm_kernel(const float *x, uint64_t xs, const float *w, bool per_value, float *y, uint64_t ys,
-			       uint32_t group, float eps)
+/* ADD: x += add first (the residual add, as add_kernel), then the norm of the sum; each thread
+ * reads back only what it wrote. The same reduction either way, so add then norm in one
+ * launch gives the bits of ck_add then ck_rmsnorm. */
+template <bool ADD>
+__global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const float *w, bool per_value, float *y,
+			       uint64_t ys, uint32_t group, float eps)
 {
 	__shared__ float red[1024 / 32];
 	uint64_t r = blockIdx.x;
 	uint32_t g0 = blockIdx.y * group;
-	const float *xr = x + r * xs + g0;
+	float *xr = x + r * xs + g0;
 	const float *wr = per_value ? w + g0 : w;
 	float *yr = y + r * ys + g0;
 	float ss = 0;
 
-	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x)
-		ss = __fadd_rn(ss, __fmul_rn(xr[i], xr[i]));
+	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x) {
+		float v = xr[i];
+		if (ADD) {
+			v = __fadd_rn(v, add[r * xs + g0 + i]);
+			xr[i] = v;
+		}
+		ss = __fadd_rn(ss, __fmul_rn(v, v));
+	}
 	ss = ck_block_sum(ss, red);
 	float rs = 1.0f / sqrtf(ss / (float)group + eps);
 	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x)
@@ -205,17 +215,37 @@ int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T
 	return ck_launched();
 }
 
+/* Threads per row from the group alone: the block sum's order (and so the bits) must not
+ * depend on how many rows the step has. Wide blocks for long groups, so one decode row is not
+ * a long chain on one multiprocessor. */
+static unsigned norm_threads(uint64_t group)
+{
+	return group >= 4096 ? 1024 : group >= 1024 ? 512 : CK_BLOCK;
+}
+
 int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float *y, uint64_t ys, uint64_t rows,
 	       uint64_t n, uint64_t group, float eps, void *stream)
 {
 	if (!rows)
 		return 0;
-	/* Few rows (decode): wide blocks, so one row is not a long chain on one multiprocessor. */
-	unsigned threads = rows * (n / group) >= 64 ? CK_BLOCK : group >= 4096 ? 1024 : group >= 1024 ? 512 : CK_BLOCK;
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
-		rmsnorm_kernel<<<dim3((unsigned)nr, (unsigned)(n / group)), threads, 0, (cudaStream_t)stream>>>(
-			x + r0 * xs, xs, w1p, wn == n && n != group, y + r0 * ys, ys, (uint32_t)group, eps);
+		rmsnorm_kernel<false><<<dim3((unsigned)nr, (unsigned)(n / group)), norm_threads(group), 0,
+					(cudaStream_t)stream>>>((float *)x + r0 * xs, xs, NULL, w1p, wn == n && n != group,
+								y + r0 * ys, ys, (uint32_t)group, eps);
+	}
+	return ck_launched();
+}
+
+int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
+		   void *stream)
+{
+	if (!rows)
+		return 0;
+	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
+		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
+		rmsnorm_kernel<true><<<dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream>>>(
+			x + r0 * n, n, add + r0 * n, w1p, true, y + r0 * n, n, (uint32_t)n, eps);
 	}
 	return ck_launched();
 }

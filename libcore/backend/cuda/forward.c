@@ -260,6 +260,8 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 	int rc;
 
 	TRY(ck_embed(e->embed, e->embed_dtype, e->step.ids, T, H, hc, s->x, st), "embedding");
+	if (!q4)
+		TRY(ck_rmsnorm(s->x, H, e->layers[0].in_norm, H, s->xn, H, T, H, H, eps, st), "input norm");
 	for (uint64_t i = 0; i < c->n_layers; i++) {
 		const struct cu_layer *l = &e->layers[i];
 		const float *in = s->xn;
@@ -269,9 +271,7 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 			if ((rc = cu_hc_mix(e, &l->hc_attn, s->x, T, s->blk, s->inj, err)) < 0)
 				return rc;
 			in = s->blk;
-		} else {
-			TRY(ck_rmsnorm(s->x, H, l->in_norm, H, s->xn, H, T, H, H, eps, st), "input norm");
-		}
+		} /* else the input norm is done: after the embedding, or with the last residual add */
 		rc = l->h->type == CAPY_LAYER_LINEAR ? cu_gdn(e, l, in, s->out, err) : cu_attention(e, l, in, s->out, err);
 		if (rc < 0)
 			return rc;
@@ -280,13 +280,15 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 			if ((rc = cu_hc_mix(e, &l->hc_mlp, s->x, T, s->blk, s->inj, err)) < 0)
 				return rc;
 		} else {
-			TRY(ck_add(s->x, s->out, T * H, st), "residual");
-			TRY(ck_rmsnorm(s->x, H, l->post_norm, H, s->xn, H, T, H, H, eps, st), "post norm");
+			TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
 		}
 		if ((rc = cu_ffn(e, l, in, s->out, err)) < 0)
 			return rc;
 		if (q4)
 			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
+		else if (i + 1 < c->n_layers)
+			TRY(ck_add_rmsnorm(s->x, s->out, e->layers[i + 1].in_norm, s->xn, T, H, eps, st),
+			    "residual and input norm");
 		else
 			TRY(ck_add(s->x, s->out, T * H, st), "residual");
 	}

@@ -1,0 +1,62 @@
+#!/usr/bin/env bash
+# bench/llama-side-by-side.sh - capy and llama.cpp on one checkpoint, on the same GPU in the
+# same run, alternating (issue 8's comparison; docs/perf.md records the results).
+#
+#   LLAMA_SRC=DIR bench/llama-side-by-side.sh WORK prepare   # build llama.cpp, write and convert
+#   LLAMA_SRC=DIR bench/llama-side-by-side.sh WORK run [N]   # N alternating rounds (default 2)
+#
+# LLAMA_SRC is a llama.cpp source tree from a fetched snapshot (never committed; the device
+# machine gets it as a tarball under the ignored .peer/). `prepare` builds llama-bench and
+# llama-batched-bench for sm_90 (CUDA on; server, UI, curl and OpenSSL off) in the background
+# while bench/make-checkpoint.py writes the Qwen3.5-MoE shape (8 layers, hidden 2048, 256
+# experts top-8 + shared expert, routed experts NVFP4 in ModelOpt's layout, the rest BF16),
+# then both engines convert that one checkpoint without re-quantizing: capy-convert to
+# WORK/m.capy, convert_hf_to_gguf.py --outtype bf16 to WORK/m.gguf (NVFP4 stays NVFP4).
+# `run` times, per round: capy step-bench (prefill 4096 and 16384, decode batch 1 and 8 after a
+# 16-token prompt), llama-bench (pp4096, pp16384, tg128; flash attention, all layers on the
+# GPU, micro-batches 512 and 2048) and llama-batched-bench (16-token prompts, 128 tokens, 1
+# and 8 parallel sequences). CAPY_BIN / CAPY_BENCH_BIN name capy's bin/ and bench/.
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+work=${1:?WORK}
+what=${2:?prepare or run}
+src=${LLAMA_SRC:?LLAMA_SRC: a llama.cpp source tree}
+bin=${CAPY_BIN:-$root/build/bin}
+benchbin=${CAPY_BENCH_BIN:-$root/build/bench}
+lb=$work/llama-build/bin
+mkdir -p "$work"
+if [ "$what" = prepare ]; then
+	(cmake -S "$src" -B "$work/llama-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+		-DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_WEBUI=OFF \
+		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
+		>"$work/llama-cmake.log" 2>&1 &&
+		cmake --build "$work/llama-build" -j"$(nproc)" --target llama-bench llama-batched-bench \
+			>"$work/llama-build.log" 2>&1
+	 echo $? >"$work/llama-build.rc") &
+	t=$(date +%s)
+	[ -f "$work/ck/config.json" ] || python3 "$root/bench/make-checkpoint.py" "$work/ck" --layers 8 --experts 256 \
+		--top-k 8 --nvfp4-experts
+	echo "# checkpoint: $(du -sh "$work/ck" | cut -f1) in $(($(date +%s) - t)) s"
+	t=$(date +%s)
+	[ -f "$work/m.capy" ] || "$bin/capy-convert" -q "$work/ck" -o "$work/m.capy"
+	echo "# capy-convert: $(($(date +%s) - t)) s"
+	t=$(date +%s)
+	[ -f "$work/m.gguf" ] || python3 "$src/convert_hf_to_gguf.py" "$work/ck" --outfile "$work/m.gguf" --outtype bf16 \
+		>"$work/llama-convert.log" 2>&1 || { tail -20 "$work/llama-convert.log"; exit 1; }
+	echo "# convert_hf_to_gguf.py: $(($(date +%s) - t)) s"
+	wait
+	echo "# llama.cpp build: exit $(cat "$work/llama-build.rc")"
+	[ "$(cat "$work/llama-build.rc")" = 0 ] || { tail -30 "$work/llama-build.log"; exit 1; }
+	ls -la "$work"/m.* "$lb"/llama-bench "$lb"/llama-batched-bench
+	exit 0
+fi
+rounds=${3:-2}
+for r in $(seq "$rounds"); do
+	echo "### round $r: capy"
+	"$benchbin/step-bench" "$work/m.capy" --device cuda --prefill 4096,16384 --batch 1,8 --decode 128
+	echo "### round $r: llama.cpp llama-bench"
+	"$lb/llama-bench" -m "$work/m.gguf" -ngl 99 -fa 1 -ub 512,2048 -b 2048 -p 4096,16384 -n 128 -r 3
+	echo "### round $r: llama.cpp llama-batched-bench"
+	"$lb/llama-batched-bench" -m "$work/m.gguf" -ngl 99 -fa on -c 4096 -npp 16 -ntg 128 -npl 1,8 2>&1 |
+		grep -E "^\|" || true
+done
