@@ -11,7 +11,8 @@
 # while bench/make-checkpoint.py writes the Qwen3.5-MoE shape (8 layers, hidden 2048, 256
 # experts top-8 + shared expert, routed experts NVFP4 in ModelOpt's layout, the rest BF16),
 # then both engines convert that one checkpoint without re-quantizing: capy-convert to
-# WORK/m.capy, convert_hf_to_gguf.py --outtype bf16 to WORK/m.gguf (NVFP4 stays NVFP4).
+# WORK/m.capy, convert_hf_to_gguf.py --outtype bf16 --no-mtp to WORK/m.gguf (NVFP4 stays NVFP4; the checkpoint
+# has no MTP head).
 # `run` times, per round: capy step-bench (prefill 4096 and 16384, decode batch 1 and 8 after a
 # 16-token prompt), llama-bench (pp4096, pp16384, tg128; flash attention, all layers on the
 # GPU, micro-batches 512 and 2048) and llama-batched-bench (16-token prompts, 128 tokens, 1
@@ -37,11 +38,14 @@ if [ "$what" = prepare ]; then
 	[ -f "$work/ck/config.json" ] || python3 "$root/bench/make-checkpoint.py" "$work/ck" --layers 8 --experts 256 \
 		--top-k 8 --nvfp4-experts
 	echo "# checkpoint: $(du -sh "$work/ck" | cut -f1) in $(($(date +%s) - t)) s"
+	# convert_hf_to_gguf.py knows tokenizers by a hash of their output: give both engines a real
+	# Qwen3 tokenizer.json (TOKENIZER_DIR) when the fixture's is not one it recognizes
+	[ -z "${TOKENIZER_DIR:-}" ] || cp "$TOKENIZER_DIR"/tokenizer.json "$TOKENIZER_DIR"/tokenizer_config.json "$work/ck/"
 	t=$(date +%s)
-	[ -f "$work/m.capy" ] || "$bin/capy-convert" -q "$work/ck" -o "$work/m.capy"
+	[ -f "$work/m.capy" ] || "$bin/capy-convert" -q --model "$work/ck" --out "$work/m.capy"
 	echo "# capy-convert: $(($(date +%s) - t)) s"
 	t=$(date +%s)
-	[ -f "$work/m.gguf" ] || python3 "$src/convert_hf_to_gguf.py" "$work/ck" --outfile "$work/m.gguf" --outtype bf16 \
+	[ -f "$work/m.gguf" ] || python3 "$src/convert_hf_to_gguf.py" "$work/ck" --outfile "$work/m.gguf" --outtype bf16 --no-mtp \
 		>"$work/llama-convert.log" 2>&1 || { tail -20 "$work/llama-convert.log"; exit 1; }
 	echo "# convert_hf_to_gguf.py: $(($(date +%s) - t)) s"
 	wait

@@ -14,7 +14,9 @@
 
 #include <string.h>
 
-#define SK_WARPS 8
+#define SK_WARPS 8  /* warps per block, or KS where more slices than that share a tile */
+#define SK_MAX_KS 32
+#define SK_BW(KS) ((KS) > SK_WARPS ? (KS) : SK_WARPS)
 #define SK_STEPS 8 /* steps loaded ahead per warp: 512 contiguous bytes of each of its rows */
 
 struct skinny_args {
@@ -53,11 +55,11 @@ static __device__ __forceinline__ uint4 sk_ldw(const uint8_t *p)
 }
 
 template <int NB, int KS>
-static __global__ void __launch_bounds__(SK_WARPS * 32) k_skinny(struct skinny_args a)
+static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_args a)
 {
-	__shared__ float part[KS > 1 ? SK_WARPS : 1][NB][4][32];
+	__shared__ float part[KS > 1 ? SK_BW(KS) : 1][NB][4][32];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, slice = warp % KS;
-	const uint64_t tile = (uint64_t)blockIdx.x * (SK_WARPS / KS) + (uint64_t)(warp / KS);
+	const uint64_t tile = (uint64_t)blockIdx.x * (SK_BW(KS) / KS) + (uint64_t)(warp / KS);
 	const uint64_t k = a.k, nsteps = k / MMA_STEP;
 	const uint64_t s0 = nsteps * (uint64_t)slice / KS, s1 = nsteps * (uint64_t)(slice + 1) / KS;
 	const uint8_t *w = a.w[0];
@@ -103,18 +105,20 @@ static __global__ void __launch_bounds__(SK_WARPS * 32) k_skinny(struct skinny_a
 		if (live) {
 			uint64_t s = s0;
 			for (; s + SK_STEPS <= s1; s += SK_STEPS) {
+				/* decode (one tile of 8 rows) in blocks of 8 warps: the group's activations
+				 * loaded with its weights, so no step waits on an L2 round trip of its own
+				 * (wider blocks cannot spare the registers) */
+				constexpr bool PF = NB == 1 && KS <= SK_WARPS;
 				uint4 A[SK_STEPS], B[SK_STEPS];
-				float4 X[NB == 1 ? SK_STEPS : 1][2];
+				float4 X[PF ? SK_STEPS : 1][2];
 #pragma unroll
 				for (int u = 0; u < SK_STEPS; u++) {
 					A[u] = va ? sk_ldw(wa + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
 					B[u] = vb ? sk_ldw(wb + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
-					/* decode (one tile of 8 rows): the group's activations too, so no step
-					 * waits on an L2 round trip of its own */
-					if (NB == 1) {
+					if (PF) {
 						const float4 z = make_float4(0, 0, 0, 0);
-						X[NB == 1 ? u : 0][0] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP) : z;
-						X[NB == 1 ? u : 0][1] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP + 4) : z;
+						X[PF ? u : 0][0] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP) : z;
+						X[PF ? u : 0][1] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP + 4) : z;
 					}
 				}
 #pragma unroll
@@ -122,8 +126,8 @@ static __global__ void __launch_bounds__(SK_WARPS * 32) k_skinny(struct skinny_a
 #pragma unroll
 					for (int nb = 0; nb < NB; nb++) {
 						uint32_t hi[4], lo[4];
-						if (NB == 1) {
-							const float4 a = X[NB == 1 ? u : 0][0], b = X[NB == 1 ? u : 0][1];
+						if (PF) {
+							const float4 a = X[PF ? u : 0][0], b = X[PF ? u : 0][1];
 							const float f[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
 							mma_split8(f, hi, lo);
 						} else {
@@ -179,7 +183,7 @@ int lin_mma_slices(uint64_t n, uint64_t k)
 	const uint64_t tiles = (n + 15) / 16, nsteps = k / MMA_STEP;
 	int ks = 1;
 
-	while (ks < SK_WARPS && tiles * (uint64_t)ks < 4096 && nsteps >= (uint64_t)(2 * ks * SK_STEPS))
+	while (ks < SK_MAX_KS && tiles * (uint64_t)ks < 4096 && nsteps >= (uint64_t)(2 * ks * SK_STEPS))
 		ks *= 2;
 	return ks;
 }
@@ -210,16 +214,23 @@ static void launch_skinny_nb(int ks, dim3 grid, const struct skinny_args *a, cud
 	case 4:
 		k_skinny<NB, 4><<<grid, SK_WARPS * 32, 0, st>>>(*a);
 		break;
-	default:
+	case 8:
 		k_skinny<NB, 8><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		break;
+	case 16: /* more slices than a block of 8 warps: NB 1 only (launch_skinny) */
+		k_skinny<1, 16><<<grid, 16 * 32, 0, st>>>(*a);
+		break;
+	default:
+		k_skinny<1, 32><<<grid, 32 * 32, 0, st>>>(*a);
 		break;
 	}
 }
 
 static int launch_skinny(const struct skinny_args *a, int ks, cudaStream_t st)
 {
-	const int nb = a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
-	const uint64_t tiles = a->tile_end[a->nmat - 1], gx = (tiles * (uint64_t)ks + SK_WARPS - 1) / SK_WARPS;
+	/* Tokens per pass: a speed choice only (an element's chain does not depend on it). */
+	const int nb = ks > SK_WARPS || a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
+	const uint64_t bw = SK_BW(ks), tiles = a->tile_end[a->nmat - 1], gx = (tiles * (uint64_t)ks + bw - 1) / bw;
 	const uint64_t ngroups = (a->m + 8 * (uint64_t)nb - 1) / (8 * (uint64_t)nb), want = (4 * 132 + gx - 1) / gx;
 	uint64_t gy = ngroups < want ? ngroups : want;
 
