@@ -221,8 +221,9 @@ static const uint64_t ms[] = { 1, 2, 3, 8, 17, 64, 300 };
 
 static void test_plain(void)
 {
-	static const uint64_t shapes[][2] = { { 64, 64 }, { 100, 67 }, { 96, 256 }, { 40, 136 },
-					      { 1024, 2048 }, { 2048, 512 }, { 8200, 2048 } };
+	/* the last two: 16 and 32 slices of k per tile (the hyper-connection mixers' shapes) */
+	static const uint64_t shapes[][2] = { { 64, 64 },     { 100, 67 },   { 96, 256 },  { 40, 136 }, { 1024, 2048 },
+					      { 2048, 512 },  { 8200, 2048 }, { 32, 4096 },  { 16, 16384 } };
 
 	for (int dt = CK_F32; dt <= CK_BF16; dt++)
 		for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
