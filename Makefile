@@ -82,6 +82,7 @@ LIBCORE_OBJS += libcore/engine/seq.o
 LIBCORE_OBJS += libcore/model/assets.o
 LIBCORE_OBJS += libcore/model/config.o
 LIBCORE_OBJS += libcore/model/weights.o
+LIBCORE_OBJS += libcore/offload/expert-cache.o
 LIBCORE_OBJS += libcore/quant/floats.o
 LIBCORE_OBJS += libcore/quant/nvfp4.o
 LIBCORE_OBJS += libcore/sample/sample.o
@@ -166,6 +167,7 @@ PROGRAMS += capy-shortlist
 UNIT_TESTS += u-api
 UNIT_TESTS += u-artifact
 UNIT_TESTS += u-engine
+UNIT_TESTS += u-expert-cache
 UNIT_TESTS += u-http
 UNIT_TESTS += u-linear
 UNIT_TESTS += u-nvfp4
@@ -196,6 +198,7 @@ CUDA_TESTS += u-cuda-linear
 CUDA_TESTS += u-cuda-attention
 
 
+BENCHES += expert-cache-bench
 BENCHES += linear-bench
 BENCHES += step-bench
 BENCHES += tokenizer-bench

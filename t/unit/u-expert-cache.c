@@ -1,0 +1,240 @@
+/* u-expert-cache.c - the expert cache's policy (libcore/offload/expert-cache.h): filling free
+ * slots, decayed scores, the hysteresis margin, the swap budget, ties, shrinking, the
+ * counters, and the heap implementation against a plain linear-scan model of the same rules
+ * on random skewed traces, swap for swap. */
+#include "test.h"
+#include "offload/expert-cache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static struct capy_expert_cache *make(uint32_t layers, uint32_t experts, uint64_t slots, double hl, double margin,
+				      uint32_t max_swaps)
+{
+	struct capy_expert_cache *c = NULL;
+	struct capy_err err = { 0 };
+	struct capy_expert_cache_params p = { layers, experts, slots, hl, margin, max_swaps };
+
+	CHECK_MSG(capy_expert_cache_new(&c, &p, &err) == 0, "%s", err.msg);
+	return c;
+}
+
+/* One step of one layer routing the given experts, then the step's end. */
+static uint64_t step1(struct capy_expert_cache *c, uint32_t layer, const int32_t *ids, uint64_t n,
+		      struct capy_expert_swap *sw, uint64_t cap)
+{
+	capy_expert_cache_route(c, layer, ids, n);
+	return capy_expert_cache_step(c, sw, cap);
+}
+
+static void test_fill_and_hits(void)
+{
+	struct capy_expert_cache *c = make(2, 8, 3, 64, 1.25, 0);
+	struct capy_expert_swap sw[8];
+	struct capy_expert_cache_stats st;
+	const int32_t a[] = { 1, 5, 1, 99, -1 }; /* 99 and -1 are out of range: ignored */
+
+	CHECK(step1(c, 0, a, 5, sw, 8) == 2);
+	CHECK(sw[0].layer == 0 && sw[0].load == 1 && sw[0].evict == -1); /* used twice: hottest first */
+	CHECK(sw[1].load == 5 && sw[1].evict == -1);
+	CHECK(capy_expert_cache_resident(c, 0, 1) && capy_expert_cache_resident(c, 0, 5));
+	CHECK(!capy_expert_cache_resident(c, 1, 1) && !capy_expert_cache_resident(c, 0, 99));
+	const int32_t b[] = { 1, 2 };
+	/* layer 1's two, tied: the lower takes the last slot; the other is not 1.25x hotter than
+	 * the coldest resident (0, 5) */
+	CHECK(step1(c, 1, b, 2, sw, 8) == 1);
+	CHECK(sw[0].layer == 1 && sw[0].load == 1 && sw[0].evict == -1);
+	CHECK(capy_expert_cache_resident(c, 1, 1) && !capy_expert_cache_resident(c, 1, 2));
+	capy_expert_cache_stats(c, &st);
+	CHECK_MSG(st.hits == 0 && st.misses == 5 && st.steps == 2 && st.resident == 3, "hits %llu misses %llu",
+		  (unsigned long long)st.hits, (unsigned long long)st.misses);
+	const int32_t d[] = { 1, 5 };
+	step1(c, 0, d, 2, sw, 8);
+	capy_expert_cache_stats(c, &st);
+	CHECK(st.hits == 2 && st.misses == 5);
+	capy_expert_cache_free(c);
+}
+
+/* Full slots: a newcomer used once does not displace an expert used often; one used often
+ * enough does, and the one it displaces is the coldest. */
+static void test_margin_and_coldest(void)
+{
+	struct capy_expert_cache *c = make(1, 16, 2, 1000, 2.0, 0);
+	struct capy_expert_swap sw[4];
+	const int32_t hot[] = { 0, 0, 0, 0, 1, 1 }, once[] = { 7 }, many[] = { 9, 9, 9, 9, 9, 9, 9, 9, 9 };
+
+	step1(c, 0, hot, 6, sw, 4); /* 0 (4 uses) and 1 (2 uses) resident */
+	CHECK(step1(c, 0, once, 1, sw, 4) == 0);
+	CHECK(!capy_expert_cache_resident(c, 0, 7));
+	CHECK(step1(c, 0, many, 9, sw, 4) == 1);
+	CHECK_MSG(sw[0].load == 9 && sw[0].evict == 1, "loaded %d evicted %d", sw[0].load, sw[0].evict);
+	CHECK(capy_expert_cache_resident(c, 0, 0) && capy_expert_cache_resident(c, 0, 9));
+	capy_expert_cache_free(c);
+}
+
+/* Decay: many uses long ago lose to a few recent ones. */
+static void test_decay(void)
+{
+	struct capy_expert_cache *c = make(1, 8, 1, 2, 1.0, 0);
+	struct capy_expert_swap sw[2];
+	const int32_t old[] = { 3, 3, 3, 3, 3, 3, 3, 3 }, recent[] = { 4, 4 };
+
+	step1(c, 0, old, 8, sw, 2);
+	CHECK(capy_expert_cache_resident(c, 0, 3));
+	step1(c, 0, recent, 2, sw, 2); /* 8 vs 2 now: stays */
+	CHECK(capy_expert_cache_resident(c, 0, 3));
+	for (int i = 0; i < 10; i++) /* 20 steps of half-life 2: 8 * 2^-10 */
+		capy_expert_cache_step(c, NULL, 0);
+	CHECK(step1(c, 0, recent, 2, sw, 2) == 1 && sw[0].load == 4 && sw[0].evict == 3);
+	capy_expert_cache_free(c);
+}
+
+/* The copy budget and ties: at equal heat the lower index goes first. */
+static void test_budget_and_ties(void)
+{
+	struct capy_expert_cache *c = make(2, 8, 8, 64, 1.25, 2);
+	struct capy_expert_swap sw[8];
+	const int32_t ids[] = { 6, 2, 4 };
+
+	capy_expert_cache_route(c, 1, ids, 3);
+	capy_expert_cache_route(c, 0, ids, 1);
+	CHECK(capy_expert_cache_step(c, sw, 8) == 2);
+	CHECK_MSG(sw[0].layer == 0 && sw[0].load == 6 && sw[1].layer == 1 && sw[1].load == 2,
+		  "%u/%d then %u/%d", sw[0].layer, sw[0].load, sw[1].layer, sw[1].load);
+	CHECK(!capy_expert_cache_resident(c, 1, 4) && !capy_expert_cache_resident(c, 1, 6));
+	capy_expert_cache_free(c);
+}
+
+static void test_resize(void)
+{
+	struct capy_expert_cache *c = make(1, 8, 4, 64, 1.25, 0);
+	const int32_t ids[] = { 0, 0, 0, 0, 1, 1, 1, 2, 2, 3 };
+	struct capy_expert_cache_stats st;
+
+	step1(c, 0, ids, 10, NULL, 0);
+	CHECK(capy_expert_cache_resize(c, 2) == 2); /* 3 and 2 go, coldest first */
+	CHECK(capy_expert_cache_resident(c, 0, 0) && capy_expert_cache_resident(c, 0, 1));
+	CHECK(!capy_expert_cache_resident(c, 0, 2) && !capy_expert_cache_resident(c, 0, 3));
+	CHECK(capy_expert_cache_resize(c, 6) == 0);
+	const int32_t again[] = { 3 };
+	CHECK(step1(c, 0, again, 1, NULL, 0) == 1); /* a free slot again */
+	capy_expert_cache_stats(c, &st);
+	CHECK(st.evictions == 2 && st.resident == 3 && st.loads == 5);
+	capy_expert_cache_free(c);
+}
+
+/* --- the same rules by linear scans -------------------------------------------------------- */
+
+struct model {
+	uint32_t E;
+	uint64_t n, slots, t;
+	double hl, lm;
+	uint32_t max_swaps;
+	double *key;
+	uint32_t *uses;
+	bool *res;
+	uint64_t nres;
+};
+
+static bool m_colder(const struct model *m, uint64_t a, uint64_t b)
+{
+	return m->key[a] < m->key[b] || (m->key[a] == m->key[b] && a > b);
+}
+
+static uint64_t m_step(struct model *m, struct capy_expert_swap *sw)
+{
+	const double now = (double)m->t / m->hl;
+	uint64_t made = 0;
+	bool *cand = calloc(m->n, 1);
+
+	for (uint64_t x = 0; x < m->n; x++)
+		if (m->uses[x]) {
+			double s = m->key[x] == -INFINITY ? 0 : exp2(m->key[x] - now);
+			m->key[x] = log2(s + m->uses[x]) + now;
+			m->uses[x] = 0;
+			cand[x] = !m->res[x];
+		}
+	for (;;) {
+		int64_t best = -1, cold = -1;
+		for (uint64_t x = 0; x < m->n; x++)
+			if (cand[x] && (best < 0 || m_colder(m, (uint64_t)best, x)))
+				best = (int64_t)x;
+		if (best < 0 || (m->max_swaps && made >= m->max_swaps))
+			break;
+		cand[best] = false;
+		if (m->nres < m->slots) {
+			m->res[best] = true;
+			m->nres++;
+			sw[made++] = (struct capy_expert_swap){ (uint32_t)(best / m->E), (uint32_t)(best / m->E),
+								(int32_t)(best % m->E), -1 };
+			continue;
+		}
+		for (uint64_t x = 0; x < m->n; x++)
+			if (m->res[x] && (cold < 0 || m_colder(m, x, (uint64_t)cold)))
+				cold = (int64_t)x;
+		if (cold < 0 || !(m->key[best] > m->key[cold] + m->lm))
+			break;
+		m->res[cold] = false;
+		m->res[best] = true;
+		sw[made++] = (struct capy_expert_swap){ (uint32_t)(best / m->E), (uint32_t)(cold / m->E), (int32_t)(best % m->E),
+							(int32_t)(cold % m->E) };
+	}
+	free(cand);
+	m->t++;
+	return made;
+}
+
+static void test_against_model(void)
+{
+	enum { L = 6, E = 64, K = 4 };
+	const uint64_t slots[] = { 8, 40, 200 };
+	uint64_t rng = 0x9e3779b97f4a7c15ull, diff = 0, swaps_total = 0;
+
+	for (int si = 0; si < 3; si++) {
+		struct capy_expert_cache *c = make(L, E, slots[si], 16, 1.25, si == 1 ? 3 : 0);
+		struct model m = { E, (uint64_t)L * E, slots[si], 0, 16, log2(1.25), si == 1 ? 3 : 0, NULL, NULL, NULL, 0 };
+		struct capy_expert_swap a[512], b[512];
+		m.key = malloc(m.n * sizeof(double));
+		m.uses = calloc(m.n, sizeof(uint32_t));
+		m.res = calloc(m.n, sizeof(bool));
+		for (uint64_t x = 0; x < m.n; x++)
+			m.key[x] = -INFINITY;
+		for (int step = 0; step < 400; step++) {
+			for (uint32_t l = 0; l < (uint32_t)L; l++) {
+				int32_t ids[3 * K];
+				for (unsigned q = 0; q < 3 * K; q++) { /* skewed: the square of a uniform picks low ids */
+					rng ^= rng << 13;
+					rng ^= rng >> 7;
+					rng ^= rng << 17;
+					double u = (double)(rng >> 11) / 9007199254740992.0;
+					ids[q] = (int32_t)((double)E * u * u);
+					m.uses[(uint64_t)l * E + (uint64_t)ids[q]]++;
+				}
+				capy_expert_cache_route(c, l, ids, 3 * K);
+			}
+			uint64_t na = capy_expert_cache_step(c, a, 512), nb = m_step(&m, b);
+			swaps_total += na;
+			diff += na != nb || memcmp(a, b, na * sizeof(a[0])) != 0;
+			for (uint32_t l = 0; l < (uint32_t)L; l++)
+				for (uint32_t e = 0; e < (uint32_t)E; e++)
+					diff += capy_expert_cache_resident(c, l, e) != m.res[(uint64_t)l * E + e];
+		}
+		capy_expert_cache_free(c);
+		free(m.key);
+		free(m.uses);
+		free(m.res);
+	}
+	CHECK_MSG(diff == 0, "%llu differences from the linear-scan model", (unsigned long long)diff);
+	CHECK(swaps_total > 100); /* the traces do exercise replacement */
+}
+
+int main(void)
+{
+	RUN(test_fill_and_hits);
+	RUN(test_margin_and_coldest);
+	RUN(test_decay);
+	RUN(test_budget_and_ties);
+	RUN(test_resize);
+	RUN(test_against_model);
+	return test_summary();
+}
