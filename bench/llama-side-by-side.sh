@@ -17,6 +17,11 @@
 # 16-token prompt), llama-bench (pp4096, pp16384, tg128; flash attention, all layers on the
 # GPU, micro-batches 512 and 2048) and llama-batched-bench (16-token prompts, 128 tokens, 1
 # and 8 parallel sequences). CAPY_BIN / CAPY_BENCH_BIN name capy's bin/ and bench/.
+# TOKENIZER_DIR: a directory with a real Qwen3 tokenizer.json and tokenizer_config.json, copied
+# into the checkpoint before both conversions (convert_hf_to_gguf.py refuses tokenizers whose
+# pre-tokenizer hash it does not know, as the fixtures' is; the vocabulary changes no timing).
+# docs/perf.md's run: LLAMA_SRC=/dev/shm/llama.cpp TOKENIZER_DIR=.peer (the tarball and the
+# tokenizer carried to the device under the ignored .peer/).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:?WORK}
