@@ -1,0 +1,58 @@
+/* grammar.h - GBNF grammars (llama.cpp's syntax, so existing grammars work) compiled to a
+ * pushdown automaton that reads UTF-8 bytes: the first piece of structured output (issue 11).
+ *
+ *	struct capy_grammar *g;
+ *	struct capy_grammar_state *s;
+ *	capy_grammar_compile(text, len, "root", &g, &err);   // errors name line:column
+ *	capy_grammar_state_new(g, &s, &err);
+ *	size_t ok = capy_grammar_feed(s, bytes, n);          // bytes the grammar allows, in order
+ *	bool done = capy_grammar_accepting(s);              // a whole sentence so far
+ *
+ * Syntax: `name ::= alternatives` rules (a rule ends at a newline outside parentheses, and
+ * may continue on the next lines after `::=` or `|`), sequences of "literals" (escapes \n \r
+ * \t \\ \" \[ \] \xHH \uHHHH \UHHHHHHHH), [character classes] with ranges and [^negation],
+ * `.` (any character), rule names, ( groups ), and the repetitions * + ? {m} {m,} {m,n};
+ * `#` comments. Characters are Unicode code points; the automaton reads UTF-8 byte by byte
+ * and refuses a byte that no allowed character can start or continue. Refused when compiling,
+ * with the place: left recursion (the automaton expands rules depth first), a repetition of
+ * something that can match nothing (its empty matches would multiply), counts above 4096,
+ * more than 100000 rules (repetitions make rules), chains of rules more than 8192 deep.
+ * Limit: a state holds at most 65536 partial parses; a grammar ambiguous enough to need more
+ * (say `root ::= x root "!"?` with x able to match any text) refuses the byte that would. Such
+ * grammars also cost time growing with the input (the parses grow with it): llama.cpp's
+ * grammars and JSON ones stay at a few parses.
+ *
+ * The state is a set of stacks of grammar positions (each stack one way to have read the
+ * input so far), each stack's top a character class; reading a character keeps the stacks
+ * whose top admits it, with the top stepped past and its rules expanded again. */
+#ifndef CAPY_GRAMMAR_H
+#define CAPY_GRAMMAR_H
+
+#include "../util/err.h"
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+struct capy_grammar;
+struct capy_grammar_state;
+
+int capy_grammar_compile(const char *src, size_t len, const char *root, struct capy_grammar **out,
+			 struct capy_err *err);
+void capy_grammar_free(struct capy_grammar *g);
+
+int capy_grammar_state_new(const struct capy_grammar *g, struct capy_grammar_state **out, struct capy_err *err);
+void capy_grammar_state_free(struct capy_grammar_state *s);
+/* dst becomes a copy of src (same grammar). */
+int capy_grammar_state_copy(struct capy_grammar_state *dst, const struct capy_grammar_state *src,
+			    struct capy_err *err);
+
+/* Read bytes in order while the grammar allows them; returns how many it took. A refused byte
+ * leaves the state as it was before that byte. */
+size_t capy_grammar_feed(struct capy_grammar_state *s, const char *bytes, size_t n);
+/* The bytes read so far form a whole sentence (no partial UTF-8 character pending). */
+bool capy_grammar_accepting(const struct capy_grammar_state *s);
+/* Nothing can follow: the only way on is to stop (accepting) or there is none at all. */
+bool capy_grammar_finished(const struct capy_grammar_state *s);
+
+#endif
