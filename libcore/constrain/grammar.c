@@ -349,7 +349,8 @@ static int parse_sequence(struct parser *p, struct seq *s, bool nested)
 			}
 			p->pos++;
 			if (s->n - start != 1) { /* a repetition applies to the whole literal: make it a rule */
-				if (strchr("*+?{", peek(p) < 0 ? 0 : peek(p)) && peek(p) > 0) {
+				const int op = peek(p);
+				if (op > 0 && strchr("*+?{", op)) {
 					int64_t r = anon_rule(p, at);
 					struct seq *a;
 					if (r < 0 || !(a = add_alt(p, (uint32_t)r)))
@@ -890,13 +891,12 @@ static bool class_meets(const struct capy_grammar *g, const struct elem *e, uint
 int capy_grammar_state_new(const struct capy_grammar *g, struct capy_grammar_state **out, struct capy_err *err)
 {
 	struct capy_grammar_state *st = calloc(1, sizeof(*st));
-	bool ok;
+	bool ok = true;
 
 	*out = NULL;
 	if (!st)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	st->g = g;
-	ok = true;
 	for (uint32_t a = 0; ok && a < g->rule_nalts[g->root]; a++) {
 		st->wlen = 0;
 		ok = work_push(st, g->alt_start[g->rule_alt0[g->root] + a]) && expand(st, &st->cur);
@@ -1017,7 +1017,7 @@ static bool read_byte(struct capy_grammar_state *st, unsigned char b)
 		st->pend_left = 0;
 		return true;
 	}
-	if (!can_start(st, lo, hi) || (hi >= 0xd800 && lo <= 0xdfff && hi <= 0xdfff && lo >= 0xd800))
+	if (!can_start(st, lo, hi) || (lo >= 0xd800 && hi <= 0xdfff)) /* only surrogates left */
 		return false;
 	st->pend_cp = cp;
 	st->pend_left = left;

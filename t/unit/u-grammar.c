@@ -133,7 +133,6 @@ static void test_llama_grammars(void)
 static void test_syntax(void)
 {
 	struct capy_grammar *g;
-	bool whole;
 
 	if ((g = compile_str("root ::= [a]{2,3} \"b\"?"))) {
 		accepts(g, "{2,3}", "aa");
@@ -178,7 +177,6 @@ static void test_syntax(void)
 		capy_grammar_state_free(st);
 		capy_grammar_free(g);
 	}
-	(void)whole;
 }
 
 static void error_at(const char *src, const char *want)
