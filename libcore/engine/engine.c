@@ -174,8 +174,7 @@ uint64_t capy_engine_weight_bytes(const struct capy_engine *e)
 
 int capy_engine_reserve(struct capy_engine *e, uint64_t tokens, uint64_t sequences, struct capy_err *err)
 {
-	/* Each sequence's last page may be partly used. */
-	uint64_t n = (tokens + e->page_tokens - 1) / e->page_tokens + sequences;
+	uint64_t n = capy_kv_pages_needed(tokens, sequences, e->page_tokens);
 	int rc;
 
 	if (n > UINT32_MAX - 1)
@@ -194,6 +193,16 @@ void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size)
 		e->ops->describe(e, buf, size);
 	else
 		snprintf(buf, size, "%s, %d threads", e->ops->name, e->ops->threads(e));
+}
+
+bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size)
+{
+	if (size)
+		buf[0] = 0;
+	if (!e->ops->plan)
+		return false;
+	e->ops->plan(e, buf, size);
+	return true;
 }
 
 /* --- the page pool ------------------------------------------------------------------------ */
