@@ -97,6 +97,11 @@ int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
 	e->a = a;
 	if (opts)
 		e->opts = *opts;
+	if (capy_artifact_layout_only(a)) {
+		free(e);
+		return capy_err_set(err, CAPY_EINVAL, "'%s' holds no weights (capy-convert --layout-only): only --plan reads it",
+				    a->path);
+	}
 	dev = e->opts.device ? e->opts.device : "cpu";
 	if (!(e->ops = capy_backend_find(dev))) {
 		free(e);

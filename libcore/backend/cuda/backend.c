@@ -227,6 +227,15 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 			goto fail;
 		}
 	}
+	/* Taken so far: the plan's weights, small vectors and step buffers, to the byte (the
+	 * plan printed at start is what this engine allocates). */
+	if (e->device_bytes != e->plan.weights_all + e->plan.small + e->plan.scratch) {
+		rc = capy_err_set(err, CAPY_EUNSUPPORTED,
+				  "cuda: %" PRIu64 " bytes allocated, the memory plan says %" PRIu64
+				  " (libcore/offload/plan.c and the backend disagree)",
+				  e->device_bytes, e->plan.weights_all + e->plan.small + e->plan.scratch);
+		goto fail;
+	}
 	if (e->opts.gpu_mem && e->device_bytes > e->opts.gpu_mem) {
 		rc = capy_err_set(err, CAPY_ENOMEM,
 				  "cuda: the model needs %" PRIu64 " MiB of device memory (weights %" PRIu64
