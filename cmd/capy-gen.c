@@ -460,7 +460,7 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, "unexpected argument '%s'", argv[1]);
 	if (modes > 1)
 		capy_usage_error(usage, opts, "--tokenize, --detokenize and --render exclude each other");
-	if (!capy_engine_device_available(opt_device))
+	if (!capy_engine_device_available(opt_device) && !opt_plan) /* a plan needs no device */
 		capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &(struct capy_engine_opts){ 0 });
 	if (opt_tokenize)
 		return model ? tokenize(model) : (capy_usage_error(usage, opts, "--tokenize needs a model or tokenizer.json"), 2);
