@@ -175,6 +175,7 @@ UNIT_TESTS += u-http
 UNIT_TESTS += u-linear
 UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
+UNIT_TESTS += u-plan
 UNIT_TESTS += u-safetensors
 UNIT_TESTS += u-sample
 UNIT_TESTS += u-sched
