@@ -39,21 +39,15 @@ setup() {
 	export CAPY_MEMINFO=$BATS_FILE_TMPDIR/meminfo CAPY_MEMLOCK=unlimited
 }
 
-# The bytes column of the row named $2 in section $1 (device or host) of the plan in $output.
+# The bytes column (or with $3 = 1 the MiB column) of the row named $2 in section $1 (device
+# or host) of the plan in $output.
 row() {
-	printf '%s\n' "$output" | awk -v sec="$1" -v name="$2" '
+	printf '%s\n' "$output" | awk -v sec="$1" -v name="$2" -v col="${3:-2}" '
 		/^device memory/ { s = "device"; next }
 		/^host memory/ { s = "host"; next }
-		s == sec && substr($0, 1, 22) == sprintf("  %-20s", name) { split(substr($0, 23), f, " "); print f[2]; exit }'
+		s == sec && substr($0, 1, 22) == sprintf("  %-20s", name) { split(substr($0, 23), f, " "); print f[col]; exit }'
 }
-
-# The MiB column of that row.
-row_mib() {
-	printf '%s\n' "$output" | awk -v sec="$1" -v name="$2" '
-		/^device memory/ { s = "device"; next }
-		/^host memory/ { s = "host"; next }
-		s == sec && substr($0, 1, 22) == sprintf("  %-20s", name) { split(substr($0, 23), f, " "); print f[1]; exit }'
-}
+row_mib() { row "$1" "$2" 1; }
 
 # What the inspect JSON of $1 says: the non-expert device tensors' bytes (each range rounded
 # up to 256 bytes, the PLE n-gram tables left on the host), the experts, their bytes, the
