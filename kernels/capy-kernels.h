@@ -27,6 +27,11 @@
 extern "C" {
 #endif
 
+/* Launch each kernel allowed to overlap the end of the one before it (programmatic
+ * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
+ * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
+void ck_set_dependent_launch(int on);
+
 /* --- the step: token rows and batch items ------------------------------------------ */
 
 /* What every per-sequence kernel needs to know about a step, as device arrays the host

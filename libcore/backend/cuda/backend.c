@@ -130,6 +130,8 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	{
 		const char *g = getenv("CAPY_CUDA_GRAPHS");
 		e->no_graphs = g && !strcmp(g, "0");
+		const char *p = getenv("CAPY_CUDA_PDL");
+		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
 	}
 	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess) {
 		rc = cu_err(err, r, "opening the device");
