@@ -63,6 +63,8 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 		{ (void **)&s->rows, s->logits_rows * hh * 4 }, { (void **)&s->hid, s->logits_rows * H * 4 },
 		{ (void **)&s->logits, s->logits_rows * V * 4 }, { (void **)&s->row_idx, s->logits_rows * 4 },
 		{ &s->lin_ws, s->lin_ws_bytes },       { &s->moe_ws, s->moe_ws_bytes },
+		{ (void **)&s->smp_rows, s->logits_rows * sizeof(*s->smp_rows) },
+		{ (void **)&s->smp_out, s->logits_rows * sizeof(*s->smp_out) },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++) {
 		if ((rc = cudaMalloc(d[i].p, d[i].bytes ? d[i].bytes : 16)) != cudaSuccess)
@@ -72,11 +74,15 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 	}
 	if ((rc = cudaMallocHost((void **)&s->logits_host, s->logits_rows * V * 4)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->row_idx_host, s->logits_rows * 4)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->smp_rows_host, s->logits_rows * sizeof(*s->smp_rows))) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->smp_out_host, s->logits_rows * sizeof(*s->smp_out))) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->ple_host, (uint64_t)e->hw.n_ple * T * c->ple_embed_dim * 4 + 16)) != cudaSuccess)
 		return cu_err(err, rc, "allocating pinned host buffers");
 	s->row_dst = calloc(s->logits_rows, sizeof(*s->row_dst));
+	s->row_smp = calloc(s->logits_rows, sizeof(*s->row_smp));
+	s->row_tok = calloc(s->logits_rows, sizeof(*s->row_tok));
 	s->hist = calloc(16 + T, sizeof(*s->hist));
-	if (!s->row_dst || !s->hist)
+	if (!s->row_dst || !s->row_smp || !s->row_tok || !s->hist)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	return 0;
 }
@@ -85,15 +91,19 @@ static void free_scratch(struct cu_scratch *s)
 {
 	void *d[] = { s->x, s->xn, s->blk, s->out, s->inj, s->mix, s->tmp, s->big1, s->big2, s->big3, s->moe_out,
 		      s->moe_w, s->moe_ids, s->ple_emb, s->rows, s->hid, s->logits, s->row_idx, s->lin_ws, s->moe_ws,
-		      s->attn_ws, s->sel, s->meta_dev };
+		      s->attn_ws, s->sel, s->meta_dev, s->smp_rows, s->smp_out };
 
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++)
 		cudaFree(d[i]);
 	cudaFreeHost(s->logits_host);
 	cudaFreeHost(s->row_idx_host);
+	cudaFreeHost(s->smp_rows_host);
+	cudaFreeHost(s->smp_out_host);
 	cudaFreeHost(s->ple_host);
 	cudaFreeHost(s->meta_host);
 	free(s->row_dst);
+	free(s->row_smp);
+	free(s->row_tok);
 	free(s->hist);
 	memset(s, 0, sizeof(*s));
 }
@@ -249,4 +259,5 @@ const struct capy_backend_ops capy_backend_cuda = {
 	.state_copy = cu_state_copy,
 	.state_free = cu_state_free,
 	.step = cu_step,
+	.samples = true,
 };

@@ -75,6 +75,10 @@ struct cu_scratch {
 	int32_t *moe_ids, *row_idx;       /* row_idx: [logits_rows] rows whose logits a chunk computes */
 	int32_t *row_idx_host;            /* pinned staging of row_idx */
 	float **row_dst;                  /* host: where each of those rows' logits go */
+	struct capy_sampler **row_smp;    /* host: the sampler of each of those rows, or NULL */
+	int32_t **row_tok;                /* host: where its token goes */
+	struct ck_sample_row *smp_rows, *smp_rows_host; /* [logits_rows] device, pinned */
+	struct ck_sample_out *smp_out, *smp_out_host;   /* [logits_rows] device, pinned */
 	void *lin_ws, *moe_ws, *attn_ws;
 	size_t lin_ws_bytes, moe_ws_bytes, attn_ws_bytes;
 	uint8_t *sel;                     /* QSA: [tmax][sel_cap] */
