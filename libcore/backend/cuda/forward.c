@@ -182,7 +182,7 @@ static int ple_rows(struct cuda_engine *e, const struct capy_batch *b, struct ca
 }
 
 /* Which rows of a chunk the device samples (capy_sampler_mode), into the pinned row table;
- * returns how many. */
+ * returns how many. Which side samples never changes the token, only the time. */
 static uint64_t sample_plan(struct cuda_engine *e, uint64_t m)
 {
 	struct cu_scratch *s = &e->s;
@@ -196,8 +196,8 @@ static uint64_t sample_plan(struct cuda_engine *e, uint64_t m)
 		*r = (struct ck_sample_row){ temp, k, CK_SAMPLE_NONE, 0 };
 		if (s->row_smp[i] && mode == CAPY_SAMPLE_GREEDY)
 			r->mode = CK_SAMPLE_GREEDY;
-		else if (s->row_smp[i] && mode == CAPY_SAMPLE_TOP_K && k <= CK_SAMPLE_CAP / 2)
-			r->mode = CK_SAMPLE_TOP_K;
+		else if (s->row_smp[i] && mode == CAPY_SAMPLE_TOP_K && k <= CK_SAMPLE_CAP / 2 && m > 1)
+			r->mode = CK_SAMPLE_TOP_K; /* one row: copying it is cheaper (sample.cu) */
 		n += r->mode != CK_SAMPLE_NONE;
 	}
 	return n;
@@ -231,7 +231,7 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 	} else {
 		TRY(ck_rmsnorm(s->rows, H, e->final_norm, H, s->hid, H, m, H, H, (float)c->rms_norm_eps, e->stream), "final norm");
 	}
-	if ((rc = cu_linear(e, &e->lm_head, s->hid, m, s->logits, err)) < 0)
+	if (PART(CU_LM_HEAD) && (rc = cu_linear(e, &e->lm_head, s->hid, m, s->logits, err)) < 0)
 		return rc;
 	if ((on_dev = sample_plan(e, m))) {
 		if ((r = cudaMemcpyAsync(s->smp_rows, s->smp_rows_host, m * sizeof(*s->smp_rows), cudaMemcpyHostToDevice,
@@ -343,16 +343,17 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 			if ((rc = cu_hc_mix(e, &l->hc_mlp, s->x, T, s->blk, s->inj, err)) < 0)
 				return rc;
 		} else {
-			TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
+			if (PART(CU_NORM))
+				TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
 		}
 		if ((rc = cu_ffn(e, l, in, s->out, err)) < 0)
 			return rc;
 		if (q4)
 			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
-		else if (i + 1 < c->n_layers)
+		else if (i + 1 < c->n_layers && PART(CU_NORM))
 			TRY(ck_add_rmsnorm(s->x, s->out, e->layers[i + 1].in_norm, s->xn, T, H, eps, st),
 			    "residual and input norm");
-		else
+		else if (i + 1 == c->n_layers)
 			TRY(ck_add(s->x, s->out, T * H, st), "residual");
 	}
 	return 0;
@@ -424,4 +425,28 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 		return rc;
 	rc = layers_graphed(e, b, err);
 	return rc < 0 ? rc : logits_out(e, b, err);
+}
+
+unsigned cu_skip_parse(const char *list)
+{
+	static const struct {
+		const char *name;
+		unsigned part;
+	} parts[] = {
+		{ "norm", CU_NORM },	     { "route", CU_ROUTE },	    { "experts", CU_EXPERTS },
+		{ "moe_in", CU_MOE_IN },     { "shared", CU_SHARED },	    { "combine", CU_COMBINE },
+		{ "gdn_in", CU_GDN_IN },     { "gdn_core", CU_GDN_CORE },   { "gdn_out", CU_GDN_OUT },
+		{ "att_in", CU_ATT_IN },     { "att_core", CU_ATT_CORE },   { "att_out", CU_ATT_OUT },
+		{ "lm_head", CU_LM_HEAD },
+	};
+	unsigned skip = 0;
+
+	for (const char *p = list; p && *p;) {
+		size_t n = strcspn(p, ",");
+		for (size_t i = 0; i < ARRAY_SIZE(parts); i++)
+			if (strlen(parts[i].name) == n && !strncmp(p, parts[i].name, n))
+				skip |= parts[i].part;
+		p += n + (p[n] == ',');
+	}
+	return skip;
 }
