@@ -201,6 +201,7 @@ CUDA_TESTS += u-cuda-model
 CUDA_TESTS += u-cuda-gdn
 CUDA_TESTS += u-cuda-linear
 CUDA_TESTS += u-cuda-attention
+CUDA_TESTS += u-cuda-sample
 
 
 BENCHES += expert-cache-bench

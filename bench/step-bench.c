@@ -2,11 +2,15 @@
  *
  *	step-bench MODEL.capy [--device cpu|cuda] [--prefill N,N,...] [--batch B,B,...]
  *	           [--decode M] [--step-tokens S] [--kv bf16|int8|f32] [--threads T]
+ *	           [--sample logits|greedy|topk]
  *
  * Prefill: one sequence of N tokens through capy_engine_forward (steps of S tokens), timed
  * from the first token to the last logits (the time to first token of an N-token prompt).
  * Decode: B sequences with prompts of P tokens (--prompt, default 16), then M steps of one token each for all of
- * them; aggregate tokens per second over the timed steps (after 2 warm-up steps).
+ * them; aggregate tokens per second over the timed steps (after 2 warm-up steps). --sample:
+ * each step copies every sequence's logits to the host (logits, the default, as llama.cpp's
+ * benchmarks do), or picks the tokens where the backend can (greedy; topk: temperature 0.7,
+ * top-k 20, top-p 0.8), the rows' logits then never leave the GPU.
  * With cuda, the device's copy bandwidth is measured first in the same run (a 2 GiB
  * device-to-device copy, bytes read + written), and decode is put against its floor:
  * the weight bytes one decode token reads (capy_engine_weight_bytes: every matrix once,
@@ -14,6 +18,7 @@
  * Prints one line per measurement on stdout. Benchmarks live in bench/, never in tests. */
 #include "core.h"
 #include "engine/engine.h"
+#include "sample/sample.h"
 #include "util/parse.h"
 
 #include <stdio.h>
@@ -91,7 +96,7 @@ static uint64_t *list(const char *s, size_t *n)
 
 int main(int argc, char **argv)
 {
-	const char *model = NULL, *device = "cpu", *prefill = "512,4096", *batch = "1,8", *kv = "bf16";
+	const char *model = NULL, *device = "cpu", *prefill = "512,4096", *batch = "1,8", *kv = "bf16", *sample = "logits";
 	uint64_t decode = 64, step_tokens = 2048, prompt = 16;
 	int threads = 0;
 	struct capy_err err = { 0 };
@@ -112,13 +117,15 @@ int main(int argc, char **argv)
 			prompt = strtoull(argv[++i], NULL, 10);
 		else if (!strcmp(a, "--kv") && v)
 			kv = argv[++i];
+		else if (!strcmp(a, "--sample") && v)
+			sample = argv[++i];
 		else if (!strcmp(a, "--threads") && v)
 			threads = (int)strtol(argv[++i], NULL, 10);
 		else if (a[0] != '-' && !model)
 			model = a;
 		else {
 			fprintf(stderr, "usage: step-bench MODEL [--device d] [--prefill N,..] [--batch B,..] [--decode M] "
-					"[--step-tokens S] [--prompt P] [--kv t] [--threads T]\n");
+					"[--step-tokens S] [--prompt P] [--kv t] [--sample logits|greedy|topk] [--threads T]\n");
 			return 2;
 		}
 	}
@@ -170,6 +177,19 @@ int main(int argc, char **argv)
 		struct capy_step_item *it = calloc(B, sizeof(*it));
 		int32_t *next = calloc(B, sizeof(int32_t));
 		float *lg = calloc(B * V, sizeof(float));
+		int32_t *picked = calloc(B, sizeof(int32_t));
+		struct capy_sampler **smp = NULL;
+		if (strcmp(sample, "logits")) {
+			struct capy_sampler_params sp = { 0 };
+			if (!strcmp(sample, "topk"))
+				sp = (struct capy_sampler_params){ .temperature = 0.7f, .top_k = 20, .top_p = 0.8f, .seed = 1 };
+			else if (strcmp(sample, "greedy"))
+				die("--sample logits|greedy|topk", NULL);
+			smp = calloc(B, sizeof(*smp));
+			for (uint64_t q = 0; q < B; q++)
+				if (capy_sampler_new(&smp[q], V, &sp, &err) < 0)
+					die("sampler", &err);
+		}
 		for (uint64_t q = 0; q < B; q++) {
 			if (capy_seq_new(e, &s[q], &err) < 0 || capy_engine_forward(e, s[q], ids + q, prompt, lg, false, &err) < 0)
 				die("decode prompt", &err);
@@ -180,7 +200,10 @@ int main(int argc, char **argv)
 			if (step == 2)
 				a = now();
 			for (uint64_t q = 0; q < B; q++)
-				it[q] = (struct capy_step_item){ s[q], &next[q], 1, lg + q * V, false };
+				it[q] = smp ? (struct capy_step_item){ .seq = s[q], .tokens = &next[q], .n = 1, .sampler = smp[q],
+								       .token = &picked[q] }
+					    : (struct capy_step_item){ .seq = s[q], .tokens = &next[q], .n = 1,
+								       .logits = lg + q * V };
 			if (capy_engine_step(e, it, B, &err) < 0)
 				die("decode", &err);
 			for (uint64_t q = 0; q < B; q++)
@@ -198,6 +221,10 @@ int main(int argc, char **argv)
 		free(it);
 		free(next);
 		free(lg);
+		free(picked);
+		for (uint64_t q = 0; smp && q < B; q++)
+			capy_sampler_free(smp[q]);
+		free(smp);
 	}
 	capy_engine_free(e);
 	capy_artifact_close(art);

@@ -313,6 +313,7 @@ static int generate(const char *model)
 	float *logits;
 	double t0, t1, t2;
 	uint64_t produced = 0;
+	int32_t next;
 	const char *why = "length";
 
 	load_assets(model, &a, &as);
@@ -379,8 +380,9 @@ static int generate(const char *model)
 	if (capy_engine_forward(e, s, prompt.ids, prompt.n, logits, false, &err) < 0)
 		capy_die("%s", err.msg);
 	t1 = capy_now();
+	next = capy_sampler_next(smp, logits);
 	while (produced < (uint64_t)opt_n) {
-		int32_t id = capy_sampler_next(smp, logits);
+		int32_t id = next;
 		produced++;
 		if (!opt_ignore_eos && capy_assets_is_eos(&as, id)) {
 			why = "eos";
@@ -413,7 +415,9 @@ static int generate(const char *model)
 		fflush(stdout);
 		if (produced == (uint64_t)opt_n)
 			break;
-		if (capy_engine_forward(e, s, &id, 1, logits, false, &err) < 0)
+		/* The step samples the next token itself (on the GPU, next to the logits). */
+		struct capy_step_item it = { .seq = s, .tokens = &id, .n = 1, .sampler = smp, .token = &next };
+		if (capy_engine_step(e, &it, 1, &err) < 0)
 			capy_die("%s", err.msg);
 	}
 	if (dt) {

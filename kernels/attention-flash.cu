@@ -54,6 +54,7 @@ static __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p)
 template <int HD>
 static __global__ void __launch_bounds__(FA_THREADS, 2) k_flash(struct fa_args a)
 {
+	ck_grid_enter();
 	constexpr int RS = HD + FA_PAD; /* shared row stride, elements */
 	extern __shared__ __align__(16) uint16_t fsm[];
 	uint16_t *Qh = fsm, *Ql = Qh + FA_BM * RS, *Ks = Ql + FA_BM * RS, *Vs = Ks + FA_BK * RS;
@@ -255,7 +256,7 @@ static int fa_launch(const struct fa_args *a, cudaStream_t stream)
 	const dim3 grid((unsigned)tiles, (unsigned)(a->st.n_items * a->l.nkv), 1);
 
 	cudaFuncSetAttribute(k_flash<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-	k_flash<HD><<<grid, FA_THREADS, smem, stream>>>(*a);
+	ck_launch(k_flash<HD>, grid, FA_THREADS, smem, stream, *a);
 	return ck_launched();
 }
 

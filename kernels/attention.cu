@@ -53,6 +53,7 @@ __device__ __forceinline__ uint8_t *page_of(const struct ck_step &st, const uint
 /* Block (t, is_v): row t's K (is_v 0) or V row of nkv * hd values into its page row. */
 __global__ void kv_store_kernel(struct ck_step st, struct ck_kv_layer l, const float *k, const float *v)
 {
+	ck_grid_enter();
 	uint64_t t = blockIdx.x, n = l.nkv * l.hd;
 	bool is_v = blockIdx.y != 0;
 	const float *x = (is_v ? v : k) + t * n;
@@ -95,7 +96,7 @@ extern "C" int ck_kv_store(const struct ck_step *st, const struct ck_kv_layer *l
 {
 	if (!st->T)
 		return 0;
-	kv_store_kernel<<<dim3((unsigned)st->T, 2), 256, 0, (cudaStream_t)stream>>>(*st, *l, k, v);
+	ck_launch(kv_store_kernel, dim3((unsigned)st->T, 2), 256, 0, (cudaStream_t)stream, *st, *l, k, v);
 	return ck_launched();
 }
 
@@ -282,6 +283,7 @@ __device__ __forceinline__ void load_q(const struct attn_args &a, struct attn_sm
 template <int DT>
 __global__ void __launch_bounds__(ATT_NT) attn_unsplit_kernel(struct attn_args a)
 {
+	ck_grid_enter();
 	__shared__ struct attn_smem s;
 	const uint64_t t = blockIdx.x / a.l.nkv, kvh = blockIdx.x % a.l.nkv, hd = a.l.hd;
 	const uint64_t pos = (uint64_t)a.st.pos[t];
@@ -340,6 +342,7 @@ __global__ void __launch_bounds__(ATT_NT) attn_unsplit_kernel(struct attn_args a
 template <int DT>
 __global__ void __launch_bounds__(ATT_NT) attn_split_kernel(struct attn_args a)
 {
+	ck_grid_enter();
 	__shared__ struct attn_smem s;
 	const uint64_t c = blockIdx.x % a.nch, rest = blockIdx.x / a.nch;
 	const uint64_t kvh = rest % a.l.nkv, rr = rest / a.l.nkv, t = a.r0 + rr, hd = a.l.hd;
@@ -371,6 +374,7 @@ __global__ void __launch_bounds__(ATT_NT) attn_split_kernel(struct attn_args a)
  * order, with the same fold as the unsplit path. */
 __global__ void attn_combine_kernel(struct attn_args a)
 {
+	ck_grid_enter();
 	const uint64_t rr = blockIdx.x / a.nq, h = blockIdx.x % a.nq, t = a.r0 + rr, hd = a.l.hd;
 	const uint64_t nc = (uint64_t)a.st.pos[t] / ATT_CH + 1;
 
@@ -419,17 +423,17 @@ static int attention_dt(struct attn_args &a, void *ws, cudaStream_t stream)
 		for (a.r0 = 0; a.r0 < T; a.r0 += R) {
 			uint64_t rows = T - a.r0 < R ? T - a.r0 : R;
 			unsigned ct = (unsigned)((a.l.hd + 31) / 32 * 32);
-			attn_split_kernel<DT><<<(unsigned)(rows * nkv * nch), ATT_NT, 0, stream>>>(a);
+			ck_launch(attn_split_kernel<DT>, (unsigned)(rows * nkv * nch), ATT_NT, 0, stream, a);
 			int rc = ck_launched();
 			if (rc)
 				return rc;
-			attn_combine_kernel<<<(unsigned)(rows * a.nq), ct, 0, stream>>>(a);
+			ck_launch(attn_combine_kernel, (unsigned)(rows * a.nq), ct, 0, stream, a);
 			if ((rc = ck_launched()))
 				return rc;
 		}
 		return 0;
 	}
-	attn_unsplit_kernel<DT><<<(unsigned)(T * nkv), ATT_NT, 0, stream>>>(a);
+	ck_launch(attn_unsplit_kernel<DT>, (unsigned)(T * nkv), ATT_NT, 0, stream, a);
 	return ck_launched();
 }
 
@@ -474,6 +478,7 @@ extern "C" int ck_attention(const struct ck_step *st, const struct ck_kv_layer *
 __global__ void qsa_store_keys_kernel(struct ck_step st, struct ck_kv_layer l, const float *idx, uint64_t row_stride,
 				      uint64_t key_col, uint64_t idh)
 {
+	ck_grid_enter();
 	uint64_t t = blockIdx.x, pos = (uint64_t)st.pos[t];
 	const uint32_t *bt = st.block_table + st.bt_off[st.item[t]];
 	float *dst = (float *)(page_of(st, bt, pos) + l.idx_keys + (pos % st.page_tokens) * idh * sizeof(float));
@@ -488,7 +493,7 @@ extern "C" int ck_qsa_store_keys(const struct ck_step *st, const struct ck_kv_la
 {
 	if (!st->T)
 		return 0;
-	qsa_store_keys_kernel<<<(unsigned)st->T, 128, 0, (cudaStream_t)stream>>>(*st, *l, idx, row_stride, key_col, idh);
+	ck_launch(qsa_store_keys_kernel, (unsigned)st->T, 128, 0, (cudaStream_t)stream, *st, *l, idx, row_stride, key_col, idh);
 	return ck_launched();
 }
 
@@ -509,6 +514,7 @@ __global__ void qsa_update_blocks_kernel(struct ck_step st, struct ck_kv_layer l
 					 uint64_t nbmax, const float *k_norm1p, float eps, uint64_t rot,
 					 const float *inv_freq)
 {
+	ck_grid_enter();
 	__shared__ float s_r;
 	uint64_t i = blockIdx.x / nbmax, j = blockIdx.x % nbmax;
 	uint64_t len = (uint64_t)st.len[i], n = (uint64_t)st.n[i], b = len / ratio + j;
@@ -557,7 +563,7 @@ extern "C" int ck_qsa_update_blocks(const struct ck_step *st, const struct ck_kv
 
 	if (!st->T || !st->n_items)
 		return 0;
-	qsa_update_blocks_kernel<<<(unsigned)(st->n_items * nbmax), 128, 0, (cudaStream_t)stream>>>(
+	ck_launch(qsa_update_blocks_kernel, (unsigned)(st->n_items * nbmax), 128, 0, (cudaStream_t)stream, 
 		*st, *l, idh, ratio, nbmax, k_norm1p, eps, rot, inv_freq);
 	return ck_launched();
 }
@@ -573,6 +579,7 @@ __global__ void __launch_bounds__(QSA_NT) qsa_select_kernel(struct ck_step st, s
 							    float inv, uint8_t *sel, uint64_t sel_stride, float *ws,
 							    uint64_t nbs)
 {
+	ck_grid_enter();
 	__shared__ uint32_t hist[256];
 	__shared__ uint32_t s_prefix, s_rem, warp_eq[QSA_NT / 32];
 	const uint64_t t = blockIdx.x, pos = (uint64_t)st.pos[t], nb = (pos + 1) / ratio;
@@ -672,7 +679,7 @@ extern "C" int ck_qsa_select(const struct ck_step *st, const struct ck_kv_layer 
 {
 	if (!st->T)
 		return 0;
-	qsa_select_kernel<<<(unsigned)st->T, QSA_NT, 0, (cudaStream_t)stream>>>(
+	ck_launch(qsa_select_kernel, (unsigned)st->T, QSA_NT, 0, (cudaStream_t)stream, 
 		*st, *l, iq, ni, idh, ratio, topk, 1.0f / sqrtf((float)idh), sel, sel_stride, (float *)ws,
 		((uint64_t)st->max_pos + 1) / ratio);
 	return ck_launched();

@@ -27,6 +27,11 @@
 extern "C" {
 #endif
 
+/* Launch each kernel allowed to overlap the end of the one before it (programmatic
+ * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
+ * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
+void ck_set_dependent_launch(int on);
+
 /* --- the step: token rows and batch items ------------------------------------------ */
 
 /* What every per-sequence kernel needs to know about a step, as device arrays the host
@@ -308,6 +313,29 @@ int ck_ple_gate(float *key, const float *X, const float *val, const float *norm_
  * ck_step.ple_state[i] + slot * (K - 1) dil hh move on. As the CPU's ple conv_rows. */
 int ck_ple_conv(const struct ck_step *st, int slot, const float *gv, const float *gvn, const float *w, uint64_t hh,
 		uint64_t K, uint64_t dil, float *X, void *stream);
+
+/* --- sampling (kernels/sample.cu): the device's half of capy_sampler_mode ------------- */
+
+enum ck_sample_mode { CK_SAMPLE_NONE, CK_SAMPLE_GREEDY, CK_SAMPLE_TOP_K };
+#define CK_SAMPLE_CAP 2048
+struct ck_sample_row {
+	float temperature;
+	int32_t top_k; /* 2 .. CK_SAMPLE_CAP / 2 */
+	int32_t mode;  /* enum ck_sample_mode */
+	int32_t pad;
+};
+/* status 0: greedy holds the first index of the row's maximum (GREEDY), or v/id[0..n) every
+ * token with v = logit / temperature among the top_k largest, ties included, and within 40
+ * of the largest v (TOP_K), in no particular order; 1: more than CK_SAMPLE_CAP of those
+ * (ties), the host needs the row. */
+struct ck_sample_out {
+	int32_t status, n, greedy, pad;
+	float v[CK_SAMPLE_CAP];
+	int32_t id[CK_SAMPLE_CAP];
+};
+/* Row i < m of logits [m][V] with rows[i]'s mode into out[i]. */
+int ck_sample(const float *logits, uint64_t m, uint64_t V, const struct ck_sample_row *rows,
+	      struct ck_sample_out *out, void *stream);
 
 #ifdef __cplusplus
 }

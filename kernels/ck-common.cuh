@@ -29,6 +29,40 @@ static inline int ck_launched(void)
 	return e == cudaSuccess ? 0 : -(int)e;
 }
 
+// Programmatic dependent launch (sm_90 and later): every kernel is launched allowed to start
+// while the kernel before it in the stream finishes, and begins with ck_grid_enter(), which
+// waits until that kernel has completed and its writes are visible, then lets the next kernel
+// be launched. A step is a chain of ~160 short kernels; this hides most of the gap between
+// them (launch, ramp-up) without changing what any kernel computes. Every kernel launched by
+// ck_launch must call ck_grid_enter() before it reads or writes memory another kernel uses.
+// ck_set_dependent_launch(0) turns it off (launches as plain <<<>>>), for measurement.
+extern int ck_dependent_launch;
+
+__device__ __forceinline__ void ck_grid_enter(void)
+{
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	asm volatile("griddepcontrol.wait;" ::: "memory");
+	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+template <typename... KernelArgs, typename... Args>
+static inline void ck_launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+			     Args &&...args)
+{
+	cudaLaunchAttribute attr[1];
+	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+	attr[0].val.programmaticStreamSerializationAllowed = ck_dependent_launch ? 1 : 0;
+	cudaLaunchConfig_t cfg = {};
+	cfg.gridDim = grid;
+	cfg.blockDim = block;
+	cfg.dynamicSmemBytes = smem;
+	cfg.stream = st;
+	cfg.attrs = attr;
+	cfg.numAttrs = 1;
+	cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...); /* errors: ck_launched() */
+}
+
 static inline uint64_t ck_align_up(uint64_t x, uint64_t a)
 {
 	return (x + a - 1) / a * a;

@@ -30,6 +30,7 @@ extern "C" uint64_t ck_gdn_state_floats(const struct ck_gdn_shape *g)
 static __global__ void gdn_conv_out(const int32_t *item, const int64_t *t0, float *const *state, uint64_t slot_off,
 				    const float *qkv, const float *w, uint64_t C, uint32_t K, float *conv)
 {
+	ck_grid_enter();
 	const uint64_t t = blockIdx.x;
 	const int32_t it = item[t];
 	const uint64_t first = (uint64_t)t0[it];
@@ -55,6 +56,7 @@ static __global__ void gdn_conv_out(const int32_t *item, const int64_t *t0, floa
 static __global__ void gdn_conv_window(const int64_t *t0, const int64_t *n, float *const *state, uint64_t slot_off,
 				       const float *qkv, uint64_t C, uint32_t K)
 {
+	ck_grid_enter();
 	const uint32_t it = blockIdx.x;
 	const uint64_t ch = (uint64_t)blockIdx.y * blockDim.x + threadIdx.x;
 	float *win = state[it] + slot_off;
@@ -82,13 +84,13 @@ extern "C" int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *
 		return 0;
 	/* Two kernels in stream order: every conv output has read the old window before any
 	 * window is rewritten. */
-	gdn_conv_out<<<dim3((unsigned)st->T, (unsigned)((g->C + threads - 1) / threads < 65535 ? (g->C + threads - 1) / threads : 65535)),
-		       threads, 0, s>>>(st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C, (uint32_t)g->K, conv);
+	ck_launch(gdn_conv_out, dim3((unsigned)st->T, (unsigned)((g->C + threads - 1) / threads < 65535 ? (g->C + threads - 1) / threads : 65535)),
+		       threads, 0, s, st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C, (uint32_t)g->K, conv);
 	if ((rc = ck_launched()))
 		return rc;
 	if (g->K < 2)
 		return 0;
-	gdn_conv_window<<<dim3(st->n_items, (unsigned)((g->C + threads - 1) / threads)), threads, 0, s>>>(
+	ck_launch(gdn_conv_window, dim3(st->n_items, (unsigned)((g->C + threads - 1) / threads)), threads, 0, s, 
 		st->t0, st->n, st->gdn_state, slot_off, qkv, g->C, (uint32_t)g->K);
 	return ck_launched();
 }
@@ -98,6 +100,7 @@ extern "C" int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *
 static __global__ void gdn_gates_k(const float *b, const float *a, const float *neg_a, const float *dt_bias,
 				   uint64_t N, uint64_t nv, float *beta, float *g)
 {
+	ck_grid_enter();
 	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (uint64_t)gridDim.x * blockDim.x) {
 		uint64_t h = i % nv;
 		float x = a[i] + dt_bias[h];
@@ -118,7 +121,7 @@ extern "C" int ck_gdn_gates(const float *b, const float *a, const float *neg_a, 
 		return 0;
 	if (blocks > (1u << 20))
 		blocks = 1u << 20; /* grid-stride beyond */
-	gdn_gates_k<<<(unsigned)blocks, threads, 0, (cudaStream_t)stream>>>(b, a, neg_a, dt_bias, N, nv, beta, g);
+	ck_launch(gdn_gates_k, (unsigned)blocks, threads, 0, (cudaStream_t)stream, b, a, neg_a, dt_bias, N, nv, beta, g);
 	return ck_launched();
 }
 
@@ -141,6 +144,7 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	const int64_t *t0s, const int64_t *ns, float *const *state, uint64_t s_off, const float *conv,
 	const float *beta, const float *gg, float *o, uint32_t nk, uint32_t nv, uint32_t dk, uint32_t dv, uint64_t C)
 {
+	ck_grid_enter();
 	__shared__ float sq[GDN_WARPS * R], sk[GDN_WARPS * R]; /* raw q, k of the row, zero past dk */
 	__shared__ float red_m[GDN_WARPS][GDN_COLS], red_o[GDN_WARPS][GDN_COLS];
 	__shared__ float rn[2]; /* 1 / |q|, 1 / |k| */
@@ -242,19 +246,19 @@ extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_sh
 		return 0;
 	/* Rows per warp: the smallest instantiated R with 4 R >= dk. */
 	if (dk <= 4 * 4)
-		gdn_recurrent_k<4><<<grid, threads, 0, s>>>(st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o, nk,
+		ck_launch(gdn_recurrent_k<4>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o, nk,
 							    nv, dk, dv, g->C);
 	else if (dk <= 4 * 8)
-		gdn_recurrent_k<8><<<grid, threads, 0, s>>>(st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o, nk,
+		ck_launch(gdn_recurrent_k<8>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o, nk,
 							    nv, dk, dv, g->C);
 	else if (dk <= 4 * 16)
-		gdn_recurrent_k<16><<<grid, threads, 0, s>>>(st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
+		ck_launch(gdn_recurrent_k<16>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
 							     nk, nv, dk, dv, g->C);
 	else if (dk <= 4 * 32)
-		gdn_recurrent_k<32><<<grid, threads, 0, s>>>(st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
+		ck_launch(gdn_recurrent_k<32>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
 							     nk, nv, dk, dv, g->C);
 	else if (dk <= 4 * 64)
-		gdn_recurrent_k<64><<<grid, threads, 0, s>>>(st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
+		ck_launch(gdn_recurrent_k<64>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
 							     nk, nv, dk, dv, g->C);
 	else
 		return -(int)cudaErrorInvalidValue; /* dk > 256: no model has it */
@@ -268,6 +272,7 @@ extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_sh
 static __global__ __launch_bounds__(128) void gdn_gated_norm_k(float *o, const float *z, const float *norm_w,
 							       uint32_t dv, float eps, bool gate_sigmoid)
 {
+	ck_grid_enter();
 	__shared__ float red[4];
 	float *xr = o + (uint64_t)blockIdx.x * dv;
 	const float *zr = z + (uint64_t)blockIdx.x * dv;
@@ -294,7 +299,7 @@ extern "C" int ck_gdn_gated_norm(float *o, const float *z, const float *norm_w, 
 {
 	if (T * nv == 0)
 		return 0;
-	gdn_gated_norm_k<<<(unsigned)(T * nv), 128, 0, (cudaStream_t)stream>>>(o, z, norm_w, (uint32_t)dv, eps,
+	ck_launch(gdn_gated_norm_k, (unsigned)(T * nv), 128, 0, (cudaStream_t)stream, o, z, norm_w, (uint32_t)dv, eps,
 										gate_sigmoid);
 	return ck_launched();
 }

@@ -57,6 +57,7 @@ static __device__ __forceinline__ uint4 sk_ldw(const uint8_t *p)
 template <int NB, int KS>
 static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_args a)
 {
+	ck_grid_enter();
 	__shared__ float part[KS > 1 ? SK_BW(KS) : 1][NB][4][32];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, slice = warp % KS;
 	const uint64_t tile = (uint64_t)blockIdx.x * (SK_BW(KS) / KS) + (uint64_t)(warp / KS);
@@ -206,22 +207,22 @@ static void launch_skinny_nb(int ks, dim3 grid, const struct skinny_args *a, cud
 {
 	switch (ks) {
 	case 1:
-		k_skinny<NB, 1><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		ck_launch(k_skinny<NB, 1>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 2:
-		k_skinny<NB, 2><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		ck_launch(k_skinny<NB, 2>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 4:
-		k_skinny<NB, 4><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		ck_launch(k_skinny<NB, 4>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 8:
-		k_skinny<NB, 8><<<grid, SK_WARPS * 32, 0, st>>>(*a);
+		ck_launch(k_skinny<NB, 8>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 16: /* more slices than a block of 8 warps: NB 1 only (launch_skinny) */
-		k_skinny<1, 16><<<grid, 16 * 32, 0, st>>>(*a);
+		ck_launch(k_skinny<1, 16>, grid, 16 * 32, 0, st, *a);
 		break;
 	default:
-		k_skinny<1, 32><<<grid, 32 * 32, 0, st>>>(*a);
+		ck_launch(k_skinny<1, 32>, grid, 32 * 32, 0, st, *a);
 		break;
 	}
 }
@@ -265,10 +266,10 @@ static int launch_tiled(const uint8_t *w, uint64_t n, uint64_t k, const float *x
 	const dim3 grid((unsigned)tile_row_tiles(&a), (unsigned)((m + TBN - 1) / TBN), 1);
 	if (a.ks > 1) {
 		cudaFuncSetAttribute(k_tile<false, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		k_tile<false, true><<<grid, TTHREADS, smem, st>>>(a);
+		ck_launch(k_tile<false, true>, grid, TTHREADS, smem, st, a);
 	} else {
 		cudaFuncSetAttribute(k_tile<false, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		k_tile<false, false><<<grid, TTHREADS, smem, st>>>(a);
+		ck_launch(k_tile<false, false>, grid, TTHREADS, smem, st, a);
 	}
 	return ck_launched();
 }

@@ -149,6 +149,7 @@ static __device__ __forceinline__ float quant_in(const float *xr, uint64_t j, ui
 static __global__ void __launch_bounds__(QTHREADS)
 	k_quant(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, struct lin_act a)
 {
+	ck_grid_enter();
 	const uint64_t i = blockIdx.x, k = w.k, nb = k / 16, row = (uint64_t)blockIdx.y * a.m + i;
 	const unsigned p = blockIdx.y, tid = threadIdx.x;
 	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
@@ -244,7 +245,7 @@ int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t
 {
 	if (!a->m)
 		return 0;
-	k_quant<<<dim3((unsigned)a->m, w->nparts, 1), QTHREADS, 0, st>>>(*w, x, ldx, xdiv, *a);
+	ck_launch(k_quant, dim3((unsigned)a->m, w->nparts, 1), QTHREADS, 0, st, *w, x, ldx, xdiv, *a);
 	return ck_launched();
 }
 
@@ -270,6 +271,7 @@ static __device__ __forceinline__ float nv_finish(long long acc, float s2, float
 template <int MT, int VEC, int RPW>
 static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, struct lin_act a, float *y, uint64_t ldy)
 {
+	ck_grid_enter();
 	constexpr int BPL = VEC == 2 ? 2 : 1, LPR = 32 / RPW;
 	const int lane = threadIdx.x & 31, sl = lane % LPR;
 	const uint64_t wr = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5), r0 = wr * RPW;
@@ -352,19 +354,19 @@ static void launch_nvfp4(int mt, dim3 grid, const struct lin_mat *w, const struc
 	case 1:
 		if (w->k / 16 <= 64) { /* rows of at most 64 blocks: 4 to a warp */
 			grid.x = (unsigned)((w->n + 4 * WARPS - 1) / (4 * WARPS));
-			k_nvfp4<1, VEC, 4><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+			ck_launch(k_nvfp4<1, VEC, 4>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		} else {
-			k_nvfp4<1, VEC, 1><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+			ck_launch(k_nvfp4<1, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		}
 		break;
 	case 2:
-		k_nvfp4<2, VEC, 1><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		ck_launch(k_nvfp4<2, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		break;
 	case 4:
-		k_nvfp4<4, VEC, 1><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		ck_launch(k_nvfp4<4, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		break;
 	default:
-		k_nvfp4<8, VEC, 1><<<grid, THREADS, 0, st>>>(*w, *a, y, ldy);
+		ck_launch(k_nvfp4<8, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		break;
 	}
 }
@@ -448,6 +450,7 @@ template <int DT, int MT, bool VL, int KS>
 static __global__ void __launch_bounds__(THREADS)
 	k_plain(struct lin_mat w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy)
 {
+	ck_grid_enter();
 	constexpr int EV = DT == CK_F32 ? 4 : 8;
 	constexpr uint64_t ES = DT == CK_F32 ? 4 : 2;
 	__shared__ float part[KS > 1 ? WARPS : 1][MT];
@@ -569,16 +572,16 @@ static void launch_plain_ks(int mt, dim3 grid, const struct lin_mat *w, const fl
 {
 	switch (mt) {
 	case 1:
-		k_plain<DT, 1, VL, KS><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		ck_launch(k_plain<DT, 1, VL, KS>, grid, THREADS, 0, st, *w, x, xdiv, m, y, ldy);
 		break;
 	case 2:
-		k_plain<DT, 2, VL, KS><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		ck_launch(k_plain<DT, 2, VL, KS>, grid, THREADS, 0, st, *w, x, xdiv, m, y, ldy);
 		break;
 	case 4:
-		k_plain<DT, 4, VL, KS><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		ck_launch(k_plain<DT, 4, VL, KS>, grid, THREADS, 0, st, *w, x, xdiv, m, y, ldy);
 		break;
 	default:
-		k_plain<DT, 8, VL, KS><<<grid, THREADS, 0, st>>>(*w, x, xdiv, m, y, ldy);
+		ck_launch(k_plain<DT, 8, VL, KS>, grid, THREADS, 0, st, *w, x, xdiv, m, y, ldy);
 		break;
 	}
 }

@@ -88,6 +88,7 @@ static __device__ __forceinline__ float tile_finish(float acc, float s2, float g
 template <bool GROUPED, bool SLICED>
 static __global__ void __launch_bounds__(TTHREADS) k_tile(struct tile_args a)
 {
+	ck_grid_enter();
 	extern __shared__ __align__(16) uint8_t smem[];
 	constexpr int WBUF = GROUPED ? 2 : TSTAGES;
 	uint16_t *Ws = (uint16_t *)smem;                         // [WBUF][TBM][MMA_STEP]

@@ -17,6 +17,7 @@
 /* cnt[e] += 1 for every grouped slot of expert e. */
 static __global__ void k_count(const int32_t *ids, const uint8_t *grouped, uint64_t T, uint64_t k, int32_t *cnt)
 {
+	ck_grid_enter();
 	const uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
 	if (s < T * k && grouped[s / k])
@@ -28,6 +29,7 @@ static __global__ void k_count(const int32_t *ids, const uint8_t *grouped, uint6
 static __global__ void __launch_bounds__(PLAN_THREADS)
 	k_plan(const int32_t *cnt, uint64_t E, int32_t *cursor, int32_t *tiles, uint32_t *ntiles)
 {
+	ck_grid_enter();
 	__shared__ int32_t s_slots[PLAN_THREADS / 32], s_tiles[PLAN_THREADS / 32];
 	const unsigned tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
 	const uint64_t per = (E + PLAN_THREADS - 1) / PLAN_THREADS, e0 = tid * per, e1 = e0 + per < E ? e0 + per : E;
@@ -85,6 +87,7 @@ static __global__ void __launch_bounds__(PLAN_THREADS)
 static __global__ void k_fill(const int32_t *ids, const uint8_t *grouped, uint64_t T, uint64_t k, int32_t *cursor,
 			      int32_t *list)
 {
+	ck_grid_enter();
 	const uint64_t s = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
 	if (s < T * k && grouped[s / k])
@@ -145,13 +148,13 @@ int moe_grouped_plan(struct moe_grouped_ws *g, const int32_t *ids, const uint8_t
 
 	if ((r = cudaMemsetAsync(g->cnt, 0, E * 4, st)) != cudaSuccess)
 		return -(int)r;
-	k_count<<<(unsigned)((S + 255) / 256), 256, 0, st>>>(ids, grouped, T, k, g->cnt);
+	ck_launch(k_count, (unsigned)((S + 255) / 256), 256, 0, st, ids, grouped, T, k, g->cnt);
 	if ((rc = ck_launched()))
 		return rc;
-	k_plan<<<1, PLAN_THREADS, 0, st>>>(g->cnt, E, g->cursor, g->tiles, g->ntiles);
+	ck_launch(k_plan, 1, PLAN_THREADS, 0, st, g->cnt, E, g->cursor, g->tiles, g->ntiles);
 	if ((rc = ck_launched()))
 		return rc;
-	k_fill<<<(unsigned)((S + 255) / 256), 256, 0, st>>>(ids, grouped, T, k, g->cursor, g->list);
+	ck_launch(k_fill, (unsigned)((S + 255) / 256), 256, 0, st, ids, grouped, T, k, g->cursor, g->list);
 	return ck_launched();
 }
 
@@ -184,6 +187,6 @@ int moe_grouped_linear(const struct moe_grouped_ws *g, const struct lin_mat *w, 
 	const uint64_t gy = moe_grouped_max_tiles(Sg, E);
 	const dim3 grid((unsigned)tile_row_tiles(&t), (unsigned)(gy > 65535 ? 65535 : gy), 1);
 	cudaFuncSetAttribute(k_tile<true, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-	k_tile<true, false><<<grid, TTHREADS, smem, st>>>(t);
+	ck_launch(k_tile<true, false>, grid, TTHREADS, smem, st, t);
 	return ck_launched();
 }

@@ -53,6 +53,7 @@ static __device__ void route_finish(int32_t *id, float *w, uint64_t k, bool norm
 static __global__ void __launch_bounds__(RTHREADS)
 	k_route(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
 {
+	ck_grid_enter();
 	extern __shared__ float p[]; /* [E] */
 	__shared__ float s_v[RTHREADS / 32];
 	__shared__ int s_x[RTHREADS / 32];
@@ -143,6 +144,7 @@ template <int NJ>
 static __global__ void __launch_bounds__(32)
 	k_route_warp(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
 {
+	ck_grid_enter();
 	__shared__ float p[32 * NJ];
 	__shared__ float s_sum;
 	const uint64_t t = blockIdx.x;
@@ -226,13 +228,13 @@ extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_
 		return 0;
 	/* Registers for the experts each lane holds: as few as E needs. */
 	if (E <= 32 * 8)
-		k_route_warp<8><<<(unsigned)T, 32, 0, (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+		ck_launch(k_route_warp<8>, (unsigned)T, 32, 0, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
 	else if (E <= 32 * 16)
-		k_route_warp<16><<<(unsigned)T, 32, 0, (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+		ck_launch(k_route_warp<16>, (unsigned)T, 32, 0, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
 	else if (E <= 32 * RW_J)
-		k_route_warp<RW_J><<<(unsigned)T, 32, 0, (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+		ck_launch(k_route_warp<RW_J>, (unsigned)T, 32, 0, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
 	else
-		k_route<<<(unsigned)T, RTHREADS, E * sizeof(float), (cudaStream_t)stream>>>(logits, E, k, norm_topk, ids, w);
+		ck_launch(k_route, (unsigned)T, RTHREADS, E * sizeof(float), (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
 	return ck_launched();
 }
 
@@ -241,6 +243,7 @@ extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_
 /* h[s][i] = silu(act[s][i]) * act[s][I + i], silu(v) = v / (1 + exp(-v)) as the CPU's. */
 static __global__ void k_swiglu(const float *act, uint64_t rows, uint64_t I, float *h)
 {
+	ck_grid_enter();
 	const uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
 	if (e < rows * I) {
@@ -355,7 +358,7 @@ extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struc
 			return rc;
 		return lin_nvfp4(&dn, &a, out, H, st);
 	}
-	k_swiglu<<<(unsigned)((S * I + 255) / 256), 256, 0, st>>>(m.act, S, I, m.h);
+	ck_launch(k_swiglu, (unsigned)((S * I + 255) / 256), 256, 0, st, m.act, S, I, m.h);
 	if ((rc = ck_launched()))
 		return rc;
 	if (dn.dtype == CK_NVFP4)
@@ -370,6 +373,7 @@ extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struc
 static __global__ void k_combine(const float *moe_out, const float *w, const float *shared, const float *gate,
 				 uint64_t T, uint64_t k, uint64_t H, float *out)
 {
+	ck_grid_enter();
 	const uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
 	if (e < T * H) {
@@ -390,7 +394,7 @@ extern "C" int ck_moe_combine(const float *moe_out, const float *w, const float 
 {
 	if (!T || !H)
 		return 0;
-	k_combine<<<(unsigned)((T * H + 255) / 256), 256, 0, (cudaStream_t)stream>>>(moe_out, w, shared, gate, T, k,
+	ck_launch(k_combine, (unsigned)((T * H + 255) / 256), 256, 0, (cudaStream_t)stream, moe_out, w, shared, gate, T, k,
 										       H, out);
 	return ck_launched();
 }

@@ -11,6 +11,7 @@ namespace {
 __global__ void embed_kernel(const void *table, int dt, const int32_t *ids, uint64_t T, uint64_t H, uint64_t hc,
 			     float *x)
 {
+	ck_grid_enter();
 	uint64_t t = blockIdx.y;
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < H; i += (uint64_t)gridDim.x * blockDim.x) {
 		float v = ck_widen(table, dt, (uint64_t)ids[t] * H + i);
@@ -28,6 +29,7 @@ template <bool ADD>
 __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const float *w, bool per_value, float *y,
 			       uint64_t ys, uint32_t group, float eps)
 {
+	ck_grid_enter();
 	__shared__ float red[1024 / 32];
 	uint64_t r = blockIdx.x;
 	uint32_t g0 = blockIdx.y * group;
@@ -53,6 +55,7 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 __global__ void rope_kernel(float *v, uint64_t heads, uint64_t hd, uint64_t rot, const int64_t *pos, int64_t pos0,
 			    int64_t pos_step, const float *inv_freq)
 {
+	ck_grid_enter();
 	uint64_t t = blockIdx.x, half = rot / 2;
 	int64_t p = pos ? pos[t] : pos0 + (int64_t)t * pos_step;
 
@@ -69,6 +72,7 @@ __global__ void rope_kernel(float *v, uint64_t heads, uint64_t hd, uint64_t rot,
 
 __global__ void swiglu_wide_kernel(const float *act, uint64_t I, float *out)
 {
+	ck_grid_enter();
 	uint64_t r = blockIdx.y;
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < I; i += (uint64_t)gridDim.x * blockDim.x)
 		out[r * I + i] = __fmul_rn(ck_silu(act[r * 2 * I + i]), act[r * 2 * I + I + i]);
@@ -76,12 +80,14 @@ __global__ void swiglu_wide_kernel(const float *act, uint64_t I, float *out)
 
 __global__ void add_kernel(float *x, const float *y, uint64_t n)
 {
+	ck_grid_enter();
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
 		x[i] = __fadd_rn(x[i], y[i]);
 }
 
 __global__ void attn_gate_kernel(const float *att, const float *qg, uint64_t nq, uint64_t hd, float *out)
 {
+	ck_grid_enter();
 	uint64_t t = blockIdx.y;
 	for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < nq * hd; j += (uint64_t)gridDim.x * blockDim.x) {
 		uint64_t h = j / hd, i = j % hd;
@@ -91,6 +97,7 @@ __global__ void attn_gate_kernel(const float *att, const float *qg, uint64_t nq,
 
 __global__ void gather_kernel(const float *src, uint64_t ss, const int32_t *idx, uint64_t n, float *dst, uint64_t ds)
 {
+	ck_grid_enter();
 	uint64_t r = blockIdx.y;
 	const float *s = src + (uint64_t)idx[r] * ss;
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
@@ -99,12 +106,14 @@ __global__ void gather_kernel(const float *src, uint64_t ss, const int32_t *idx,
 
 __global__ void hc_low_kernel(float *low, uint64_t n, float hc)
 {
+	ck_grid_enter();
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
 		low[i] = ck_silu(__fdiv_rn(low[i], hc));
 }
 
 __global__ void hc_combine_kernel(const float *mix, const float *xn, uint64_t H, uint64_t hc, float *mixed)
 {
+	ck_grid_enter();
 	uint64_t t = blockIdx.y;
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < H; i += (uint64_t)gridDim.x * blockDim.x) {
 		float acc = 0;
@@ -116,12 +125,14 @@ __global__ void hc_combine_kernel(const float *mix, const float *xn, uint64_t H,
 
 __global__ void hc_inject_kernel(float *inj, uint64_t n, float hc)
 {
+	ck_grid_enter();
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
 		inj[i] = __fmul_rn(2.0f, ck_sigmoid(__fdiv_rn(inj[i], hc)));
 }
 
 __global__ void hc_add_kernel(float *X, const float *out, const float *inj, uint64_t H, uint64_t hc)
 {
+	ck_grid_enter();
 	uint64_t t = blockIdx.y;
 	for (uint64_t j = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; j < hc * H; j += (uint64_t)gridDim.x * blockDim.x) {
 		uint64_t s = j / H, i = j % H;
@@ -134,6 +145,7 @@ __global__ void hc_add_kernel(float *X, const float *out, const float *inj, uint
 __global__ void ple_gate_kernel(float *key, const float *X, const float *val, const float *nk, const float *nq,
 				const float *nc, uint64_t H, uint64_t hc, float eps, float *gv, float *gvn)
 {
+	ck_grid_enter();
 	__shared__ float red[CK_BLOCK / 32];
 	uint64_t t = blockIdx.x, s = blockIdx.y, hh = hc * H, off = t * hh + s * H;
 	float *k = key + off;
@@ -178,6 +190,7 @@ __global__ void ple_gate_kernel(float *key, const float *X, const float *val, co
 __global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *const *states, int slot, const float *gv,
 				const float *gvn, const float *w, uint64_t hh, uint64_t K, uint64_t dil, float *X)
 {
+	ck_grid_enter();
 	uint32_t item = blockIdx.y;
 	uint64_t ch = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x, win = (K - 1) * dil;
 	if (ch >= hh)
@@ -204,14 +217,21 @@ __global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *co
 
 } // namespace
 
+int ck_dependent_launch = 1;
+
 extern "C" {
+
+void ck_set_dependent_launch(int on)
+{
+	ck_dependent_launch = on;
+}
 
 int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T, uint64_t H, uint64_t hc, float *x,
 	     void *stream)
 {
 	if (!T)
 		return 0;
-	embed_kernel<<<dim3(ck_blocks(H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream>>>(table, dt, ids, T, H, hc, x);
+	ck_launch(embed_kernel, dim3(ck_blocks(H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream, table, dt, ids, T, H, hc, x);
 	return ck_launched();
 }
 
@@ -230,8 +250,8 @@ int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float
 		return 0;
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
-		rmsnorm_kernel<false><<<dim3((unsigned)nr, (unsigned)(n / group)), norm_threads(group), 0,
-					(cudaStream_t)stream>>>((float *)x + r0 * xs, xs, NULL, w1p, wn == n && n != group,
+		ck_launch(rmsnorm_kernel<false>, dim3((unsigned)nr, (unsigned)(n / group)), norm_threads(group), 0,
+					(cudaStream_t)stream, (float *)x + r0 * xs, xs, (const float *)NULL, w1p, wn == n && n != group,
 								y + r0 * ys, ys, (uint32_t)group, eps);
 	}
 	return ck_launched();
@@ -244,7 +264,7 @@ int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint6
 		return 0;
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
-		rmsnorm_kernel<true><<<dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream>>>(
+		ck_launch(rmsnorm_kernel<true>, dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream, 
 			x + r0 * n, n, add + r0 * n, w1p, true, y + r0 * n, n, (uint32_t)n, eps);
 	}
 	return ck_launched();
@@ -255,7 +275,7 @@ int ck_rope(float *v, uint64_t T, uint64_t heads, uint64_t hd, uint64_t rot, con
 {
 	if (!T || rot < 2)
 		return 0;
-	rope_kernel<<<(unsigned)T, CK_BLOCK, 0, (cudaStream_t)stream>>>(v, heads, hd, rot, pos, pos0, pos_step, inv_freq);
+	ck_launch(rope_kernel, (unsigned)T, CK_BLOCK, 0, (cudaStream_t)stream, v, heads, hd, rot, pos, pos0, pos_step, inv_freq);
 	return ck_launched();
 }
 
@@ -263,7 +283,7 @@ int ck_swiglu(const float *act, uint64_t rows, uint64_t I, float *out, void *str
 {
 	if (!rows)
 		return 0;
-	swiglu_wide_kernel<<<dim3(ck_blocks(I), (unsigned)rows), CK_BLOCK, 0, (cudaStream_t)stream>>>(act, I, out);
+	ck_launch(swiglu_wide_kernel, dim3(ck_blocks(I), (unsigned)rows), CK_BLOCK, 0, (cudaStream_t)stream, act, I, out);
 	return ck_launched();
 }
 
@@ -271,7 +291,7 @@ int ck_add(float *x, const float *y, uint64_t n, void *stream)
 {
 	if (!n)
 		return 0;
-	add_kernel<<<ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream>>>(x, y, n);
+	ck_launch(add_kernel, ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream, x, y, n);
 	return ck_launched();
 }
 
@@ -279,7 +299,7 @@ int ck_attn_gate(const float *att, const float *qg, uint64_t T, uint64_t nq, uin
 {
 	if (!T)
 		return 0;
-	attn_gate_kernel<<<dim3(ck_blocks(nq * hd), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream>>>(att, qg, nq, hd, out);
+	ck_launch(attn_gate_kernel, dim3(ck_blocks(nq * hd), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream, att, qg, nq, hd, out);
 	return ck_launched();
 }
 
@@ -288,7 +308,7 @@ int ck_gather_rows(const float *src, uint64_t src_stride, const int32_t *idx, ui
 {
 	if (!rows)
 		return 0;
-	gather_kernel<<<dim3(ck_blocks(n), (unsigned)rows), CK_BLOCK, 0, (cudaStream_t)stream>>>(src, src_stride, idx, n, dst,
+	ck_launch(gather_kernel, dim3(ck_blocks(n), (unsigned)rows), CK_BLOCK, 0, (cudaStream_t)stream, src, src_stride, idx, n, dst,
 												  dst_stride);
 	return ck_launched();
 }
@@ -297,7 +317,7 @@ int ck_hc_low_act(float *low, uint64_t n, float hc, void *stream)
 {
 	if (!n)
 		return 0;
-	hc_low_kernel<<<ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream>>>(low, n, hc);
+	ck_launch(hc_low_kernel, ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream, low, n, hc);
 	return ck_launched();
 }
 
@@ -305,7 +325,7 @@ int ck_hc_combine(const float *mix, const float *xn, uint64_t T, uint64_t H, uin
 {
 	if (!T)
 		return 0;
-	hc_combine_kernel<<<dim3(ck_blocks(H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream>>>(mix, xn, H, hc, mixed);
+	ck_launch(hc_combine_kernel, dim3(ck_blocks(H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream, mix, xn, H, hc, mixed);
 	return ck_launched();
 }
 
@@ -313,7 +333,7 @@ int ck_hc_inject_act(float *inj, uint64_t n, float hc, void *stream)
 {
 	if (!n)
 		return 0;
-	hc_inject_kernel<<<ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream>>>(inj, n, hc);
+	ck_launch(hc_inject_kernel, ck_blocks(n), CK_BLOCK, 0, (cudaStream_t)stream, inj, n, hc);
 	return ck_launched();
 }
 
@@ -321,7 +341,7 @@ int ck_hc_add_injected(float *X, const float *out, const float *inj, uint64_t T,
 {
 	if (!T)
 		return 0;
-	hc_add_kernel<<<dim3(ck_blocks(hc * H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream>>>(X, out, inj, H, hc);
+	ck_launch(hc_add_kernel, dim3(ck_blocks(hc * H), (unsigned)T), CK_BLOCK, 0, (cudaStream_t)stream, X, out, inj, H, hc);
 	return ck_launched();
 }
 
@@ -330,7 +350,7 @@ int ck_ple_gate(float *key, const float *X, const float *val, const float *norm_
 {
 	if (!T)
 		return 0;
-	ple_gate_kernel<<<dim3((unsigned)T, (unsigned)hc), CK_BLOCK, 0, (cudaStream_t)stream>>>(
+	ck_launch(ple_gate_kernel, dim3((unsigned)T, (unsigned)hc), CK_BLOCK, 0, (cudaStream_t)stream, 
 		key, X, val, norm_key, norm_query, norm_conv, H, hc, eps, gv, gvn);
 	return ck_launched();
 }
@@ -340,7 +360,7 @@ int ck_ple_conv(const struct ck_step *st, int slot, const float *gv, const float
 {
 	if (!st->n_items)
 		return 0;
-	ple_conv_kernel<<<dim3((unsigned)((hh + CK_BLOCK - 1) / CK_BLOCK), st->n_items), CK_BLOCK, 0, (cudaStream_t)stream>>>(
+	ck_launch(ple_conv_kernel, dim3((unsigned)((hh + CK_BLOCK - 1) / CK_BLOCK), st->n_items), CK_BLOCK, 0, (cudaStream_t)stream, 
 		st->t0, st->n, st->ple_state, slot, gv, gvn, w, hh, K, dil, X);
 	return ck_launched();
 }

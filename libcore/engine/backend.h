@@ -31,6 +31,8 @@ struct capy_engine {
 	uint32_t *free_pages;    /* stack of free ids */
 	uint32_t n_pages, n_free, pages_used, pages_cap;
 	uint32_t storage_pages;  /* ids the backend has storage for */
+	float *sample_logits;    /* host sampling of items without logits: vocab floats each */
+	size_t sample_rows;
 };
 
 struct capy_seq {
@@ -65,6 +67,8 @@ struct capy_batch_item {
 	uint64_t n, t0;
 	float *logits;           /* NULL: none; else as in struct capy_step_item */
 	bool all_logits;
+	struct capy_sampler *sampler; /* backends with ops.samples only: as in capy_step_item */
+	int32_t *token;
 };
 
 struct capy_batch {
@@ -94,8 +98,11 @@ struct capy_backend_ops {
 	void (*describe)(const struct capy_engine *e, char *buf, size_t size);
 	/* Optional: the memory plan its sizes came from, in one line (capy_engine_plan_line). */
 	void (*plan)(const struct capy_engine *e, char *buf, size_t size);
-	/* Run the batch; fill each item's logits. */
+	/* Run the batch; fill each item's logits (and, with samples set, sample its token). */
 	int (*step)(struct capy_engine *e, const struct capy_batch *b, struct capy_err *err);
+	/* step() samples the items that have a sampler itself; else the engine core gives them
+	 * logits and samples on the host. */
+	bool samples;
 };
 
 /* Where one attention layer's rows are inside an attention-cache page (byte offsets): K and V

@@ -2,6 +2,7 @@
  * attention cache, and the step (checks, pages made writable, the backend's pass, the
  * sequences advanced). */
 #include "engine-impl.h"
+#include "../sample/sample.h"
 
 #define DEFAULT_STEP_TOKENS 512
 #define DEFAULT_PAGE_TOKENS 64
@@ -129,6 +130,7 @@ void capy_engine_free(struct capy_engine *e)
 	e->ops->close(e);
 	free(e->page_ref);
 	free(e->free_pages);
+	free(e->sample_logits);
 	free(e);
 }
 
@@ -282,6 +284,49 @@ static int check_item(const struct capy_engine *e, const struct capy_step_item *
 	return 0;
 }
 
+/* A backend that does not sample: items with a sampler get a row of the engine's own buffer
+ * (kept between steps), for their logits when the caller wants none. */
+static int host_sampling_rows(struct capy_engine *e, struct capy_batch_item *bi, size_t n, struct capy_err *err)
+{
+	uint64_t V = e->c.vocab_size;
+	size_t need = 0;
+
+	for (size_t i = 0; i < n; i++)
+		need += bi[i].sampler != NULL;
+	if (need > e->sample_rows) {
+		float *p = realloc(e->sample_logits, need * V * sizeof(float));
+		if (!p)
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory for %zu rows of logits", need);
+		e->sample_logits = p;
+		e->sample_rows = need;
+	}
+	for (size_t i = 0, r = 0; i < n; i++) {
+		if (!bi[i].sampler)
+			continue;
+		if (!bi[i].logits)
+			bi[i].logits = e->sample_logits + r * V;
+		r++;
+	}
+	return 0;
+}
+
+/* ... and are sampled from that row (a copy of the caller's last row where it has logits, so
+ * they stay the model's). */
+static void host_sample(struct capy_engine *e, const struct capy_batch_item *bi, const struct capy_step_item *items,
+			size_t n)
+{
+	uint64_t V = e->c.vocab_size;
+
+	for (size_t i = 0, r = 0; i < n; i++) {
+		if (!bi[i].sampler)
+			continue;
+		float *row = e->sample_logits + r++ * V;
+		if (items[i].logits)
+			memcpy(row, items[i].logits + (items[i].all_logits ? (items[i].n - 1) * V : 0), V * sizeof(float));
+		*bi[i].token = capy_sampler_next(bi[i].sampler, row);
+	}
+}
+
 int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, size_t n_items,
 		     struct capy_err *err)
 {
@@ -309,12 +354,21 @@ int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, 
 		const struct capy_step_item *it = &items[i];
 		if ((rc = seq_make_writable(it->seq, it->n, err)) < 0 || (rc = seq_reserve_history(it->seq, it->n, err)) < 0)
 			goto out;
-		bi[i] = (struct capy_batch_item){ it->seq, it->tokens, it->n, t0, it->logits, it->all_logits };
+		bi[i] = (struct capy_batch_item){ it->seq, it->tokens, it->n, t0, it->logits, it->all_logits, it->sampler,
+						  it->token };
+		if (it->sampler && !it->token) {
+			rc = capy_err_set(err, CAPY_EINVAL, "step item %zu: a sampler but nowhere for its token", i);
+			goto out;
+		}
 		t0 += it->n;
 	}
 	b.items = bi;
+	if (!e->ops->samples && (rc = host_sampling_rows(e, bi, n_items, err)) < 0)
+		goto out;
 	if ((rc = e->ops->step(e, &b, err)) < 0)
 		goto out;
+	if (!e->ops->samples)
+		host_sample(e, bi, items, n_items);
 	for (size_t i = 0; i < n_items; i++) {
 		struct capy_seq *s = items[i].seq;
 		memcpy(s->tokens + s->len, items[i].tokens, items[i].n * sizeof(int32_t));
@@ -341,7 +395,7 @@ int capy_engine_forward(struct capy_engine *e, struct capy_seq *s, const int32_t
 	for (uint64_t done = 0; done < n;) {
 		uint64_t T = CAPY_MIN(e->step_tokens, n - done);
 		bool last = done + T == n;
-		struct capy_step_item it = { s, tokens + done, T, NULL, all_logits };
+		struct capy_step_item it = { .seq = s, .tokens = tokens + done, .n = T, .logits = NULL, .all_logits = all_logits };
 		if (all_logits)
 			it.logits = logits + done * V;
 		else if (last)

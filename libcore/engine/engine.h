@@ -136,13 +136,20 @@ int capy_seq_truncate(struct capy_seq *s, uint64_t n, struct capy_err *err);
 /* --- running tokens ---------------------------------------------------------------------- */
 
 /* One sequence's part of a step: its next n tokens, and where its logits go: NULL for
- * none, else vocab_size floats for its last token, or n * vocab_size when all_logits. */
+ * none, else vocab_size floats for its last token, or n * vocab_size when all_logits.
+ * With a sampler, the step also picks the token after the last one with it (exactly as
+ * capy_sampler_next on the last row's logits, which stay as the model gave them) and writes
+ * it to *token; a backend that can does that where the logits are (CUDA: on the GPU, the
+ * row's logits never copied to the host unless asked for). */
+struct capy_sampler;
 struct capy_step_item {
 	struct capy_seq *seq;
 	const int32_t *tokens;
 	uint64_t n;
 	float *logits;
 	bool all_logits;
+	struct capy_sampler *sampler;
+	int32_t *token;
 };
 
 /* Run one step: every item's tokens through the model in one pass (the weights are read

@@ -207,13 +207,15 @@ void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *
 	s->hid = lr * H * 4;
 	s->logits = lr * V * 4;
 	s->row_idx = lr * 4;
+	s->smp_rows = s->host_smp_rows = lr * CAPY_PLAN_SAMPLE_ROW_BYTES;
+	s->smp_out = s->host_smp_out = lr * CAPY_PLAN_SAMPLE_OUT_BYTES;
 	s->device = s->x + s->xn + s->blk + s->out + s->inj + s->mix + s->tmp + s->big1 + s->big2 + s->big3 +
 		    s->moe_out + s->moe_w + s->moe_ids + s->ple_emb + s->rows + s->hid + s->logits + s->row_idx +
-		    s->lin_ws + s->moe_ws;
+		    s->lin_ws + s->moe_ws + s->smp_rows + s->smp_out;
 	s->host_logits = lr * V * 4;
 	s->host_row_idx = lr * 4;
 	s->host_ple = (uint64_t)n_ple * T * c->ple_embed_dim * 4 + 16;
-	s->host = s->host_logits + s->host_row_idx + s->host_ple;
+	s->host = s->host_logits + s->host_row_idx + s->host_smp_rows + s->host_smp_out + s->host_ple;
 }
 
 uint64_t capy_plan_context_cap(uint64_t have, uint64_t ctx)

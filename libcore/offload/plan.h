@@ -87,16 +87,24 @@ uint64_t capy_plan_state_floats(const struct capy_model_config *c);
 
 /* The step's buffers for steps of T tokens (bytes; floats are 4 bytes): the activations, the
  * logits of up to logits_rows rows, and the kernels' workspaces (the NVFP4 linears'
- * activation quantization, the routed experts'); on the host, the pinned staging copies. */
+ * activation quantization, the routed experts', the sampler's records); on the host, the
+ * pinned staging copies. */
 struct capy_plan_scratch {
 	uint64_t T, logits_rows;
 	uint64_t x, xn, blk, out, inj, mix, tmp, big1, big2, big3;
 	uint64_t moe_out, moe_w, moe_ids, ple_emb, rows, hid, logits, row_idx;
 	uint64_t lin_ws, moe_ws;
+	uint64_t smp_rows, smp_out;       /* the GPU sampler's row settings and results */
 	uint64_t device;                  /* the sum of the above */
-	uint64_t host_logits, host_row_idx, host_ple;
+	uint64_t host_logits, host_row_idx, host_smp_rows, host_smp_out, host_ple;
 	uint64_t host;                    /* the sum of the host_ ones */
 };
+
+/* The GPU sampler's records per logits row: kernels/capy-kernels.h's struct ck_sample_row and
+ * struct ck_sample_out (CK_SAMPLE_CAP = 2048 candidates), which the backend asserts at compile
+ * time. */
+#define CAPY_PLAN_SAMPLE_ROW_BYTES 16
+#define CAPY_PLAN_SAMPLE_OUT_BYTES (16 + 2048 * 8)
 
 void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *a, const struct capy_model_config *c,
 		       uint64_t T);

@@ -93,37 +93,14 @@ static int32_t record(struct capy_sampler *s, int32_t id)
 	return id;
 }
 
-int32_t capy_sampler_next(struct capy_sampler *s, float *l)
+/* The draw over the candidates s->c[0..n) (every token within e^-40 of the best after
+ * temperature, unsorted): sorted, cut by top-k, top-p and min-p, then one draw. */
+static int32_t draw_sorted(struct capy_sampler *s, uint64_t n)
 {
 	const struct capy_sampler_params *p = &s->p;
-	uint64_t n = s->vocab;
 	double sum = 0, u, acc = 0;
 	float mx;
 
-	penalize(s, l);
-	if (p->temperature == 0 || p->top_k == 1) {
-		uint64_t best = 0;
-		for (uint64_t i = 1; i < n; i++)
-			if (l[i] > l[best])
-				best = i;
-		return record(s, (int32_t)best);
-	}
-	/* Candidates: tokens within e^-40 of the best after temperature. What is left out has a
-	 * total probability below vocab * 4e-18, which no draw can resolve; sorting only the
-	 * rest keeps a step cheap on a 248k vocabulary. Ties sort by id, so draws are
-	 * reproducible. */
-	mx = -INFINITY;
-	for (uint64_t i = 0; i < n; i++)
-		mx = fmaxf(mx, l[i] / p->temperature);
-	{
-		uint64_t m = 0;
-		for (uint64_t i = 0; i < s->vocab; i++) {
-			float v = l[i] / p->temperature;
-			if (v >= mx - 40.0f)
-				s->c[m++] = (struct cand){ v, (int32_t)i };
-		}
-		n = m;
-	}
 	qsort(s->c, n, sizeof(*s->c), cmp_cand);
 	if (p->top_k > 0 && (uint64_t)p->top_k < n)
 		n = (uint64_t)p->top_k;
@@ -158,4 +135,72 @@ int32_t capy_sampler_next(struct capy_sampler *s, float *l)
 			return record(s, s->c[i].id);
 	}
 	return record(s, s->c[n - 1].id);
+}
+
+int32_t capy_sampler_next(struct capy_sampler *s, float *l)
+{
+	const struct capy_sampler_params *p = &s->p;
+	uint64_t n = s->vocab;
+	float mx;
+
+	penalize(s, l);
+	if (p->temperature == 0 || p->top_k == 1) {
+		uint64_t best = 0;
+		for (uint64_t i = 1; i < n; i++)
+			if (l[i] > l[best])
+				best = i;
+		return record(s, (int32_t)best);
+	}
+	/* Candidates: tokens within e^-40 of the best after temperature. What is left out has a
+	 * total probability below vocab * 4e-18, which no draw can resolve; sorting only the
+	 * rest keeps a step cheap on a 248k vocabulary. Ties sort by id, so draws are
+	 * reproducible. */
+	mx = -INFINITY;
+	for (uint64_t i = 0; i < n; i++)
+		mx = fmaxf(mx, l[i] / p->temperature);
+	{
+		uint64_t m = 0;
+		for (uint64_t i = 0; i < s->vocab; i++) {
+			float v = l[i] / p->temperature;
+			if (v >= mx - 40.0f)
+				s->c[m++] = (struct cand){ v, (int32_t)i };
+		}
+		n = m;
+	}
+	return draw_sorted(s, n);
+}
+
+enum capy_sample_mode capy_sampler_mode(const struct capy_sampler *s, float *temperature, int *top_k)
+{
+	const struct capy_sampler_params *p = &s->p;
+
+	*temperature = p->temperature;
+	*top_k = p->top_k;
+	if ((p->repetition_penalty > 0 && p->repetition_penalty != 1) || p->presence_penalty || p->frequency_penalty)
+		return CAPY_SAMPLE_HOST; /* the penalties need the sampler's counts */
+	if (p->temperature == 0 || p->top_k == 1)
+		return CAPY_SAMPLE_GREEDY;
+	if (p->top_k > 0 && p->top_k <= CAPY_SAMPLE_TOP_K_MAX)
+		return CAPY_SAMPLE_TOP_K;
+	return CAPY_SAMPLE_HOST;
+}
+
+int32_t capy_sampler_take(struct capy_sampler *s, int32_t id)
+{
+	return record(s, id);
+}
+
+int32_t capy_sampler_next_top(struct capy_sampler *s, const float *v, const int32_t *ids, uint64_t n)
+{
+	float mx = -INFINITY;
+	uint64_t m = 0;
+
+	for (uint64_t i = 0; i < n; i++)
+		mx = fmaxf(mx, v[i]);
+	for (uint64_t i = 0; i < n && m < s->vocab; i++)
+		if (v[i] >= mx - 40.0f)
+			s->c[m++] = (struct cand){ v[i], ids[i] };
+	if (!m) /* no finite candidate: as capy_sampler_next's draw over nothing */
+		return record(s, n ? ids[0] : 0);
+	return draw_sorted(s, m);
 }

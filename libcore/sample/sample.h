@@ -40,4 +40,21 @@ void capy_sampler_prompt(struct capy_sampler *s, const int32_t *ids, uint64_t n)
 /* Pick the next token from logits[vocab] (modified) and record it as output. */
 int32_t capy_sampler_next(struct capy_sampler *s, float *logits);
 
+/* Sampling where the logits are (a GPU backend): what a device must compute so that the host
+ * picks exactly the token capy_sampler_next would pick from the same logits.
+ * - GREEDY (no penalties; temperature 0 or top_k 1): the first index of the maximum of the
+ *   raw logits, handed to capy_sampler_take.
+ * - TOP_K (no penalties, 1 < top_k <= CAPY_SAMPLE_TOP_K_MAX): v = logit / temperature (one
+ *   float division) and the id of at least every token among the top_k largest v (ties
+ *   included: every token whose v equals the top_k-th largest), handed to
+ *   capy_sampler_next_top in any order; only these decide the draw.
+ * - HOST (penalties, or temperature > 0 without top_k): the whole row, capy_sampler_next. */
+enum capy_sample_mode { CAPY_SAMPLE_HOST, CAPY_SAMPLE_GREEDY, CAPY_SAMPLE_TOP_K };
+#define CAPY_SAMPLE_TOP_K_MAX 1024
+enum capy_sample_mode capy_sampler_mode(const struct capy_sampler *s, float *temperature, int *top_k);
+/* Record id as the next token (GREEDY), and return it. */
+int32_t capy_sampler_take(struct capy_sampler *s, int32_t id);
+/* The next token from n candidates (v[i] = logits[ids[i]] / temperature) as TOP_K says. */
+int32_t capy_sampler_next_top(struct capy_sampler *s, const float *v, const int32_t *ids, uint64_t n);
+
 #endif

@@ -22,6 +22,7 @@ struct req {
 	struct capy_sampler *smp;
 	float *logits;
 	int32_t next;                 /* the sampled token the next step feeds */
+	int32_t sampled;              /* the step's pick, where the step samples (no logprobs) */
 	uint64_t generated, cached, max_new;
 	struct prefix_entry *entry;
 	bool cancel;                  /* asked for (under the mutex) */
@@ -220,7 +221,7 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 		raw = s->lp_work + s->vocab;
 		memcpy(raw, q->logits, s->vocab * sizeof(float));
 	}
-	tok = capy_sampler_next(q->smp, q->logits);
+	tok = n_top >= 0 ? capy_sampler_next(q->smp, q->logits) : q->sampled;
 	for (size_t i = 0; i < q->r.n_stop_ids; i++)
 		if (q->stop[i] == tok) {
 			remove_active(s, ai);
@@ -265,6 +266,18 @@ static void fail_all(struct capy_sched *s, const char *msg)
 	pthread_mutex_unlock(&s->mu);
 }
 
+/* The step picks q's next token (where the backend can, next to the logits), unless q asks
+ * for log-probabilities: those need the whole row on the host. */
+static void wants_token(struct capy_step_item *it, struct req *q)
+{
+	if (q->r.top_logprobs >= 0) {
+		it->logits = q->logits;
+		return;
+	}
+	it->sampler = q->smp;
+	it->token = &q->sampled;
+}
+
 /* One step: decode tokens first, then prompt pieces in turn while they fit whole. */
 static void run_step(struct capy_sched *s)
 {
@@ -279,7 +292,8 @@ static void run_step(struct capy_sched *s)
 		struct req *q = s->active[i];
 		if (q->phase != DECODE)
 			continue;
-		s->items[n] = (struct capy_step_item){ q->seq, &q->next, 1, q->logits, false };
+		s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = &q->next, .n = 1 };
+		wants_token(&s->items[n], q);
 		s->item_req[n++] = q;
 		total++;
 	}
@@ -293,8 +307,9 @@ static void run_step(struct capy_sched *s)
 		end = piece_end(s, q);
 		if (total + (end - pos) > s->step_tokens)
 			continue;
-		s->items[n] = (struct capy_step_item){ q->seq, q->prompt + pos, end - pos,
-						       end == q->r.n_prompt ? q->logits : NULL, false };
+		s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = q->prompt + pos, .n = end - pos };
+		if (end == q->r.n_prompt)
+			wants_token(&s->items[n], q);
 		s->item_req[n++] = q;
 		total += end - pos;
 		reading = true;

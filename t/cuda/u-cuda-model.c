@@ -147,11 +147,13 @@ static void batch8(const char *name, const char *kvn, struct capy_engine *gpu, u
 			capy_engine_forward(gpu, alone[q], &next[q][i], 1, ref + (q * 5 + i + 1) * V, false, &err);
 	}
 	for (int q = 0; q < NBATCH; q++)
-		it[q] = (struct capy_step_item){ tog[q], prompt[q], plen[q], got + q * 5 * V, false };
+		it[q] = (struct capy_step_item){ .seq = tog[q], .tokens = prompt[q], .n = plen[q],
+				.logits = got + q * 5 * V, .all_logits = false };
 	CHECK_MSG(capy_engine_step(gpu, it, NBATCH, &err) == 0, "%s", err.msg);
 	for (int i = 0; i < 4; i++) {
 		for (int q = 0; q < NBATCH; q++)
-			it[q] = (struct capy_step_item){ tog[q], &next[q][i], 1, got + (q * 5 + i + 1) * V, false };
+			it[q] = (struct capy_step_item){ .seq = tog[q], .tokens = &next[q][i], .n = 1,
+					.logits = got + (q * 5 + i + 1) * V, .all_logits = false };
 		CHECK_MSG(capy_engine_step(gpu, it, NBATCH, &err) == 0, "%s", err.msg);
 	}
 	bad = bits_differ(got, ref, NBATCH * 5 * V);

@@ -9,6 +9,7 @@
 #include "artifact/artifact.h"
 #include "convert/convert.h"
 #include "engine/engine.h"
+#include "sample/sample.h"
 
 #include <unistd.h>
 
@@ -154,16 +155,59 @@ static void test_step_errors(void)
 	int32_t many[600] = { 0 };
 
 	capy_seq_new(eng, &s, &err);
-	struct capy_step_item two[2] = { { s, A, 3, l, false }, { s, B, 2, NULL, false } };
+	struct capy_step_item two[2] = { { .seq = s, .tokens = A, .n = 3, .logits = l },
+					 { .seq = s, .tokens = B, .n = 2 } };
 	CHECK(capy_engine_step(eng, two, 2, &err) == CAPY_EINVAL);
 	CHECK_CONTAINS(err.msg, "the same sequence");
-	struct capy_step_item big = { s, many, 600, l, false };
+	struct capy_step_item big = { .seq = s, .tokens = many, .n = 600, .logits = l, .all_logits = false };
 	CHECK(capy_engine_step(eng, &big, 1, &err) == CAPY_EINVAL);
 	CHECK_CONTAINS(err.msg, "more than the engine's 512");
 	CHECK(capy_engine_step(eng, &big, 0, &err) == CAPY_EINVAL);
 	CHECK_EQ_U64(capy_seq_len(s), 0);
 	capy_seq_free(s);
 	free(l);
+}
+
+/* A step with a sampler picks what capy_sampler_next picks from the same step's logits, and
+ * leaves the caller's logits as the model gave them; with and without logits wanted. */
+static void test_step_samples(void)
+{
+	const struct capy_sampler_params ps[] = { { 0 }, { .temperature = 0.9f, .top_k = 40, .seed = 3 },
+						  { .temperature = 1.1f, .repetition_penalty = 1.3f, .seed = 4 } };
+	struct capy_err err = { 0 };
+	float *l = malloc(V * 4), *raw = malloc(V * 4);
+
+	for (size_t c = 0; c < ARRAY_SIZE(ps); c++) {
+		struct capy_sampler *a, *b;
+		struct capy_seq *s1, *s2;
+		capy_sampler_new(&a, V, &ps[c], &err);
+		capy_sampler_new(&b, V, &ps[c], &err);
+		capy_seq_new(eng, &s1, &err);
+		capy_seq_new(eng, &s2, &err);
+		for (int i = 0; i < 6; i++) {
+			int32_t want, got = -1, tok = A[i];
+			struct capy_step_item plain = { .seq = s1, .tokens = &tok, .n = 1, .logits = l };
+			struct capy_step_item picked = { .seq = s2, .tokens = &tok, .n = 1, .sampler = b, .token = &got };
+			CHECK_EQ_INT(capy_engine_step(eng, &plain, 1, &err), 0);
+			memcpy(raw, l, V * 4);
+			want = capy_sampler_next(a, l);
+			if (i % 2)
+				picked.logits = l;
+			CHECK_EQ_INT(capy_engine_step(eng, &picked, 1, &err), 0);
+			CHECK_EQ_INT(got, want);
+			if (i % 2)
+				CHECK(!memcmp(l, raw, V * 4));
+		}
+		struct capy_step_item bad = { .seq = s2, .tokens = A, .n = 1, .sampler = b };
+		CHECK(capy_engine_step(eng, &bad, 1, &err) == CAPY_EINVAL);
+		CHECK_CONTAINS(err.msg, "nowhere for its token");
+		capy_seq_free(s1);
+		capy_seq_free(s2);
+		capy_sampler_free(a);
+		capy_sampler_free(b);
+	}
+	free(l);
+	free(raw);
 }
 
 /* One family: NSEQ sequences with prompts of different lengths (one longer than a page,
@@ -209,19 +253,22 @@ static void batch_family(const char *name, int threads)
 	/* Sequences 0-2 prefill together; 3 joins after two decode steps of the others. */
 	struct capy_step_item it[NSEQ];
 	for (int q = 0; q < 3; q++)
-		it[q] = (struct capy_step_item){ tog[q], prompt[q], plen[q], got + (q * (DECODE + 1)) * vs, false };
+		it[q] = (struct capy_step_item){ .seq = tog[q], .tokens = prompt[q], .n = plen[q],
+				.logits = got + (q * (DECODE + 1)) * vs, .all_logits = false };
 	CHECK_MSG(capy_engine_step(e, it, 3, &err) == 0, "%s", err.msg);
 	for (int i = 0; i < DECODE + 1; i++) {
 		size_t n = 0;
 		for (int q = 0; q < 3; q++)
 			if (i < DECODE)
-				it[n++] = (struct capy_step_item){ tog[q], &next[q][i], 1,
-								   got + (q * (DECODE + 1) + i + 1) * vs, false };
+				it[n++] = (struct capy_step_item){ .seq = tog[q], .tokens = &next[q][i], .n = 1,
+						.logits = got + (q * (DECODE + 1) + i + 1) * vs,
+						.all_logits = false };
 		if (i == 2)
-			it[n++] = (struct capy_step_item){ tog[3], prompt[3], plen[3], got + (3 * (DECODE + 1)) * vs, false };
+			it[n++] = (struct capy_step_item){ .seq = tog[3], .tokens = prompt[3], .n = plen[3],
+					.logits = got + (3 * (DECODE + 1)) * vs, .all_logits = false };
 		if (i >= 3)
-			it[n++] = (struct capy_step_item){ tog[3], &next[3][i - 3], 1, got + (3 * (DECODE + 1) + i - 2) * vs,
-							   false };
+			it[n++] = (struct capy_step_item){ .seq = tog[3], .tokens = &next[3][i - 3], .n = 1,
+					.logits = got + (3 * (DECODE + 1) + i - 2) * vs, .all_logits = false };
 		if (n)
 			CHECK_MSG(capy_engine_step(e, it, n, &err) == 0, "%s", err.msg);
 	}
@@ -287,6 +334,7 @@ int main(void)
 		RUN(test_bad_ids);
 		RUN(test_share_snapshot);
 		RUN(test_step_errors);
+		RUN(test_step_samples);
 		RUN(test_reserve_describe);
 	}
 	RUN(test_batch_invariance);

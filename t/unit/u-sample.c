@@ -136,6 +136,91 @@ static void test_penalties(void)
 	CHECK(capy_sampler_new(&s, 3, &(struct capy_sampler_params){ .top_p = 2 }, NULL) < 0);
 }
 
+
+static uint64_t lcg(uint64_t *x)
+{
+	*x = *x * 6364136223846793005ull + 1442695040888963407ull;
+	return *x >> 33;
+}
+
+/* A device's half of sampling (capy_sampler_mode, _take, _next_top) picks the tokens
+ * capy_sampler_next picks from the whole row: given any superset of the top_k in any order,
+ * ties at the cut included. */
+static void test_device_half(void)
+{
+	enum { V = 3000 };
+	static float l[V], x[V], v[V];
+	static int32_t ids[V];
+	const struct capy_sampler_params cases[] = {
+		{ .temperature = 0.7f, .top_k = 20, .top_p = 0.8f, .seed = 1 },
+		{ .temperature = 1.0f, .top_k = 2, .seed = 2 },
+		{ .temperature = 1.3f, .top_k = 100, .min_p = 0.05f, .seed = 3 },
+		{ .temperature = 0.2f, .top_k = 1024, .top_p = 0.95f, .seed = 4 },
+	};
+	uint64_t r = 99;
+	int same = 0, total = 0;
+
+	for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+		struct capy_sampler *a, *b;
+		float temp;
+		int k;
+		capy_sampler_new(&a, V, &cases[c], NULL);
+		capy_sampler_new(&b, V, &cases[c], NULL);
+		CHECK_EQ_INT(capy_sampler_mode(b, &temp, &k), CAPY_SAMPLE_TOP_K);
+		for (int round = 0; round < 150; round++) {
+			uint64_t n = 0;
+			float cut;
+			for (uint64_t i = 0; i < V; i++) /* coarse values: many ties */
+				l[i] = (float)(lcg(&r) % 64) * 0.25f - 8.0f;
+			memcpy(x, l, sizeof(l));
+			/* The k-th largest v, then every v >= it, plus some others, shuffled. */
+			for (uint64_t i = 0; i < V; i++)
+				v[i] = l[i] / temp;
+			{
+				int above = 0;
+				cut = -INFINITY;
+				for (int q = 63; q >= 0 && above < k; q--) {
+					float t = ((float)q * 0.25f - 8.0f) / temp;
+					for (uint64_t i = 0; i < V; i++)
+						above += v[i] == t;
+					cut = t;
+				}
+			}
+			for (uint64_t i = 0; i < V; i++)
+				if (v[i] >= cut || lcg(&r) % 7 == 0)
+					ids[n++] = (int32_t)i;
+			for (uint64_t i = n; i > 1; i--) {
+				uint64_t j = lcg(&r) % i;
+				int32_t t = ids[i - 1];
+				ids[i - 1] = ids[j];
+				ids[j] = t;
+			}
+			for (uint64_t i = 0; i < n; i++)
+				v[i] = l[ids[i]] / temp;
+			same += capy_sampler_next(a, x) == capy_sampler_next_top(b, v, ids, n);
+			total++;
+		}
+		capy_sampler_free(a);
+		capy_sampler_free(b);
+	}
+	CHECK_EQ_INT(same, total);
+	{
+		struct capy_sampler *s;
+		float temp;
+		int k;
+		capy_sampler_new(&s, 4, &(struct capy_sampler_params){ 0 }, NULL);
+		CHECK_EQ_INT(capy_sampler_mode(s, &temp, &k), CAPY_SAMPLE_GREEDY);
+		CHECK_EQ_INT(capy_sampler_take(s, 3), 3);
+		capy_sampler_free(s);
+		capy_sampler_new(&s, 4, &(struct capy_sampler_params){ .temperature = 1 }, NULL);
+		CHECK_EQ_INT(capy_sampler_mode(s, &temp, &k), CAPY_SAMPLE_HOST); /* no top_k: the whole row */
+		capy_sampler_free(s);
+		capy_sampler_new(&s, 4, &(struct capy_sampler_params){ .repetition_penalty = 1.1f }, NULL);
+		CHECK_EQ_INT(capy_sampler_mode(s, &temp, &k), CAPY_SAMPLE_HOST); /* penalties: the counts */
+		capy_sampler_free(s);
+	}
+}
+
 int main(void)
 {
 	RUN(test_greedy);
@@ -143,5 +228,6 @@ int main(void)
 	RUN(test_distribution);
 	RUN(test_filters);
 	RUN(test_penalties);
+	RUN(test_device_half);
 	return test_summary();
 }

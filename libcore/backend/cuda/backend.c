@@ -46,6 +46,10 @@ static int ws_agrees(uint64_t planned, uint64_t kernels, const char *what, struc
 			    what, planned, kernels);
 }
 
+/* The plan's copies of the GPU sampler's record sizes (it is built without kernels/). */
+_Static_assert(sizeof(struct ck_sample_row) == CAPY_PLAN_SAMPLE_ROW_BYTES, "offload/plan.h: ck_sample_row");
+_Static_assert(sizeof(struct ck_sample_out) == CAPY_PLAN_SAMPLE_OUT_BYTES, "offload/plan.h: ck_sample_out");
+
 /* The step's buffers, sized by the memory plan (capy_plan_scratch). */
 static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 {
@@ -82,6 +86,7 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 		{ (void **)&s->rows, ps.rows },	  { (void **)&s->hid, ps.hid },
 		{ (void **)&s->logits, ps.logits }, { (void **)&s->row_idx, ps.row_idx },
 		{ &s->lin_ws, ps.lin_ws },	  { &s->moe_ws, ps.moe_ws },
+		{ (void **)&s->smp_rows, ps.smp_rows }, { (void **)&s->smp_out, ps.smp_out },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++) {
 		if ((rc = cudaMalloc(d[i].p, d[i].bytes ? d[i].bytes : 16)) != cudaSuccess)
@@ -91,11 +96,15 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 	}
 	if ((rc = cudaMallocHost((void **)&s->logits_host, ps.host_logits)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->row_idx_host, ps.host_row_idx)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->smp_rows_host, ps.host_smp_rows)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->smp_out_host, ps.host_smp_out)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->ple_host, ps.host_ple)) != cudaSuccess)
 		return cu_err(err, rc, "allocating pinned host buffers");
 	s->row_dst = calloc(s->logits_rows, sizeof(*s->row_dst));
+	s->row_smp = calloc(s->logits_rows, sizeof(*s->row_smp));
+	s->row_tok = calloc(s->logits_rows, sizeof(*s->row_tok));
 	s->hist = calloc(16 + T, sizeof(*s->hist));
-	if (!s->row_dst || !s->hist)
+	if (!s->row_dst || !s->row_smp || !s->row_tok || !s->hist)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	return 0;
 }
@@ -104,15 +113,19 @@ static void free_scratch(struct cu_scratch *s)
 {
 	void *d[] = { s->x, s->xn, s->blk, s->out, s->inj, s->mix, s->tmp, s->big1, s->big2, s->big3, s->moe_out,
 		      s->moe_w, s->moe_ids, s->ple_emb, s->rows, s->hid, s->logits, s->row_idx, s->lin_ws, s->moe_ws,
-		      s->attn_ws, s->sel, s->meta_dev };
+		      s->attn_ws, s->sel, s->meta_dev, s->smp_rows, s->smp_out };
 
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++)
 		cudaFree(d[i]);
 	cudaFreeHost(s->logits_host);
 	cudaFreeHost(s->row_idx_host);
+	cudaFreeHost(s->smp_rows_host);
+	cudaFreeHost(s->smp_out_host);
 	cudaFreeHost(s->ple_host);
 	cudaFreeHost(s->meta_host);
 	free(s->row_dst);
+	free(s->row_smp);
+	free(s->row_tok);
 	free(s->hist);
 	memset(s, 0, sizeof(*s));
 }
@@ -188,6 +201,9 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	{
 		const char *g = getenv("CAPY_CUDA_GRAPHS");
 		e->no_graphs = g && !strcmp(g, "0");
+		const char *p = getenv("CAPY_CUDA_PDL");
+		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
+		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
 	}
 	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess) {
 		rc = cu_err(err, r, "opening the device");
@@ -326,4 +342,5 @@ const struct capy_backend_ops capy_backend_cuda = {
 	.state_copy = cu_state_copy,
 	.state_free = cu_state_free,
 	.step = cu_step,
+	.samples = true,
 };

@@ -51,13 +51,19 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 	const uint8_t *sel = NULL;
 	void *s = e->stream;
 
-	MULTI(xn, T, LINS(&a->q, &a->k, &a->v), OUTS(qg, k, v));
+	if (PART(CU_ATT_IN))
+		MULTI(xn, T, LINS(&a->q, &a->k, &a->v), OUTS(qg, k, v));
 	/* q: per head the first hd of [query | gate], normed into q; k normed in place. */
-	TRY(ck_rmsnorm(qg, 2 * hd, a->q_norm, hd, q, hd, T * nq, hd, hd, eps, s), "q norm");
-	TRY(ck_rope(q, T, nq, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "q rope");
-	TRY(ck_rmsnorm(k, hd, a->k_norm, hd, k, hd, T * nkv, hd, hd, eps, s), "k norm");
-	TRY(ck_rope(k, T, nkv, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "k rope");
-	TRY(ck_kv_store(st, kv, k, v, s), "kv store");
+	if (PART(CU_ATT_CORE))
+		TRY(ck_rmsnorm(qg, 2 * hd, a->q_norm, hd, q, hd, T * nq, hd, hd, eps, s), "q norm");
+	if (PART(CU_ATT_CORE))
+		TRY(ck_rope(q, T, nq, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "q rope");
+	if (PART(CU_ATT_CORE))
+		TRY(ck_rmsnorm(k, hd, a->k_norm, hd, k, hd, T * nkv, hd, hd, eps, s), "k norm");
+	if (PART(CU_ATT_CORE))
+		TRY(ck_rope(k, T, nkv, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "k rope");
+	if (PART(CU_ATT_CORE))
+		TRY(ck_kv_store(st, kv, k, v, s), "kv store");
 	if (a->qsa) {
 		uint64_t ih = c->indexer_head_dim, ni = c->indexer_n_heads, w = (ni + 1) * ih, ratio = c->indexer_compress_ratio;
 		float *idx = e->s.big2, *iq = e->s.big3; /* k and v are in the cache now */
@@ -70,9 +76,12 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 		    "qsa select");
 		sel = e->s.sel;
 	}
-	TRY(ck_attention(st, kv, q, nq, sel, e->s.sel_cap, att, e->s.attn_ws, s), "attention");
-	TRY(ck_attn_gate(att, qg, T, nq, hd, q, s), "attention gate");
-	LIN(&a->o, q, T, out);
+	if (PART(CU_ATT_CORE))
+		TRY(ck_attention(st, kv, q, nq, sel, e->s.sel_cap, att, e->s.attn_ws, s), "attention");
+	if (PART(CU_ATT_CORE))
+		TRY(ck_attn_gate(att, qg, T, nq, hd, q, s), "attention gate");
+	if (PART(CU_ATT_OUT))
+		LIN(&a->o, q, T, out);
 	return 0;
 }
 
@@ -87,12 +96,18 @@ int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	int slot = l->h->gdn_slot;
 	void *s = e->stream;
 
-	MULTI(xn, T, LINS(&w->qkv, &w->z, &w->b, &w->a), OUTS(qkv, z, bb, aa));
-	TRY(ck_gdn_conv(st, &e->gdn, slot, qkv, w->conv, conv, s), "gdn conv");
-	TRY(ck_gdn_gates(bb, aa, w->neg_a, w->dt_bias, T, nv, beta, g, s), "gdn gates");
-	TRY(ck_gdn_recurrent(st, &e->gdn, slot, conv, beta, g, o, s), "gdn recurrence");
-	TRY(ck_gdn_gated_norm(o, z, w->norm, T, nv, dv, (float)c->rms_norm_eps, c->output_gate_sigmoid, s), "gdn norm");
-	LIN(&w->out, o, T, out);
+	if (PART(CU_GDN_IN))
+		MULTI(xn, T, LINS(&w->qkv, &w->z, &w->b, &w->a), OUTS(qkv, z, bb, aa));
+	if (PART(CU_GDN_CORE))
+		TRY(ck_gdn_conv(st, &e->gdn, slot, qkv, w->conv, conv, s), "gdn conv");
+	if (PART(CU_GDN_CORE))
+		TRY(ck_gdn_gates(bb, aa, w->neg_a, w->dt_bias, T, nv, beta, g, s), "gdn gates");
+	if (PART(CU_GDN_CORE))
+		TRY(ck_gdn_recurrent(st, &e->gdn, slot, conv, beta, g, o, s), "gdn recurrence");
+	if (PART(CU_GDN_CORE))
+		TRY(ck_gdn_gated_norm(o, z, w->norm, T, nv, dv, (float)c->rms_norm_eps, c->output_gate_sigmoid, s), "gdn norm");
+	if (PART(CU_GDN_OUT))
+		LIN(&w->out, o, T, out);
 	return 0;
 }
 
@@ -116,14 +131,20 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	if (!l->h->moe)
 		return mlp(e, &l->mlp, xn, T, out, sc->big1, sc->big2, err);
 	/* The router, the shared expert's gate_up and its gate read the same input. */
-	MULTI(xn, T, LINS(&m->router, &m->shared.gate_up, &m->shared_gate), OUTS(sc->big1, sc->big3, sc->big2));
-	TRY(ck_moe_route(sc->big1, T, c->n_experts, k, c->norm_topk_prob, sc->moe_ids, sc->moe_w, e->stream), "router");
-	TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, e->step.grouped, e->step.n_grouped, sc->moe_out,
-			   sc->moe_ws, e->stream),
-	    "experts");
-	TRY(ck_swiglu(sc->big3, T, m->shared.gate_up.n / 2, sc->mix, e->stream), "swiglu");
-	LIN(&m->shared.down, sc->mix, T, sc->tmp);
-	TRY(ck_moe_combine(sc->moe_out, sc->moe_w, sc->tmp, sc->big2, T, k, c->hidden_size, out, e->stream), "moe combine");
+	if (PART(CU_MOE_IN))
+		MULTI(xn, T, LINS(&m->router, &m->shared.gate_up, &m->shared_gate), OUTS(sc->big1, sc->big3, sc->big2));
+	if (PART(CU_ROUTE))
+		TRY(ck_moe_route(sc->big1, T, c->n_experts, k, c->norm_topk_prob, sc->moe_ids, sc->moe_w, e->stream), "router");
+	if (PART(CU_EXPERTS))
+		TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, e->step.grouped, e->step.n_grouped, sc->moe_out,
+				   sc->moe_ws, e->stream),
+		    "experts");
+	if (PART(CU_SHARED))
+		TRY(ck_swiglu(sc->big3, T, m->shared.gate_up.n / 2, sc->mix, e->stream), "swiglu");
+	if (PART(CU_SHARED))
+		LIN(&m->shared.down, sc->mix, T, sc->tmp);
+	if (PART(CU_COMBINE))
+		TRY(ck_moe_combine(sc->moe_out, sc->moe_w, sc->tmp, sc->big2, T, k, c->hidden_size, out, e->stream), "moe combine");
 	return 0;
 }
 

@@ -76,6 +76,10 @@ struct cu_scratch {
 	int32_t *moe_ids, *row_idx;       /* row_idx: [logits_rows] rows whose logits a chunk computes */
 	int32_t *row_idx_host;            /* pinned staging of row_idx */
 	float **row_dst;                  /* host: where each of those rows' logits go */
+	struct capy_sampler **row_smp;    /* host: the sampler of each of those rows, or NULL */
+	int32_t **row_tok;                /* host: where its token goes */
+	struct ck_sample_row *smp_rows, *smp_rows_host; /* [logits_rows] device, pinned */
+	struct ck_sample_out *smp_out, *smp_out_host;   /* [logits_rows] device, pinned */
 	void *lin_ws, *moe_ws, *attn_ws;
 	size_t lin_ws_bytes, moe_ws_bytes, attn_ws_bytes;
 	uint8_t *sel;                     /* QSA: [tmax][sel_cap] */
@@ -138,6 +142,7 @@ struct cuda_engine {
 	uint64_t gen;                     /* bumped when a buffer kernels are given moves */
 	uint64_t steps;
 	bool no_graphs;                   /* CAPY_CUDA_GRAPHS=0: every step launched eagerly */
+	unsigned skip;                    /* CAPY_CUDA_SKIP: parts left out, for timing (cu_skip_parse) */
 };
 
 /* A sequence's recurrent state: one device block (GDN slots, then PLE windows) and, on the
@@ -160,6 +165,16 @@ int cu_err(struct capy_err *err, cudaError_t rc, const char *what);
 /* A kernel entry point's result (0 or -cudaError) as a capy error. */
 int cu_check(struct capy_err *err, int rc, const char *what);
 /* Enqueue a kernel entry point; on failure return its error (err in scope) naming `what`. */
+/* Parts of a step that CAPY_CUDA_SKIP=name,name can leave out: a measurement knob only (the
+ * results are wrong), to time a part inside the captured step by the difference it makes. */
+enum cu_part {
+	CU_NORM = 1 << 0, CU_ROUTE = 1 << 1, CU_EXPERTS = 1 << 2, CU_MOE_IN = 1 << 3, CU_SHARED = 1 << 4,
+	CU_COMBINE = 1 << 5, CU_GDN_IN = 1 << 6, CU_GDN_CORE = 1 << 7, CU_GDN_OUT = 1 << 8, CU_ATT_IN = 1 << 9,
+	CU_ATT_CORE = 1 << 10, CU_ATT_OUT = 1 << 11, CU_LM_HEAD = 1 << 12,
+};
+unsigned cu_skip_parse(const char *list);
+#define PART(part) (!(e->skip & (part)))
+
 #define TRY(call, what)                                                 \
 	do {                                                            \
 		int rc_ = (call);                                       \

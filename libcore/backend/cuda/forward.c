@@ -4,6 +4,7 @@
  * of the logits is the step's only synchronization. */
 #include "cuda-impl.h"
 #include "../../quant/floats.h"
+#include "../../sample/sample.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -180,15 +181,46 @@ static int ple_rows(struct cuda_engine *e, const struct capy_batch *b, struct ca
 	return 0;
 }
 
-/* One chunk of logits rows: gathered residual rows, the final norm (or mixer), lm_head,
- * copied back into the rows' destinations. */
-static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t m, float *const *dst,
-			struct capy_err *err)
+/* Which rows of a chunk the device samples (capy_sampler_mode), into the pinned row table;
+ * returns how many. Which side samples never changes the token, only the time. */
+static uint64_t sample_plan(struct cuda_engine *e, uint64_t m)
+{
+	struct cu_scratch *s = &e->s;
+	uint64_t n = 0;
+
+	for (uint64_t i = 0; i < m; i++) {
+		struct ck_sample_row *r = &s->smp_rows_host[i];
+		float temp = 0;
+		int k = 0;
+		enum capy_sample_mode mode = s->row_smp[i] ? capy_sampler_mode(s->row_smp[i], &temp, &k) : CAPY_SAMPLE_HOST;
+		*r = (struct ck_sample_row){ temp, k, CK_SAMPLE_NONE, 0 };
+		if (s->row_smp[i] && mode == CAPY_SAMPLE_GREEDY)
+			r->mode = CK_SAMPLE_GREEDY;
+		else if (s->row_smp[i] && mode == CAPY_SAMPLE_TOP_K && k <= CK_SAMPLE_CAP / 2 && m > 1)
+			r->mode = CK_SAMPLE_TOP_K; /* one row: copying it is cheaper (sample.cu) */
+		n += r->mode != CK_SAMPLE_NONE;
+	}
+	return n;
+}
+
+/* Whether row i's logits must come to the host: the caller wants them, or its sampler runs
+ * there (penalties, no top-k, or too many ties at the cut). */
+static bool row_to_host(const struct cu_scratch *s, uint64_t i)
+{
+	return s->row_dst[i] ||
+	       (s->row_smp[i] && (s->smp_rows_host[i].mode == CK_SAMPLE_NONE || s->smp_out_host[i].status != 0));
+}
+
+/* One chunk of logits rows: gathered residual rows, the final norm (or mixer), lm_head; the
+ * rows with a sampler the device can serve are sampled there (a few KB back instead of the
+ * row), the others' logits copied back into their destinations and sampled on the host. */
+static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t m, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
-	uint64_t H = c->hidden_size, hh = H * (q4 ? c->hc_count : 1), V = c->vocab_size;
+	uint64_t H = c->hidden_size, hh = H * (q4 ? c->hc_count : 1), V = c->vocab_size, on_dev;
 	struct cu_scratch *s = &e->s;
+	bool any_host = false;
 	cudaError_t r;
 	int rc;
 
@@ -199,47 +231,78 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 	} else {
 		TRY(ck_rmsnorm(s->rows, H, e->final_norm, H, s->hid, H, m, H, H, (float)c->rms_norm_eps, e->stream), "final norm");
 	}
-	if ((rc = cu_linear(e, &e->lm_head, s->hid, m, s->logits, err)) < 0)
+	if (PART(CU_LM_HEAD) && (rc = cu_linear(e, &e->lm_head, s->hid, m, s->logits, err)) < 0)
 		return rc;
-	if ((r = cudaMemcpyAsync(s->logits_host, s->logits, m * V * sizeof(float), cudaMemcpyDeviceToHost, e->stream)) !=
-		    cudaSuccess ||
-	    (r = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+	if ((on_dev = sample_plan(e, m))) {
+		if ((r = cudaMemcpyAsync(s->smp_rows, s->smp_rows_host, m * sizeof(*s->smp_rows), cudaMemcpyHostToDevice,
+					 e->stream)) != cudaSuccess)
+			return cu_err(err, r, "uploading the sampling rows");
+		TRY(ck_sample(s->logits, m, V, s->smp_rows, s->smp_out, e->stream), "sampling");
+		if ((r = cudaMemcpyAsync(s->smp_out_host, s->smp_out, m * sizeof(*s->smp_out), cudaMemcpyDeviceToHost,
+					 e->stream)) != cudaSuccess)
+			return cu_err(err, r, "the sampled tokens");
+	}
+	for (uint64_t i = 0; i < m; i++) /* (a device row's status is known only after the copy) */
+		any_host |= s->row_dst[i] || (s->row_smp[i] && s->smp_rows_host[i].mode == CK_SAMPLE_NONE);
+	if (any_host && (r = cudaMemcpyAsync(s->logits_host, s->logits, m * V * sizeof(float), cudaMemcpyDeviceToHost,
+					     e->stream)) != cudaSuccess)
+		return cu_err(err, r, "copying the logits");
+	if ((r = cudaStreamSynchronize(e->stream)) != cudaSuccess)
 		return cu_err(err, r, "the step");
-	for (uint64_t i = 0; i < m; i++)
-		memcpy(dst[i], s->logits_host + i * V, V * sizeof(float));
+	for (uint64_t i = 0; i < m; i++) {
+		const struct ck_sample_out *o = &s->smp_out_host[i];
+		float *row = s->logits_host + i * V;
+		if (row_to_host(s, i) && !any_host) { /* ties past the device's list: this row comes back now */
+			if ((r = cudaMemcpy(row, s->logits + i * V, V * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess)
+				return cu_err(err, r, "copying the logits");
+		}
+		if (s->row_dst[i])
+			memcpy(s->row_dst[i], row, V * sizeof(float));
+		if (!s->row_smp[i])
+			continue;
+		if (s->smp_rows_host[i].mode == CK_SAMPLE_GREEDY && !o->status)
+			*s->row_tok[i] = capy_sampler_take(s->row_smp[i], o->greedy);
+		else if (s->smp_rows_host[i].mode == CK_SAMPLE_TOP_K && !o->status)
+			*s->row_tok[i] = capy_sampler_next_top(s->row_smp[i], o->v, o->id, (uint64_t)o->n);
+		else
+			*s->row_tok[i] = capy_sampler_next(s->row_smp[i], row); /* a copy: the caller's stay raw */
+	}
 	return 0;
 }
 
-/* The logits of every row that wants them (each item's last row, or all its rows), in
- * chunks of the logits buffer. Row indexes go up in their own small upload per chunk. */
+/* The rows that want logits or a token (each item's last row, or all its rows), in chunks of
+ * the logits buffer. Row indexes go up in their own small upload per chunk. */
 static int logits_out(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
 {
 	uint64_t L = e->s.logits_rows, V = e->c.vocab_size, m = 0;
-	int32_t *idx = e->s.row_idx_host;
-	float **dst = e->s.row_dst;
+	struct cu_scratch *s = &e->s;
+	int32_t *idx = s->row_idx_host;
 	cudaError_t r;
 	int rc;
 
 	for (size_t i = 0; i < b->n_items; i++) {
 		const struct capy_batch_item *it = &b->items[i];
-		if (!it->logits)
+		if (!it->logits && !it->sampler)
 			continue;
-		for (uint64_t t = it->all_logits ? 0 : it->n - 1; t < it->n; t++) {
+		for (uint64_t t = it->all_logits && it->logits ? 0 : it->n - 1; t < it->n; t++) {
+			bool last = t + 1 == it->n;
 			idx[m] = (int32_t)(it->t0 + t);
-			dst[m++] = it->logits + (it->all_logits ? t * V : 0);
+			s->row_dst[m] = it->logits ? it->logits + (it->all_logits ? t * V : 0) : NULL;
+			s->row_smp[m] = last ? it->sampler : NULL;
+			s->row_tok[m++] = last ? it->token : NULL;
 			if (m == L) {
-				if ((r = cudaMemcpyAsync(e->s.row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
+				if ((r = cudaMemcpyAsync(s->row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
 					return cu_err(err, r, "uploading row indexes");
-				if ((rc = logits_chunk(e, e->s.row_idx, m, dst, err)) < 0)
+				if ((rc = logits_chunk(e, s->row_idx, m, err)) < 0)
 					return rc;
 				m = 0;
 			}
 		}
 	}
 	if (m) {
-		if ((r = cudaMemcpyAsync(e->s.row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
+		if ((r = cudaMemcpyAsync(s->row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
 			return cu_err(err, r, "uploading row indexes");
-		return logits_chunk(e, e->s.row_idx, m, dst, err);
+		return logits_chunk(e, s->row_idx, m, err);
 	}
 	/* No logits wanted: the step still ends finished, so its staging buffers are free. */
 	if ((r = cudaStreamSynchronize(e->stream)) != cudaSuccess)
@@ -280,16 +343,17 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 			if ((rc = cu_hc_mix(e, &l->hc_mlp, s->x, T, s->blk, s->inj, err)) < 0)
 				return rc;
 		} else {
-			TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
+			if (PART(CU_NORM))
+				TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
 		}
 		if ((rc = cu_ffn(e, l, in, s->out, err)) < 0)
 			return rc;
 		if (q4)
 			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
-		else if (i + 1 < c->n_layers)
+		else if (i + 1 < c->n_layers && PART(CU_NORM))
 			TRY(ck_add_rmsnorm(s->x, s->out, e->layers[i + 1].in_norm, s->xn, T, H, eps, st),
 			    "residual and input norm");
-		else
+		else if (i + 1 == c->n_layers)
 			TRY(ck_add(s->x, s->out, T * H, st), "residual");
 	}
 	return 0;
@@ -361,4 +425,28 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 		return rc;
 	rc = layers_graphed(e, b, err);
 	return rc < 0 ? rc : logits_out(e, b, err);
+}
+
+unsigned cu_skip_parse(const char *list)
+{
+	static const struct {
+		const char *name;
+		unsigned part;
+	} parts[] = {
+		{ "norm", CU_NORM },	     { "route", CU_ROUTE },	    { "experts", CU_EXPERTS },
+		{ "moe_in", CU_MOE_IN },     { "shared", CU_SHARED },	    { "combine", CU_COMBINE },
+		{ "gdn_in", CU_GDN_IN },     { "gdn_core", CU_GDN_CORE },   { "gdn_out", CU_GDN_OUT },
+		{ "att_in", CU_ATT_IN },     { "att_core", CU_ATT_CORE },   { "att_out", CU_ATT_OUT },
+		{ "lm_head", CU_LM_HEAD },
+	};
+	unsigned skip = 0;
+
+	for (const char *p = list; p && *p;) {
+		size_t n = strcspn(p, ",");
+		for (size_t i = 0; i < ARRAY_SIZE(parts); i++)
+			if (strlen(parts[i].name) == n && !strncmp(p, parts[i].name, n))
+				skip |= parts[i].part;
+		p += n + (p[n] == ',');
+	}
+	return skip;
 }

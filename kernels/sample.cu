@@ -1,0 +1,216 @@
+/* sample.cu - the device's half of sampling (libcore/sample/sample.h, capy_sampler_mode):
+ * per row of logits, the first index of the maximum (greedy), or every token that can be
+ * among the top k after temperature (top-k sampling), so that the host draws from a few
+ * thousand candidates instead of copying the whole row back. The host's sampler then picks
+ * exactly the token it would pick from the whole row.
+ *
+ * Top-k: v = logit / temperature (one IEEE division, as the host), each v mapped to an
+ * unsigned key in v's order; the k-th largest key is found by a radix select over the key's
+ * bits (11, 11 and 10 bits: a histogram of the row per level, only as many levels as it takes
+ * for the keys above the cut to fit the output), then every token at or above the cut, ties
+ * included, is listed. The list's order depends on timing (a shared counter), the host sorts
+ * it by (v, id), so the result does not. One block per row: the row was just written by
+ * lm_head and is read from L2. That block is the limit: a top-k row costs ~150 us on the
+ * H200 against ~10 for a greedy one and ~50 for copying the row to the host, so the backend
+ * uses it only for chunks of several rows (forward.c); spreading a row over many blocks is
+ * what would make it cheap. */
+#include "ck-common.cuh"
+
+#include <math.h>
+
+#define SM_THREADS 1024
+#define SM_BINS 2048
+
+static __device__ __forceinline__ uint32_t order_key(float v)
+{
+	uint32_t u = __float_as_uint(v);
+	return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+/* (v2, x2) beats (v1, x1): larger, or equal and a lower index; x < 0 is nothing. */
+static __device__ __forceinline__ bool first_max(float v1, int x1, float v2, int x2)
+{
+	if (x2 < 0)
+		return false;
+	if (x1 < 0)
+		return true;
+	return v2 > v1 || (v2 == v1 && x2 < x1);
+}
+
+/* The block's best (value, index) by first_max; every thread gets it. */
+static __device__ void block_best(float *v, int *x, float *sv, int *sx)
+{
+	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+
+	for (int o = 16; o; o >>= 1) {
+		float ov = __shfl_xor_sync(CK_FULL, *v, o);
+		int ox = __shfl_xor_sync(CK_FULL, *x, o);
+		if (first_max(*v, *x, ov, ox)) {
+			*v = ov;
+			*x = ox;
+		}
+	}
+	if (lane == 0) {
+		sv[warp] = *v;
+		sx[warp] = *x;
+	}
+	__syncthreads();
+	*v = sv[0];
+	*x = sx[0];
+	for (unsigned w = 1; w < blockDim.x / 32; w++)
+		if (first_max(*v, *x, sv[w], sx[w])) {
+			*v = sv[w];
+			*x = sx[w];
+		}
+	__syncthreads();
+}
+
+/* Warp 0: the bin (of nb, counted from the top) where the count from the top first reaches
+ * need, and how many lie in the bins above it. */
+static __device__ void find_bin(const uint32_t *hist, int nb, uint32_t need, int *bin, uint32_t *above)
+{
+	const unsigned lane = threadIdx.x;
+	const int per = nb / 32;
+	uint32_t mine = 0, before;
+
+	for (int j = 0; j < per; j++)
+		mine += hist[nb - 1 - (int)lane * per - j];
+	before = mine; /* inclusive scan over the lanes, top bins first */
+	for (int o = 1; o < 32; o <<= 1) {
+		uint32_t t = __shfl_up_sync(CK_FULL, before, o);
+		if ((int)lane >= o)
+			before += t;
+	}
+	before -= mine; /* exclusive */
+	unsigned hit = __ballot_sync(CK_FULL, before < need && before + mine >= need);
+	if (!hit) { /* fewer than need in the whole row: everything is in (bin -1) */
+		uint32_t all = mine;
+		for (int o = 16; o; o >>= 1)
+			all += __shfl_xor_sync(CK_FULL, all, o);
+		if (lane == 0) {
+			*bin = -1;
+			*above = all;
+		}
+		return;
+	}
+	if ((int)lane == __ffs(hit) - 1) {
+		uint32_t c = before;
+		int b = nb - 1 - (int)lane * per;
+		for (int j = 0; j < per; j++, b--) {
+			if (c + hist[b] >= need)
+				break;
+			c += hist[b];
+		}
+		*bin = b;
+		*above = c;
+	}
+}
+
+static __global__ void __launch_bounds__(SM_THREADS)
+	k_sample(const float *logits, uint64_t V, const struct ck_sample_row *rows, struct ck_sample_out *out)
+{
+	ck_grid_enter();
+	__shared__ uint32_t hist[SM_BINS];
+	__shared__ float sv[SM_THREADS / 32];
+	__shared__ int sx[SM_THREADS / 32];
+	__shared__ int s_bin;
+	__shared__ uint32_t s_above, s_n;
+	const struct ck_sample_row p = rows[blockIdx.x];
+	const float *l = logits + blockIdx.x * V;
+	struct ck_sample_out *o = out + blockIdx.x;
+	const unsigned tid = threadIdx.x;
+
+	if (p.mode == CK_SAMPLE_NONE)
+		return;
+	if (p.mode == CK_SAMPLE_GREEDY) {
+		float bv = -INFINITY;
+		int bx = -1;
+		for (uint64_t i = tid; i < V; i += SM_THREADS)
+			if (l[i] > bv || (bx < 0 && l[i] == bv)) {
+				bv = l[i];
+				bx = (int)i;
+			}
+		block_best(&bv, &bx, sv, sx);
+		if (tid == 0) {
+			/* The host's loop starts at 0 and takes only larger values: a NaN first logit,
+			 * or a row of NaN, leaves it at 0. */
+			o->greedy = (bx < 0 || isnan(l[0])) ? 0 : bx;
+			o->status = 0;
+		}
+		return;
+	}
+
+	/* Top k. */
+	float mx = -INFINITY;
+	int mxx = -1;
+	uint32_t prefix = 0, need = (uint32_t)p.top_k, above_total = 0;
+	int shift = 21, bits = 11;
+	for (int level = 0; level < 3; level++) {
+		for (unsigned b = tid; b < SM_BINS; b += SM_THREADS)
+			hist[b] = 0;
+		__syncthreads();
+		for (uint64_t i = tid; i < V; i += SM_THREADS) {
+			float v = __fdiv_rn(l[i], p.temperature);
+			if (isnan(v))
+				continue;
+			uint32_t key = order_key(v);
+			if (level == 0 && first_max(mx, mxx, v, (int)i)) {
+				mx = v;
+				mxx = (int)i;
+			}
+			if (level == 0 || (key >> (shift + bits)) == prefix)
+				atomicAdd(&hist[(key >> shift) & ((1u << bits) - 1)], 1u); /* integer counts: order-free */
+		}
+		__syncthreads();
+		if (tid < 32)
+			find_bin(hist, 1 << bits, need, &s_bin, &s_above);
+		__syncthreads();
+		if (s_bin < 0) { /* the row has fewer than k tokens (only at level 0): take all */
+			above_total = s_above;
+			shift = 32;
+			break;
+		}
+		prefix = (prefix << bits) | (uint32_t)s_bin;
+		above_total += s_above;
+		need -= s_above;
+		if (above_total + hist[s_bin] <= CK_SAMPLE_CAP || level == 2)
+			break;
+		/* Too many in the bin: look inside it with the next bits. */
+		shift = level == 0 ? 10 : 0;
+		bits = level == 0 ? 11 : 10;
+		__syncthreads();
+	}
+	const uint32_t cut = shift == 32 ? 0 : prefix << shift, total = above_total + (s_bin < 0 ? 0 : hist[s_bin]);
+	if (total > CK_SAMPLE_CAP) { /* ties beyond the output: the host takes the whole row */
+		if (tid == 0)
+			o->status = 1;
+		return;
+	}
+	block_best(&mx, &mxx, sv, sx);
+	const float floor_v = __fsub_rn(mx, 40.0f); /* the host's candidates: within e^-40 */
+	if (tid == 0)
+		s_n = 0;
+	__syncthreads();
+	for (uint64_t i = tid; i < V; i += SM_THREADS) {
+		float v = __fdiv_rn(l[i], p.temperature);
+		if (isnan(v) || order_key(v) < cut || !(v >= floor_v))
+			continue;
+		uint32_t at = atomicAdd(&s_n, 1u);
+		o->v[at] = v;
+		o->id[at] = (int32_t)i;
+	}
+	__syncthreads();
+	if (tid == 0) {
+		o->n = (int32_t)s_n;
+		o->status = 0;
+	}
+}
+
+extern "C" int ck_sample(const float *logits, uint64_t m, uint64_t V, const struct ck_sample_row *rows,
+			 struct ck_sample_out *out, void *stream)
+{
+	if (!m)
+		return 0;
+	ck_launch(k_sample, (unsigned)m, SM_THREADS, 0, (cudaStream_t)stream, logits, V, rows, out);
+	return ck_launched();
+}

@@ -1,0 +1,172 @@
+/* u-cuda-sample.c - the device's half of sampling (kernels/sample.cu) against the host's
+ * sampler on whole rows: for greedy rows the same index as capy_sampler_next, for top-k rows
+ * the same tokens, draw after draw, from the device's candidate list as from the whole row;
+ * on a 248k vocabulary and small ones, continuous logits, heavy ties, rows of one value,
+ * NaN and infinities, k larger than the row; rows with ties beyond the list reported. */
+#include "test.h"
+
+#include "cuda-test.h"
+#include "sample/sample.h"
+
+#include <string.h>
+
+enum shape { CONTINUOUS, TIES, FLAT, SPECIAL };
+
+static void fill(float *l, uint64_t V, enum shape sh, uint64_t *seed)
+{
+	for (uint64_t i = 0; i < V; i++) {
+		float r = test_rand(seed);
+		switch (sh) {
+		case CONTINUOUS:
+			l[i] = 6.0f * r + (i % 997 == 0 ? 12.0f : 0.0f);
+			break;
+		case TIES: /* 8000 distinct values: a few tokens each */
+			l[i] = (float)(int)(4000.0f * r) * 0.01f;
+			break;
+		case FLAT:
+			l[i] = 1.5f;
+			break;
+		case SPECIAL:
+			l[i] = i % 5 == 1 ? NAN : i % 7 == 3 ? -INFINITY : 3.0f * r;
+			break;
+		}
+	}
+}
+
+struct rowcase {
+	uint64_t V;
+	enum shape sh;
+	struct capy_sampler_params p;
+};
+
+static void run_case(const struct rowcase *rc, int draws)
+{
+	const uint64_t V = rc->V;
+	float *l = malloc(V * sizeof(float)), *x = malloc(V * sizeof(float)), *dl;
+	struct ck_sample_out *out = malloc(sizeof(*out)), *dout;
+	struct ck_sample_row row, *drow;
+	struct capy_sampler *a, *b;
+	uint64_t seed = rc->V * 31 + (uint64_t)rc->sh * 7 + (uint64_t)rc->p.top_k;
+	int same = 0, fallbacks = 0;
+	float temp;
+	int k;
+
+	capy_sampler_new(&a, V, &rc->p, NULL);
+	capy_sampler_new(&b, V, &rc->p, NULL);
+	enum capy_sample_mode mode = capy_sampler_mode(b, &temp, &k);
+	row = (struct ck_sample_row){ temp, k, mode == CAPY_SAMPLE_GREEDY ? CK_SAMPLE_GREEDY : CK_SAMPLE_TOP_K, 0 };
+	drow = dev_from(&row, sizeof(row));
+	dout = dev_from(NULL, sizeof(*out));
+	dl = dev_from(NULL, V * sizeof(float));
+	for (int d = 0; d < draws; d++) {
+		int32_t want, got;
+		fill(l, V, rc->sh, &seed);
+		CUDA_OK(cudaMemcpy(dl, l, V * sizeof(float), cudaMemcpyHostToDevice));
+		CK_OK(ck_sample(dl, 1, V, drow, dout, NULL));
+		dev_to(out, dout, sizeof(*out));
+		memcpy(x, l, V * sizeof(float));
+		want = capy_sampler_next(a, x);
+		if (out->status) { /* the host takes the row, as the backend does */
+			memcpy(x, l, V * sizeof(float));
+			got = capy_sampler_next(b, x);
+			fallbacks++;
+		} else if (mode == CAPY_SAMPLE_GREEDY) {
+			got = capy_sampler_take(b, out->greedy);
+		} else {
+			CHECK_MSG(out->n >= 1 && out->n <= CK_SAMPLE_CAP, "list of %d", out->n);
+			got = capy_sampler_next_top(b, out->v, out->id, (uint64_t)out->n);
+		}
+		same += want == got;
+	}
+	CHECK_MSG(same == draws, "V %lu shape %d temp %.2f top_k %d: %d of %d draws the same (%d from the row)",
+		  (unsigned long)V, rc->sh, rc->p.temperature, rc->p.top_k, same, draws, fallbacks);
+	if (rc->sh == FLAT && mode == CAPY_SAMPLE_TOP_K && V > CK_SAMPLE_CAP)
+		CHECK_MSG(fallbacks == draws, "a flat row of %lu ties fits no list", (unsigned long)V);
+	else if (rc->sh != FLAT)
+		CHECK_MSG(fallbacks == 0, "V %lu shape %d: %d rows fell back", (unsigned long)V, rc->sh, fallbacks);
+	capy_sampler_free(a);
+	capy_sampler_free(b);
+	cudaFree(dl);
+	cudaFree(drow);
+	cudaFree(dout);
+	free(l);
+	free(x);
+	free(out);
+}
+
+/* Several rows of different modes in one launch: each as alone. */
+static void test_rows_together(void)
+{
+	enum { R = 5, V = 50000 };
+	const struct ck_sample_row rows[R] = {
+		{ 0, 0, CK_SAMPLE_GREEDY, 0 }, { 0.7f, 20, CK_SAMPLE_TOP_K, 0 }, { 0, 0, CK_SAMPLE_NONE, 0 },
+		{ 1.3f, 1024, CK_SAMPLE_TOP_K, 0 }, { 0, 0, CK_SAMPLE_GREEDY, 0 },
+	};
+	float *l = malloc(R * V * sizeof(float));
+	struct ck_sample_out *all = malloc(R * sizeof(*all)), *one = malloc(sizeof(*one));
+	uint64_t seed = 5;
+	float *dl;
+	struct ck_sample_row *drows;
+	struct ck_sample_out *dout;
+
+	for (int r = 0; r < R; r++)
+		fill(l + (uint64_t)r * V, V, r == 3 ? TIES : CONTINUOUS, &seed);
+	dl = dev_from(l, R * V * sizeof(float));
+	drows = dev_from(rows, sizeof(rows));
+	dout = dev_from(NULL, R * sizeof(*all));
+	CK_OK(ck_sample(dl, R, V, drows, dout, NULL));
+	dev_to(all, dout, R * sizeof(*all));
+	for (int r = 0; r < R; r++) {
+		if (rows[r].mode == CK_SAMPLE_NONE)
+			continue;
+		struct ck_sample_out *d1 = dev_from(NULL, sizeof(*one));
+		struct ck_sample_row *dr = dev_from(&rows[r], sizeof(rows[r]));
+		CK_OK(ck_sample(dl + (uint64_t)r * V, 1, V, dr, d1, NULL));
+		dev_to(one, d1, sizeof(*one));
+		CHECK_EQ_INT(all[r].status, one->status);
+		if (rows[r].mode == CK_SAMPLE_GREEDY) {
+			CHECK_EQ_INT(all[r].greedy, one->greedy);
+		} else {
+			CHECK_EQ_INT(all[r].n, one->n);
+			/* the same set (the order is the device's) */
+			int64_t sa = 0, sb = 0;
+			for (int i = 0; i < one->n; i++) {
+				sa += all[r].id[i];
+				sb += one->id[i];
+			}
+			CHECK(sa == sb);
+		}
+		cudaFree(d1);
+		cudaFree(dr);
+	}
+	cudaFree(dl);
+	cudaFree(drows);
+	cudaFree(dout);
+	free(l);
+	free(all);
+	free(one);
+}
+
+int main(void)
+{
+	const uint64_t Vs[] = { 248320, 151936, 3000, 700 };
+	const struct capy_sampler_params ps[] = {
+		{ .temperature = 0 },
+		{ .temperature = 0.7f, .top_k = 20, .top_p = 0.8f, .seed = 1 },
+		{ .temperature = 1.0f, .top_k = 2, .seed = 2 },
+		{ .temperature = 1.3f, .top_k = 200, .min_p = 0.02f, .seed = 3 },
+		{ .temperature = 0.6f, .top_k = 1024, .top_p = 0.95f, .seed = 4 },
+	};
+	int n = 0;
+
+	for (size_t v = 0; v < ARRAY_SIZE(Vs); v++)
+		for (int sh = CONTINUOUS; sh <= SPECIAL; sh++)
+			for (size_t p = 0; p < ARRAY_SIZE(ps); p++) {
+				struct rowcase rc = { Vs[v], (enum shape)sh, ps[p] };
+				run_case(&rc, Vs[v] > 100000 ? 12 : 40);
+				n++;
+			}
+	printf("%d row cases\n", n);
+	test_rows_together();
+	return test_summary();
+}
