@@ -995,6 +995,22 @@ int capy_grammar_state_copy(struct capy_grammar_state *dst, const struct capy_gr
 	return 0;
 }
 
+int capy_grammar_state_clone(const struct capy_grammar_state *src, struct capy_grammar_state **out,
+			     struct capy_err *err)
+{
+	struct capy_grammar_state *st = calloc(1, sizeof(*st));
+
+	*out = NULL;
+	if (!st)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	if (capy_grammar_state_copy(st, src, err) < 0) {
+		capy_grammar_state_free(st);
+		return CAPY_ENOMEM;
+	}
+	*out = st;
+	return 0;
+}
+
 /* Some stack's top admits a code point of [lo, hi]. */
 static bool can_start(const struct capy_grammar *g, const struct stackset *ss, uint32_t lo, uint32_t hi)
 {

@@ -51,6 +51,11 @@ void capy_grammar_state_free(struct capy_grammar_state *s);
 int capy_grammar_state_copy(struct capy_grammar_state *dst, const struct capy_grammar_state *src,
 			    struct capy_err *err);
 
+/* A new state equal to src holding only its contents (compact: none of the scratch buffers
+ * that stepping grows), for keeping many states. */
+int capy_grammar_state_clone(const struct capy_grammar_state *src, struct capy_grammar_state **out,
+			     struct capy_err *err);
+
 /* Read bytes in order while the grammar allows them; returns how many it took. A refused byte
  * leaves the state as it was before that byte. */
 size_t capy_grammar_feed(struct capy_grammar_state *s, const char *bytes, size_t n);
