@@ -205,6 +205,7 @@ CUDA_TESTS += u-cuda-attention
 
 BENCHES += expert-cache-bench
 BENCHES += linear-bench
+BENCHES += mask-bench
 BENCHES += step-bench
 BENCHES += tokenizer-bench
 
