@@ -1,7 +1,7 @@
 /* mask-bench - the time of a token mask (libcore/constrain/mask.h) per generated token, while
  * a grammar walks through documents token by token as a model would write them.
  *
- *	mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R]
+ *	mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R] [--cache M]
  *
  * Each DOC is tokenized (added tokens as plain text) and replayed: before each token the mask
  * of the grammar's state is computed (and must hold the token), then the token is read. Times
@@ -12,7 +12,9 @@
  *             of a walk)
  *   warm      the default masker, one throughout, rounds after the first: masks come from its
  *             cache (the steady state of a server answering similar requests)
- *   steps     CAPY_MASK_NO_DFA, one round: the grammar stepped at every trie node (reference)
+ *   steps     CAPY_MASK_NO_DFA, the first document once: the grammar stepped at every trie
+ *             node, no shortcut (the reference the others are checked against in u-mask)
+ * --cache M keeps M masks (capy_mask_opts.cached_masks; default the library's).
  * --vocab N grows the vocabulary to N ids with tokens made by joining two random tokens of it
  * (a stand-in for a larger BPE vocabulary such as Qwen3.5's 248k, which is not available
  * here: the trie gets bigger and deeper the same way). One thread; pin it with taskset. */
@@ -124,8 +126,9 @@ static void report(const char *what, struct timing *t, const struct capy_mask_st
 	printf("%-9s %8zu masks  median %8.2f us  p90 %8.2f  p99 %8.2f  max %9.2f  mean %8.2f", what, t->n,
 	       t->us[t->n / 2], t->us[t->n * 90 / 100], t->us[t->n * 99 / 100], t->us[t->n - 1], sum / (double)t->n);
 	if (st)
-		printf("  (hits %" PRIu64 ", nodes/mask %.0f, states %" PRIu32 ", resets %" PRIu64 ")", st->hits,
-		       (double)st->nodes / (double)st->masks, st->states, st->resets);
+		printf("  (hits %" PRIu64 ", nodes/mask %.0f, subtrees/mask %.0f, states %" PRIu32 ", resets %" PRIu64 ")",
+		       st->hits, (double)st->nodes / (double)st->masks, (double)st->subtrees / (double)st->masks, st->states,
+		       st->resets);
 	printf("\n");
 	t->n = 0;
 }
@@ -155,9 +158,11 @@ static void replay(struct capy_mask *m, const struct capy_token_trie *t, const s
 	capy_grammar_state_free(s);
 }
 
+static uint32_t opt_cache;
+
 static struct capy_mask *masker(const struct capy_token_trie *t, const struct capy_grammar *g, unsigned flags)
 {
-	struct capy_mask_opts o = { .flags = flags };
+	struct capy_mask_opts o = { .cached_masks = opt_cache, .flags = flags };
 	struct capy_mask *m;
 	struct capy_err err = { 0 };
 
@@ -189,13 +194,15 @@ int cmd_main(int argc, char **argv)
 			vocab = strtol(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--rounds") && i + 1 < argc)
 			rounds = strtol(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
+			opt_cache = (uint32_t)strtoul(argv[++i], NULL, 10);
 		else if (nfiles < 2)
 			files[nfiles++] = argv[i];
 		else if (ndocs < ARRAY_SIZE(docs))
 			docs[ndocs++] = (struct doc){ argv[i], { 0 } };
 	}
 	if (nfiles < 2 || !ndocs || rounds < 2 || vocab < 0 || vocab > INT32_MAX) {
-		fprintf(stderr, "usage: mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R>=2]\n");
+		fprintf(stderr, "usage: mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R>=2] [--cache M]\n");
 		return CAPY_EXIT_USAGE;
 	}
 	if (capy_read_file(files[0], 1u << 30, &text, &len, &err) < 0 || capy_tokenizer_new(&tok, text, len, &err) < 0)
@@ -231,6 +238,7 @@ int cmd_main(int argc, char **argv)
 			sum.masks += st.masks;
 			sum.nodes += st.nodes;
 			sum.hits += st.hits;
+			sum.subtrees += st.subtrees;
 			sum.states = CAPY_MAX(sum.states, st.states);
 			capy_mask_free(m);
 		}
@@ -259,8 +267,7 @@ int cmd_main(int argc, char **argv)
 	capy_mask_free(m);
 
 	m = masker(t, g, CAPY_MASK_NO_DFA);
-	for (size_t i = 0; i < ndocs; i++)
-		replay(m, t, g, &docs[i], bits, &tm);
+	replay(m, t, g, &docs[0], bits, &tm);
 	capy_mask_stats(m, &st);
 	report("steps", &tm, &st);
 	capy_mask_free(m);

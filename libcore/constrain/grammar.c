@@ -924,17 +924,12 @@ static bool class_has(const struct capy_grammar *g, const struct elem *e, uint32
 	return in != (e->neg != 0);
 }
 
-/* Whether some code point of [lo, hi] is in the class. */
-static bool class_meets(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
+/* The first code point of [lo, hi] that none of the class's ranges holds (hi + 1: none). */
+static uint64_t first_outside(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
 {
-	if (!e->neg) {
-		for (uint32_t i = 0; i < e->n; i++)
-			if (g->ranges[2 * (e->a + i)] <= hi && g->ranges[2 * (e->a + i) + 1] >= lo)
-				return true;
-		return false;
-	}
-	/* negated: some point of [lo, hi] that no range covers */
-	for (uint64_t cur = lo; cur <= hi;) {
+	uint64_t cur = lo;
+
+	while (cur <= hi) {
 		bool covered = false;
 		for (uint32_t i = 0; i < e->n; i++)
 			if (g->ranges[2 * (e->a + i)] <= cur && g->ranges[2 * (e->a + i) + 1] >= cur) {
@@ -943,9 +938,30 @@ static bool class_meets(const struct capy_grammar *g, const struct elem *e, uint
 				break;
 			}
 		if (!covered)
-			return true;
+			break;
 	}
+	return cur;
+}
+
+/* Whether some range of the class's meets [lo, hi]. */
+static bool ranges_meet(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
+{
+	for (uint32_t i = 0; i < e->n; i++)
+		if (g->ranges[2 * (e->a + i)] <= hi && g->ranges[2 * (e->a + i) + 1] >= lo)
+			return true;
 	return false;
+}
+
+/* Whether some code point of [lo, hi] is in the class. */
+static bool class_meets(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
+{
+	return e->neg ? first_outside(g, e, lo, hi) <= hi : ranges_meet(g, e, lo, hi);
+}
+
+/* Whether every code point of [lo, hi] is in the class. */
+static bool class_covers(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
+{
+	return e->neg ? !ranges_meet(g, e, lo, hi) : first_outside(g, e, lo, hi) > hi;
 }
 
 int capy_grammar_state_new(const struct capy_grammar *g, struct capy_grammar_state **out, struct capy_err *err)
@@ -1146,6 +1162,26 @@ int capy_grammar_step(struct capy_grammar_state *dst, const struct capy_grammar_
 		return CAPY_ENOMEM;
 	dst->pend = (struct pend){ 0 };
 	return r;
+}
+
+bool capy_grammar_state_pending(const struct capy_grammar_state *s)
+{
+	return s->pend.left != 0;
+}
+
+bool capy_grammar_state_uniform(const struct capy_grammar_state *s, uint32_t lo, uint32_t hi)
+{
+	if (s->pend.left)
+		return false;
+	for (uint32_t i = 0; i < s->cur.n; i++) {
+		const struct stk *k = &s->cur.s[i];
+		if (!k->len)
+			continue;
+		const struct elem *e = &s->g->elems[s->cur.pool[k->off + k->len - 1]];
+		if (class_meets(s->g, e, lo, hi) && !class_covers(s->g, e, lo, hi))
+			return false;
+	}
+	return true;
 }
 
 bool capy_grammar_accepting(const struct capy_grammar_state *s)

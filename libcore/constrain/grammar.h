@@ -70,6 +70,12 @@ int capy_grammar_step(struct capy_grammar_state *dst, const struct capy_grammar_
  * from one (a token mask) holds for the other. */
 uint64_t capy_grammar_state_hash(const struct capy_grammar_state *s);
 bool capy_grammar_state_equal(const struct capy_grammar_state *a, const struct capy_grammar_state *b);
+/* Part of a UTF-8 character has been read, and the rest is due. */
+bool capy_grammar_state_pending(const struct capy_grammar_state *s);
+/* No character is pending and each stack reads either every code point of [lo, hi] or none:
+ * the state after any one of them is then the same (a token mask uses it to pass over every
+ * token of a subtree at once). */
+bool capy_grammar_state_uniform(const struct capy_grammar_state *s, uint32_t lo, uint32_t hi);
 /* The bytes read so far form a whole sentence (no partial UTF-8 character pending). */
 bool capy_grammar_accepting(const struct capy_grammar_state *s);
 /* Nothing can follow: the only way on is to stop (accepting) or there is none at all. */

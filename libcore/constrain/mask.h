@@ -27,7 +27,10 @@
  * per node; a refused byte skips the node's whole subtree. Grammar states met on the way are
  * kept (interned by contents) with a table of their transitions by byte, so walking a node is
  * a table lookup once the grammar has been through that state: in effect a DFA built lazily
- * from the pushdown automaton, shared by every mask of that capy_mask. Whole masks are cached
+ * from the pushdown automaton, shared by every mask of that capy_mask. Where every byte of a
+ * subtree leads back to the same state (the bytes of a string's content, digits of a number:
+ * known per state from its transitions, and for characters from U+0080 on from the grammar's
+ * classes), the whole subtree is allowed without walking it. Whole masks are cached
  * too, by state: JSON-like grammars come back to the same states all the time. Both caches are
  * bounded (capy_mask_opts); when the states fill up they are dropped and built again.
  */
@@ -79,7 +82,7 @@ enum capy_mask_flags {
 };
 
 struct capy_mask_opts {
-	uint32_t cached_masks; /* whole masks kept, each capy_mask_words(n_ids) words (0: 128) */
+	uint32_t cached_masks; /* whole masks kept, each capy_mask_words(n_ids) words (0: 512) */
 	uint32_t max_states;   /* grammar states kept, about 1.5 KB each (0: 16384) */
 	unsigned flags;        /* enum capy_mask_flags */
 };
@@ -106,6 +109,7 @@ struct capy_mask_stats {
 	uint64_t masks;  /* capy_mask_compute calls */
 	uint64_t hits;   /* answered from the cache of masks */
 	uint64_t nodes;  /* trie nodes walked, over all walks */
+	uint64_t subtrees; /* subtrees allowed whole without walking them (their bytes loop) */
 	uint64_t resets; /* times the states filled up and were dropped */
 	uint32_t states; /* grammar states kept now */
 };

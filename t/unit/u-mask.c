@@ -161,6 +161,8 @@ static int32_t pick(struct capy_rng *r, const uint32_t *bits, const struct ref_v
 
 /* Random walks through g: at each step every masker (default, no mask cache, tiny caches that
  * fill up, no state table) must give the reference's mask, never empty before the end. */
+static uint64_t walked_subtrees; /* subtrees the default maskers allowed whole */
+
 static void walks(const char *what, const struct capy_grammar *g, const struct capy_token_trie *t,
 		  const struct ref_vocab *v, int n_walks, int steps)
 {
@@ -209,6 +211,7 @@ static void walks(const char *what, const struct capy_grammar *g, const struct c
 	struct capy_mask_stats st[4];
 	for (int k = 0; k < 4; k++)
 		capy_mask_stats(m[k], &st[k]);
+	walked_subtrees += st[0].subtrees;
 	/* the walks went somewhere; the default masker met states again, the tiny one overflowed */
 	CHECK_MSG(compared >= 2 * n_walks && st[0].hits > 0 && st[1].hits == 0 && st[2].resets > 0, "%s: %d masks, %" PRIu64
 		  " hits, %" PRIu64 " resets", what, compared, st[0].hits, st[2].resets);
@@ -228,6 +231,7 @@ static void test_synthetic(void)
 
 	if (!t)
 		return;
+	walked_subtrees = 0;
 	synthetic_ref(&v);
 	CHECK_EQ_INT(capy_token_trie_ids(t), N_IDS);
 	for (size_t i = 0; i < ARRAY_SIZE(files); i++)
@@ -244,6 +248,7 @@ static void test_synthetic(void)
 		walks("split characters", g, t, &v, 20, 6);
 		capy_grammar_free(g);
 	}
+	CHECK_MSG(walked_subtrees > 0, "no subtree was allowed whole");
 	capy_token_trie_free(t);
 }
 
@@ -375,10 +380,12 @@ static void test_tokenizer(void)
 		if (!capy_tokenizer_is_added(tok, id))
 			v.bytes[id] = capy_tokenizer_piece_bytes(tok, id, &v.len[id]);
 	v.stop[im_end] = true;
+	walked_subtrees = 0;
 	if ((g = compile_file("json.gbnf"))) {
 		walks("json.gbnf, fixture tokenizer", g, t, &v, 8, 80);
 		capy_grammar_free(g);
 	}
+	CHECK_MSG(walked_subtrees > 0, "no subtree was allowed whole"); /* the shortcut was tried */
 	if ((g = compile_str("root ::= \"<think>\" [a-z ]* \"</think>\"?"))) {
 		struct capy_grammar_state *s = NULL;
 		struct capy_mask *m = NULL, *mt = NULL;
