@@ -2,37 +2,9 @@
  * grammars (t/fixtures/grammars) accept what they describe and refuse the rest at the first
  * wrong byte, repetitions and classes, UTF-8 split across reads, and errors that name the
  * line and column. */
-#include "test.h"
-#include "constrain/grammar.h"
+#include "test-grammar.h"
 
 #include <string.h>
-
-static struct capy_grammar *compile_str(const char *src)
-{
-	struct capy_grammar *g = NULL;
-	struct capy_err err = { 0 };
-
-	CHECK_MSG(capy_grammar_compile(src, strlen(src), "root", &g, &err) == 0, "%s", err.msg);
-	return g;
-}
-
-static struct capy_grammar *compile_file(const char *name)
-{
-	char path[512], *text = NULL;
-	size_t len = 0;
-	struct capy_grammar *g = NULL;
-	struct capy_err err = { 0 };
-
-	snprintf(path, sizeof(path), "%s/t/fixtures/grammars/%s", getenv("CAPY_SRCDIR") ? getenv("CAPY_SRCDIR") : ".",
-		 name);
-	if (capy_read_file(path, 1 << 20, &text, &len, &err) < 0) {
-		CHECK_MSG(0, "%s", err.msg);
-		return NULL;
-	}
-	CHECK_MSG(capy_grammar_compile(text, len, "root", &g, &err) == 0, "%s: %s", name, err.msg);
-	free(text);
-	return g;
-}
 
 /* How many bytes of s the grammar takes from the start, and whether all of s is a sentence. */
 static size_t run(const struct capy_grammar *g, const char *s, bool *whole)

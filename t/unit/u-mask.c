@@ -3,8 +3,7 @@
  * vocabulary with UTF-8 characters split across tokens, prefixes of other tokens, empty and
  * duplicate tokens, and over the fixture tokenizer; random walks through the grammars with
  * every cache setting; never an empty mask before the grammar is finished. */
-#include "test.h"
-#include "constrain/grammar.h"
+#include "test-grammar.h"
 #include "constrain/mask.h"
 #include "text/tokenizer.h"
 #include "util/rng.h"
@@ -51,32 +50,6 @@ static struct capy_token_trie *synthetic_trie(void)
 	text[STOP0] = (struct capy_token_text){ "<|im_end|>", 10 }; /* text, but a stop token wins */
 	CHECK_MSG(capy_token_trie_new(&t, text, N_IDS, stop, 2, &err) == 0, "%s", err.msg);
 	return t;
-}
-
-static struct capy_grammar *compile_str(const char *src)
-{
-	struct capy_grammar *g = NULL;
-	struct capy_err err = { 0 };
-
-	CHECK_MSG(capy_grammar_compile(src, strlen(src), "root", &g, &err) == 0, "%s", err.msg);
-	return g;
-}
-
-static struct capy_grammar *compile_file(const char *name)
-{
-	char path[512], rel[128], *text = NULL;
-	size_t len = 0;
-	struct capy_grammar *g = NULL;
-	struct capy_err err = { 0 };
-
-	snprintf(rel, sizeof(rel), "grammars/%s", name);
-	if (capy_read_file(test_fixture_path(rel, path, sizeof(path)), 1 << 20, &text, &len, &err) < 0) {
-		CHECK_MSG(0, "%s", err.msg);
-		return NULL;
-	}
-	CHECK_MSG(capy_grammar_compile(text, len, "root", &g, &err) == 0, "%s: %s", name, err.msg);
-	free(text);
-	return g;
 }
 
 /* What a token should be: text read whole from a copy of s, a stop token when accepting. */
