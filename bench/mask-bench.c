@@ -1,7 +1,7 @@
 /* mask-bench - the time of a token mask (libcore/constrain/mask.h) per generated token, while
  * a grammar walks through documents token by token as a model would write them.
  *
- *	mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R] [--cache M]
+ *	mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R] [--cache M] [--states S]
  *
  * Each DOC is tokenized (added tokens as plain text) and replayed: before each token the mask
  * of the grammar's state is computed (and must hold the token), then the token is read. Times
@@ -14,10 +14,12 @@
  *             cache (the steady state of a server answering similar requests)
  *   steps     CAPY_MASK_NO_DFA, the first document once: the grammar stepped at every trie
  *             node, no shortcut (the reference the others are checked against in u-mask)
- * --cache M keeps M masks (capy_mask_opts.cached_masks; default the library's).
- * --vocab N grows the vocabulary to N ids with tokens made by joining two random tokens of it
- * (a stand-in for a larger BPE vocabulary such as Qwen3.5's 248k, which is not available
- * here: the trie gets bigger and deeper the same way). One thread; pin it with taskset. */
+ * --cache M keeps M masks, --states S grammar states (capy_mask_opts.cached_masks and
+ * max_states; default the library's).
+ * --vocab N grows the vocabulary to N ids with tokens made by joining two random word-like
+ * tokens of it (letters, spaces, whole characters from U+0080 on; at most 32 bytes): a stand-in for a
+ * larger BPE vocabulary such as Qwen3.5's 248k, which is not available here, whose new tokens
+ * are mostly words and other scripts. One thread; pin it with taskset. */
 #include "constrain/grammar.h"
 #include "constrain/mask.h"
 #include "text/tokenizer.h"
@@ -56,6 +58,24 @@ static int cmp_double(const void *a, const void *b)
 	return x < y ? -1 : x > y;
 }
 
+/* Letters, spaces and bytes from 0x80 on only: what a larger vocabulary mostly adds (words,
+ * other scripts), rather than new runs of punctuation. */
+static bool wordlike(const struct capy_token_text *t)
+{
+	unsigned more = 0;
+
+	for (size_t i = 0; i < t->len; i++) {
+		unsigned char c = (unsigned char)t->bytes[i];
+		if (c < 0x80 && (more || (c != ' ' && !((c | 0x20) >= 'a' && (c | 0x20) <= 'z'))))
+			return false;
+		if (c >= 0x80 && (c & 0xc0) == 0x80 && !more--)
+			return false;
+		if (c >= 0xc0)
+			more = c >= 0xf0 ? 3 : c >= 0xe0 ? 2 : 1;
+	}
+	return !more; /* whole characters only: two of them joined are still well-formed */
+}
+
 /* The tokenizer's text tokens (added ones left out), stop tokens, and joined tokens up to n. */
 static void make_vocab(const struct capy_tokenizer *tok, uint32_t want, struct vocab *v)
 {
@@ -72,7 +92,7 @@ static void make_vocab(const struct capy_tokenizer *tok, uint32_t want, struct v
 		if (capy_tokenizer_is_added(tok, (int32_t)id))
 			continue;
 		v->text[id].bytes = capy_tokenizer_piece_bytes(tok, (int32_t)id, &v->text[id].len);
-		if (v->text[id].bytes && v->text[id].len)
+		if (v->text[id].bytes && v->text[id].len && wordlike(&v->text[id]))
 			text_ids[n_text++] = id;
 	}
 	for (size_t i = 0; i < ARRAY_SIZE(stops); i++) {
@@ -158,11 +178,11 @@ static void replay(struct capy_mask *m, const struct capy_token_trie *t, const s
 	capy_grammar_state_free(s);
 }
 
-static uint32_t opt_cache;
+static uint32_t opt_cache, opt_states;
 
 static struct capy_mask *masker(const struct capy_token_trie *t, const struct capy_grammar *g, unsigned flags)
 {
-	struct capy_mask_opts o = { .cached_masks = opt_cache, .flags = flags };
+	struct capy_mask_opts o = { .cached_masks = opt_cache, .max_states = opt_states, .flags = flags };
 	struct capy_mask *m;
 	struct capy_err err = { 0 };
 
@@ -214,13 +234,15 @@ int cmd_main(int argc, char **argv)
 			rounds = strtol(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--cache") && i + 1 < argc)
 			opt_cache = (uint32_t)strtoul(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--states") && i + 1 < argc)
+			opt_states = (uint32_t)strtoul(argv[++i], NULL, 10);
 		else if (nfiles < 2)
 			files[nfiles++] = argv[i];
 		else if (ndocs < ARRAY_SIZE(docs))
 			docs[ndocs++] = (struct doc){ argv[i], { 0 } };
 	}
 	if (nfiles < 2 || !ndocs || rounds < 2 || vocab < 0 || vocab > INT32_MAX) {
-		fprintf(stderr, "usage: mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R>=2] [--cache M]\n");
+		fprintf(stderr, "usage: mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R>=2] [--cache M] [--states S]\n");
 		return CAPY_EXIT_USAGE;
 	}
 	if (capy_read_file(files[0], 1u << 30, &text, &len, &err) < 0 || capy_tokenizer_new(&tok, text, len, &err) < 0)

@@ -376,7 +376,7 @@ int capy_mask_new(struct capy_mask **out, const struct capy_token_trie *t, const
 	m->g = g;
 	m->o = o ? *o : (struct capy_mask_opts){ 0 };
 	m->o.cached_masks = m->o.cached_masks ? m->o.cached_masks : 512;
-	m->o.max_states = m->o.max_states ? m->o.max_states : 16384;
+	m->o.max_states = m->o.max_states ? m->o.max_states : 32768;
 	m->words = capy_mask_words(t->n_ids);
 	m->path = malloc(((size_t)t->max_depth + 1) * sizeof(*m->path));
 	m->level = calloc((size_t)t->max_depth + 1, sizeof(*m->level));

@@ -83,7 +83,7 @@ enum capy_mask_flags {
 
 struct capy_mask_opts {
 	uint32_t cached_masks; /* whole masks kept, each capy_mask_words(n_ids) words (0: 512) */
-	uint32_t max_states;   /* grammar states kept, about 1.5 KB each (0: 16384) */
+	uint32_t max_states;   /* grammar states kept, about 1.2 KB each (0: 32768) */
 	unsigned flags;        /* enum capy_mask_flags */
 };
 
