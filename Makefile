@@ -70,6 +70,7 @@ LIBCORE_OBJS += libcore/convert/families.o
 LIBCORE_OBJS += libcore/convert/plan.o
 LIBCORE_OBJS += libcore/convert/synthetic.o
 LIBCORE_OBJS += libcore/constrain/grammar.o
+LIBCORE_OBJS += libcore/constrain/mask.o
 LIBCORE_OBJS += libcore/cpu/isa.o
 LIBCORE_OBJS += libcore/cpu/linear.o
 LIBCORE_OBJS += libcore/cpu/nvfp4-avx2.o
@@ -172,6 +173,7 @@ UNIT_TESTS += u-grammar
 UNIT_TESTS += u-expert-cache
 UNIT_TESTS += u-http
 UNIT_TESTS += u-linear
+UNIT_TESTS += u-mask
 UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
 UNIT_TESTS += u-safetensors
@@ -204,6 +206,7 @@ CUDA_TESTS += u-cuda-sample
 
 BENCHES += expert-cache-bench
 BENCHES += linear-bench
+BENCHES += mask-bench
 BENCHES += step-bench
 BENCHES += tokenizer-bench
 
