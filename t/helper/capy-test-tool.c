@@ -6,6 +6,8 @@
  *	capy-test-tool render TEMPLATE CASE.json [TOKENIZER_CONFIG.json]
  *	capy-test-tool render-template TEMPLATE [VARS.json]
  *	capy-test-tool json FILE
+ *	capy-test-tool json-schema [--strict] [--compact] SCHEMA.json
+ *	capy-test-tool schema-walk [--strict] [--seed N] [--count K] SCHEMA.json
  *
  * tokenize encodes each input line (raw, or hex-encoded bytes with --hex; with --whole all of
  * stdin is one text) and prints its ids. With --decode it adds, tab-separated, the hex of
@@ -28,6 +30,16 @@
  * template with the variables of a JSON object; json reads JSON and writes it back as Python's
  * json.dumps(ensure_ascii=False) would. Their output goes to stdout byte for byte (no newline
  * added); errors to stderr with exit 1.
+ *
+ * json-schema prints the GBNF grammar of a JSON schema (libcore/constrain/json-schema.h),
+ * after checking that the grammar compiles. schema-walk writes K (default 100) documents
+ * drawn from that grammar, each followed by a NUL byte: a random walk over the matcher that,
+ * at each step, tries every printable ASCII byte, newline, tab and three UTF-8 lead bytes
+ * (then every continuation byte) on a copy of the state, takes one of those it allows, and
+ * stops when the text is a whole document and a coin says so. Past 200 bytes it prefers the
+ * bytes that close strings, arrays and objects, so that documents end; one that has not
+ * ended after 100000 bytes is an error (exit 1), as is a state that allows no byte and is
+ * not a whole document.
  */
 #include "text/tokenizer.h"
 #include "tool/tool.h"
@@ -39,6 +51,10 @@
 #include "util/file.h"
 #include "util/json.h"
 #include "text/chat.h"
+#include "constrain/grammar.h"
+#include "constrain/json-schema.h"
+#include "util/buf.h"
+#include "util/rng.h"
 
 #include <zstd.h>
 
@@ -547,6 +563,132 @@ static int cmd_logits(int argc, char **argv)
 	return 0;
 }
 
+static struct capy_grammar *schema_grammar(const char *path, const struct capy_schema_opts *opts, char **gbnf)
+{
+	struct capy_err err = { 0 };
+	struct capy_grammar *g;
+	size_t len;
+	char *text = slurp(path, &len);
+
+	if (capy_json_schema_to_gbnf(text, len, opts, gbnf, &err) < 0)
+		capy_die("%s: %s", path, err.msg);
+	if (capy_grammar_compile(*gbnf, strlen(*gbnf), "root", &g, &err) < 0)
+		capy_die("%s: %s", path, err.msg);
+	free(text);
+	return g;
+}
+
+/* Options shared by json-schema and schema-walk; returns the index of the schema argument. */
+static int schema_options(int argc, char **argv, struct capy_schema_opts *opts, uint64_t *seed, uint64_t *count)
+{
+	struct capy_err err = { 0 };
+	int i = 1;
+
+	for (; i < argc - 1; i++) {
+		if (!strcmp(argv[i], "--strict"))
+			opts->strict = true;
+		else if (!strcmp(argv[i], "--compact"))
+			opts->compact = true;
+		else if (seed && !strcmp(argv[i], "--seed") && i + 2 < argc && !capy_parse_u64(argv[i + 1], UINT64_MAX, seed, &err))
+			i++;
+		else if (count && !strcmp(argv[i], "--count") && i + 2 < argc && !capy_parse_u64(argv[i + 1], 1000000, count, &err))
+			i++;
+		else
+			break;
+	}
+	if (i != argc - 1)
+		capy_die("usage: %s [--strict] [--compact]%s SCHEMA.json", argv[0], seed ? " [--seed N] [--count K]" : "");
+	return i;
+}
+
+static int cmd_json_schema(int argc, char **argv)
+{
+	struct capy_schema_opts opts = { 0 };
+	char *gbnf;
+	int i = schema_options(argc, argv, &opts, NULL, NULL);
+
+	capy_grammar_free(schema_grammar(argv[i], &opts, &gbnf));
+	return emit(gbnf, strlen(gbnf));
+}
+
+#define WALK_SOFT_LEN 200
+#define WALK_HARD_LEN 100000
+
+/* One document drawn from the grammar into out (see the comment at the top). */
+static void walk_one(const struct capy_grammar *g, struct capy_rng *rng, struct capy_buf *out)
+{
+	static const unsigned char leads[] = { 0xc3, 0xe2, 0xf0 };
+	struct capy_grammar_state *st, *probe;
+	struct capy_err err = { 0 };
+	unsigned char allowed[256];
+	double weight[256];
+	unsigned pending = 0; /* continuation bytes still to come */
+
+	if (capy_grammar_state_new(g, &st, &err) < 0 || capy_grammar_state_new(g, &probe, &err) < 0)
+		capy_die("%s", err.msg);
+	capy_buf_reset(out);
+	for (;;) {
+		size_t n = 0;
+		double total = 0;
+		for (unsigned b = 0; b < 256; b++) {
+			bool candidate = pending ? b >= 0x80 && b <= 0xbf
+						 : (b >= 0x20 && b < 0x7f) || b == '\n' || b == '\t' || memchr(leads, (int)b, sizeof(leads));
+			if (!candidate)
+				continue;
+			if (capy_grammar_state_copy(probe, st, &err) < 0)
+				capy_die("%s", err.msg);
+			if (capy_grammar_feed(probe, (const char *)&(char){ (char)b }, 1) != 1)
+				continue;
+			double w = b == ' ' || b == '\n' || b == '\t' ? 0.2 : 1;
+			if (out->len > WALK_SOFT_LEN && (b == '"' || b == ']' || b == '}'))
+				w = 200;
+			allowed[n] = (unsigned char)b;
+			weight[n++] = w;
+			total += w;
+		}
+		bool whole = capy_grammar_accepting(st);
+		if (whole && (!n || capy_rng_uniform(rng) < (out->len > WALK_SOFT_LEN ? 0.9 : 0.3)))
+			break;
+		if (!n)
+			capy_die("schema-walk: stuck after %zu bytes: %.*s", out->len, (int)out->len, out->data);
+		if (out->len >= WALK_HARD_LEN)
+			capy_die("schema-walk: no end after %d bytes", WALK_HARD_LEN);
+		double pick = capy_rng_uniform(rng) * total;
+		size_t k = 0;
+		while (k + 1 < n && (pick -= weight[k]) >= 0)
+			k++;
+		unsigned char b = allowed[k];
+		if (capy_grammar_feed(st, (const char *)&b, 1) != 1)
+			capy_die("schema-walk: a byte the probe took was refused");
+		capy_buf_putc(out, (char)b);
+		pending = pending ? pending - 1 : b >= 0xf0 ? 3 : b >= 0xe0 ? 2 : b >= 0xc0 ? 1 : 0;
+	}
+	capy_grammar_state_free(probe);
+	capy_grammar_state_free(st);
+}
+
+static int cmd_schema_walk(int argc, char **argv)
+{
+	struct capy_schema_opts opts = { 0 };
+	uint64_t seed = 1, count = 100;
+	struct capy_buf doc = { 0 };
+	struct capy_rng rng;
+	char *gbnf;
+	int i = schema_options(argc, argv, &opts, &seed, &count);
+	struct capy_grammar *g = schema_grammar(argv[i], &opts, &gbnf);
+
+	capy_rng_seed(&rng, seed);
+	for (uint64_t k = 0; k < count; k++) {
+		walk_one(g, &rng, &doc);
+		if (doc.oom || fwrite(doc.data ? doc.data : "", 1, doc.len, stdout) != doc.len || fputc(0, stdout) == EOF)
+			capy_die("cannot write the output");
+	}
+	capy_buf_release(&doc);
+	capy_grammar_free(g);
+	free(gbnf);
+	return fflush(stdout) ? CAPY_EXIT_FAIL : CAPY_EXIT_OK;
+}
+
 int cmd_main(int argc, char **argv)
 {
 	static const struct {
@@ -556,9 +698,11 @@ int cmd_main(int argc, char **argv)
 		{ "check-golden", cmd_check_golden },
 		{ "detokenize", cmd_detokenize },
 		{ "json", cmd_json },
+		{ "json-schema", cmd_json_schema },
 		{ "logits", cmd_logits },
 		{ "render", cmd_render },
 		{ "render-template", cmd_render_template },
+		{ "schema-walk", cmd_schema_walk },
 		{ "tokenize", cmd_tokenize },
 	};
 	size_t i;
