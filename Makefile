@@ -322,11 +322,12 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py);
+# python3-jsonschema: the validator of the documents drawn from schema grammars (t/helper/schema-validate.py);
 # curl and jq: the capy-serve tests' client and their JSON reader (t/helper/serve.bash); iproute2
 # and util-linux: the agent tests' loopback-only network namespace (ip, unshare).
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev iproute2 util-linux \
 	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev nettle-dev zstd \
-	python3 python3-jinja2 curl jq
+	python3 python3-jinja2 python3-jsonschema curl jq
 
 # Installs only what is missing; without root it prints the one command to run and fails.
 deps:

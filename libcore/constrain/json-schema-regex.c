@@ -542,34 +542,57 @@ static bool nullable(const struct rx *x, int32_t n)
 	}
 }
 
-/* The JSON escape of a character a JSON string cannot hold raw. */
-static void put_escaped(struct capy_buf *b, uint32_t cp)
+static bool set_has(const struct rx *x, const struct rx_node *d, uint32_t cp)
 {
-	static const char short_form[] = { ['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n', ['\r'] = 'r', ['\t'] = 't' };
+	for (uint32_t i = d->r0; i < d->r0 + d->nr; i++)
+		if (cp >= x->ranges[i][0] && cp <= x->ranges[i][1])
+			return true;
+	return false;
+}
 
-	if (cp == '"')
-		capy_buf_puts(b, " \"\\\\\\\"\"");
-	else if (cp == '\\')
-		capy_buf_puts(b, " \"\\\\\\\\\"");
-	else if (cp < sizeof(short_form) && short_form[cp])
-		capy_buf_printf(b, " \"\\\\%c\"", short_form[cp]);
-	else
-		capy_buf_printf(b, " \"\\\\u%04x\"", (unsigned)cp);
+/* The JSON escapes of the characters of the set a string cannot hold raw (", \ and the
+ * controls), as alternatives appended to b: "\\" and a class of the short forms' letters,
+ * then "\\u000" or "\\u001" and a class of last digits; the count of alternatives. */
+static unsigned put_escapes(const struct rx *x, const struct rx_node *d, struct capy_buf *b)
+{
+	static const char short_form[] = { ['\b'] = 'b', ['\f'] = 'f', ['\n'] = 'n', ['\r'] = 'r', ['\t'] = 't',
+					   ['"'] = '"', ['\\'] = '\\' };
+	struct capy_buf cls = { 0 };
+	unsigned n = 0;
+
+	for (uint32_t cp = 0; cp < sizeof(short_form); cp++)
+		if (short_form[cp] && set_has(x, d, cp))
+			js_class_char(&cls, (unsigned char)short_form[cp]);
+	if (cls.len) {
+		capy_buf_printf(b, " \"\\\\\" [%s]", cls.data);
+		n++;
+	}
+	for (uint32_t high = 0; high < 2; high++) {
+		capy_buf_reset(&cls);
+		for (uint32_t low = 0; low < 16; low++) {
+			uint32_t cp = high * 16 + low;
+			if ((cp >= sizeof(short_form) || !short_form[cp]) && set_has(x, d, cp))
+				js_class_char(&cls, (uint32_t)"0123456789abcdef"[low]);
+		}
+		if (cls.len) {
+			capy_buf_printf(b, "%s \"\\\\u00%u\" [%s]", n ? " |" : "", (unsigned)high, cls.data);
+			n++;
+		}
+	}
+	capy_buf_release(&cls);
+	return n;
 }
 
 /* A set of characters as JSON text: a class of those a string holds raw, and escapes for
  * the others. */
 static void put_set(const struct rx *x, const struct rx_node *d, struct capy_buf *b)
 {
-	struct capy_buf cls = { 0 };
-	unsigned nalts = 0, nraw = 0;
-	uint32_t raw_cp = 0;
+	static const uint32_t gaps[][2] = { { 0, 0x1f }, { '"', '"' }, { '\\', '\\' }, { 0xd800, 0xdfff } };
+	struct capy_buf cls = { 0 }, esc = { 0 };
+	uint32_t nraw = 0, raw_cp = 0;
 
-	for (uint32_t i = d->r0; i < d->r0 + d->nr; i++) {
-		uint32_t lo = x->ranges[i][0], hi = x->ranges[i][1];
-		/* the raw part: from 0x20 up, without " and \ and the surrogates */
-		static const uint32_t gaps[][2] = { { 0, 0x1f }, { '"', '"' }, { '\\', '\\' }, { 0xd800, 0xdfff } };
-		uint32_t a = lo;
+	for (uint32_t i = d->r0; i < d->r0 + d->nr; i++) { /* the raw part: the ranges less the gaps */
+		uint32_t a = x->ranges[i][0], hi = x->ranges[i][1];
 		while (a <= hi) {
 			bool skipped = false;
 			for (size_t g = 0; g < ARRAY_SIZE(gaps); g++)
@@ -593,15 +616,8 @@ static void put_set(const struct rx *x, const struct rx_node *d, struct capy_buf
 			a = e + 1;
 		}
 	}
-	struct capy_buf esc = { 0 };
-	for (uint32_t i = d->r0; i < d->r0 + d->nr; i++)
-		for (uint32_t cp = x->ranges[i][0]; cp <= x->ranges[i][1] && cp <= '\\'; cp++)
-			if (cp < 0x20 || cp == '"' || cp == '\\') {
-				capy_buf_puts(&esc, nalts ? " |" : "");
-				put_escaped(&esc, cp);
-				nalts++;
-			}
-	bool group = (nraw > 0) + nalts > 1;
+	unsigned nesc = put_escapes(x, d, &esc);
+	bool group = (nraw > 0) + nesc > 1;
 	capy_buf_puts(b, group ? " (" : "");
 	if (nraw == 1 && raw_cp < 0x80) {
 		char ch = (char)raw_cp;
@@ -610,7 +626,7 @@ static void put_set(const struct rx *x, const struct rx_node *d, struct capy_buf
 	} else if (nraw) {
 		capy_buf_printf(b, " [%s]", cls.data);
 	}
-	if (nalts)
+	if (nesc)
 		capy_buf_printf(b, "%s%s", nraw ? " |" : "", esc.data);
 	capy_buf_puts(b, group ? " )" : "");
 	capy_buf_release(&cls);

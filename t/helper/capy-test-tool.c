@@ -34,10 +34,11 @@
  * json-schema prints the GBNF grammar of a JSON schema (libcore/constrain/json-schema.h),
  * after checking that the grammar compiles. schema-walk writes K (default 100) documents
  * drawn from that grammar, each followed by a NUL byte: a random walk over the matcher that,
- * at each step, tries every printable ASCII byte, newline, tab and three UTF-8 lead bytes
- * (then every continuation byte) on a copy of the state, takes one of those it allows, and
- * stops when the text is a whole document and a coin says so. Past 200 bytes it prefers the
- * bytes that close strings, arrays and objects, so that documents end; one that has not
+ * at each step, takes one of the bytes it allows among printable ASCII, newline, tab and
+ * three UTF-8 lead bytes (then every continuation byte), any other byte only when none of
+ * those fits, and stops when the text is a whole document and a coin says so. Past 200 bytes it prefers the
+ * bytes that close strings, arrays and objects (and backslashes, for patterns that end in an
+ * escaped quote), so that documents end; one that has not
  * ended after 100000 bytes is an error (exit 1), as is a state that allows no byte and is
  * not a whole document.
  */
@@ -614,56 +615,73 @@ static int cmd_json_schema(int argc, char **argv)
 #define WALK_SOFT_LEN 200
 #define WALK_HARD_LEN 100000
 
-/* One document drawn from the grammar into out (see the comment at the top). */
-static void walk_one(const struct capy_grammar *g, struct capy_rng *rng, struct capy_buf *out)
+/* The weight of byte b as the next byte of a document of len bytes (before knowing whether the
+ * grammar allows it); 0: not a candidate. */
+static double walk_weight(unsigned b, size_t len, unsigned pending)
 {
 	static const unsigned char leads[] = { 0xc3, 0xe2, 0xf0 };
-	struct capy_grammar_state *st, *probe;
+
+	if (pending)
+		return b >= 0x80 && b <= 0xbf;
+	if (!((b >= 0x20 && b < 0x7f) || b == '\n' || b == '\t' || memchr(leads, (int)b, sizeof(leads))))
+		return 0;
+	if (len > WALK_SOFT_LEN) /* toward the end: close strings first, then the rest */
+		return b == '"' ? 400 : b == ']' || b == '}' ? 100 : b == '\\' ? 20 : 1;
+	return b == ' ' || b == '\n' || b == '\t' ? 0.2 : 1;
+}
+
+/* One document drawn from the grammar into out (see the comment at the top). A refused byte
+ * leaves the state as it was, so candidates are tried on the state itself, drawn by weight
+ * without replacement until one is taken: the byte taken follows the weights of the allowed
+ * bytes. */
+static void walk_one(const struct capy_grammar *g, struct capy_rng *rng, struct capy_buf *out)
+{
+	struct capy_grammar_state *st;
 	struct capy_err err = { 0 };
-	unsigned char allowed[256];
 	double weight[256];
 	unsigned pending = 0; /* continuation bytes still to come */
 
-	if (capy_grammar_state_new(g, &st, &err) < 0 || capy_grammar_state_new(g, &probe, &err) < 0)
+	if (capy_grammar_state_new(g, &st, &err) < 0)
 		capy_die("%s", err.msg);
 	capy_buf_reset(out);
 	for (;;) {
-		size_t n = 0;
 		double total = 0;
-		for (unsigned b = 0; b < 256; b++) {
-			bool candidate = pending ? b >= 0x80 && b <= 0xbf
-						 : (b >= 0x20 && b < 0x7f) || b == '\n' || b == '\t' || memchr(leads, (int)b, sizeof(leads));
-			if (!candidate)
-				continue;
-			if (capy_grammar_state_copy(probe, st, &err) < 0)
-				capy_die("%s", err.msg);
-			if (capy_grammar_feed(probe, (const char *)&(char){ (char)b }, 1) != 1)
-				continue;
-			double w = b == ' ' || b == '\n' || b == '\t' ? 0.2 : 1;
-			if (out->len > WALK_SOFT_LEN && (b == '"' || b == ']' || b == '}'))
-				w = 200;
-			allowed[n] = (unsigned char)b;
-			weight[n++] = w;
-			total += w;
-		}
-		bool whole = capy_grammar_accepting(st);
-		if (whole && (!n || capy_rng_uniform(rng) < (out->len > WALK_SOFT_LEN ? 0.9 : 0.3)))
+		for (unsigned b = 0; b < 256; b++)
+			total += weight[b] = walk_weight(b, out->len, pending);
+		if (capy_grammar_accepting(st) && capy_rng_uniform(rng) < (out->len > WALK_SOFT_LEN ? 0.9 : 0.3))
 			break;
-		if (!n)
-			capy_die("schema-walk: stuck after %zu bytes: %.*s", out->len, (int)out->len, out->data);
 		if (out->len >= WALK_HARD_LEN)
 			capy_die("schema-walk: no end after %d bytes", WALK_HARD_LEN);
-		double pick = capy_rng_uniform(rng) * total;
-		size_t k = 0;
-		while (k + 1 < n && (pick -= weight[k]) >= 0)
-			k++;
-		unsigned char b = allowed[k];
-		if (capy_grammar_feed(st, (const char *)&b, 1) != 1)
-			capy_die("schema-walk: a byte the probe took was refused");
-		capy_buf_putc(out, (char)b);
-		pending = pending ? pending - 1 : b >= 0xf0 ? 3 : b >= 0xe0 ? 2 : b >= 0xc0 ? 1 : 0;
+		int taken = -1;
+		while (taken < 0 && total > 0) {
+			double pick = capy_rng_uniform(rng) * total;
+			unsigned b = 0;
+			while (b < 255 && (pick -= weight[b]) >= 0)
+				b++;
+			if (weight[b] <= 0) /* rounding ran past the last candidate */
+				for (b = 255; weight[b] <= 0; b--)
+					;
+			if (capy_grammar_feed(st, (const char *)&(char){ (char)b }, 1) == 1)
+				taken = (int)b;
+			total -= weight[b];
+			weight[b] = 0;
+			if (total < 1e-9)
+				total = 0;
+		}
+		unsigned from = (unsigned)(capy_rng_next(rng) & 0xff);
+		for (unsigned i = 0; taken < 0 && i < 256; i++) { /* a byte outside the candidates (a const's) */
+			unsigned b = (from + i) & 0xff;
+			if (!walk_weight(b, out->len, pending) && capy_grammar_feed(st, (const char *)&(char){ (char)b }, 1) == 1)
+				taken = (int)b;
+		}
+		if (taken < 0) {
+			if (capy_grammar_accepting(st))
+				break;
+			capy_die("schema-walk: stuck after %zu bytes: %.*s", out->len, (int)out->len, out->data);
+		}
+		capy_buf_putc(out, (char)taken);
+		pending = pending ? pending - 1 : taken >= 0xf0 ? 3 : taken >= 0xe0 ? 2 : taken >= 0xc0 ? 1 : 0;
 	}
-	capy_grammar_state_free(probe);
 	capy_grammar_state_free(st);
 }
 
