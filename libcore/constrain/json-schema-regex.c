@@ -324,9 +324,9 @@ static int32_t parse_alt(struct rx *x, bool top);
 
 static int32_t parse_group(struct rx *x)
 {
-	x->pos++; /* ( */
-	if (peek(x) == '?') {
-		const char *s = x->src + x->pos, *end = x->src + x->len;
+	const char *s = x->src + x->pos + 1, *end = x->src + x->len; /* after the ( */
+
+	if (s < end && *s == '?') { /* (errors point at the parenthesis) */
 		if (end - s >= 2 && s[1] == ':') {
 			x->pos += 2;
 		} else if (end - s >= 2 && (s[1] == '=' || s[1] == '!')) {
@@ -342,6 +342,7 @@ static int32_t parse_group(struct rx *x)
 			return rx_fail(x, CAPY_EUNSUPPORTED, "this (? group is not supported");
 		}
 	}
+	x->pos++; /* ( */
 	if (++x->nest > RX_MAX_NEST)
 		return rx_fail(x, CAPY_EUNSUPPORTED, "groups nested too deep");
 	int32_t n = parse_alt(x, false);
