@@ -87,6 +87,26 @@ void js_ptr_index(char *dst, size_t cap, const char *parent, const char *key, in
 	}
 }
 
+bool js_grow(void *arr, uint32_t *cap, uint32_t n, size_t size)
+{
+	void **p = arr;
+
+	if (n < *cap)
+		return true;
+	uint32_t c = *cap ? 2 * *cap : 16;
+	void *q = realloc(*p, (size_t)c * size);
+	if (!q)
+		return false;
+	*p = q;
+	*cap = c;
+	return true;
+}
+
+int js_hex_digit(int ch)
+{
+	return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+}
+
 unsigned js_utf8_next(const char *s, size_t n, uint32_t *cp)
 {
 	const unsigned char *u = (const unsigned char *)s;
@@ -175,14 +195,8 @@ static int64_t add_rule(struct js_ctx *c, const char *hint)
 
 	if (c->nrules >= JS_MAX_RULES)
 		return js_fail(c, CAPY_EUNSUPPORTED, "", "too large: the grammar would need more than %d rules", JS_MAX_RULES);
-	if (c->nrules == c->cap) {
-		uint32_t cap = c->cap ? 2 * c->cap : 64;
-		struct js_rule *r = realloc(c->rules, cap * sizeof(*r));
-		if (!r)
-			return js_oom(c);
-		c->rules = r;
-		c->cap = cap;
-	}
+	if (!js_grow(&c->rules, &c->cap, c->nrules, sizeof(*c->rules)))
+		return js_oom(c);
 	for (const char *h = hint; *h && n < 32; h++) {
 		bool ok = (*h >= 'a' && *h <= 'z') || (*h >= 'A' && *h <= 'Z') || (*h >= '0' && *h <= '9');
 		if (ok)

@@ -59,6 +59,11 @@ const char *js_oom_null(struct js_ctx *c);
 /* dst = parent + "/" + key escaped (~0, ~1); index: key then the number i (key NULL: only i). */
 void js_ptr_push(char *dst, size_t cap, const char *parent, const char *key);
 void js_ptr_index(char *dst, size_t cap, const char *parent, const char *key, int i);
+/* Room in *arr (of *cap items of size bytes) for item number n (doubling); false when out of
+ * memory (the array is then as it was). */
+bool js_grow(void *arr, uint32_t *cap, uint32_t n, size_t size);
+/* The value of a hexadecimal digit, -1 for another character. */
+int js_hex_digit(int ch);
 /* One UTF-8 character of s (n > 0 bytes): its length, 0 if invalid (overlong, surrogate...). */
 unsigned js_utf8_next(const char *s, size_t n, uint32_t *cp);
 bool js_utf8_valid(const char *s, size_t n);

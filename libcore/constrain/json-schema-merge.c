@@ -13,16 +13,10 @@ static cJSON *temp(struct js_ctx *c, cJSON *item)
 		js_oom(c);
 		return NULL;
 	}
-	if (c->ntemps == c->tempcap) {
-		uint32_t cap = c->tempcap ? 2 * c->tempcap : 16;
-		cJSON **t = realloc(c->temps, cap * sizeof(*t));
-		if (!t) {
-			cJSON_Delete(item);
-			js_oom(c);
-			return NULL;
-		}
-		c->temps = t;
-		c->tempcap = cap;
+	if (!js_grow(&c->temps, &c->tempcap, c->ntemps, sizeof(*c->temps))) {
+		cJSON_Delete(item);
+		js_oom(c);
+		return NULL;
 	}
 	c->temps[c->ntemps++] = item;
 	return item;
@@ -41,11 +35,6 @@ static bool oom(struct js_ctx *c)
 
 /* --- $ref ---------------------------------------------------------------------------------------- */
 
-static int hex_value(char ch)
-{
-	return ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
-}
-
 /* One reference token of a JSON pointer in a URI fragment: %XX, ~0 and ~1 decoded. */
 static bool pointer_token(const char *s, size_t n, char *out, size_t cap)
 {
@@ -53,8 +42,8 @@ static bool pointer_token(const char *s, size_t n, char *out, size_t cap)
 
 	for (size_t i = 0; i < n; i++) {
 		char ch = s[i];
-		if (ch == '%' && i + 2 < n && hex_value(s[i + 1]) >= 0 && hex_value(s[i + 2]) >= 0) {
-			ch = (char)(hex_value(s[i + 1]) * 16 + hex_value(s[i + 2]));
+		if (ch == '%' && i + 2 < n && js_hex_digit(s[i + 1]) >= 0 && js_hex_digit(s[i + 2]) >= 0) {
+			ch = (char)(js_hex_digit(s[i + 1]) * 16 + js_hex_digit(s[i + 2]));
 			i += 2;
 		} else if (ch == '~' && i + 1 < n && (s[i + 1] == '0' || s[i + 1] == '1')) {
 			ch = s[++i] == '0' ? '~' : '/';

@@ -51,28 +51,16 @@ static int32_t new_node(struct rx *x, int type)
 {
 	if (x->nnodes >= RX_MAX_NODES)
 		return rx_fail(x, CAPY_EUNSUPPORTED, "too large");
-	if (x->nnodes == x->ncap) {
-		uint32_t cap = x->ncap ? 2 * x->ncap : 64;
-		struct rx_node *n = realloc(x->nodes, cap * sizeof(*n));
-		if (!n)
-			return js_oom(x->c);
-		x->nodes = n;
-		x->ncap = cap;
-	}
+	if (!js_grow(&x->nodes, &x->ncap, x->nnodes, sizeof(*x->nodes)))
+		return js_oom(x->c);
 	x->nodes[x->nnodes] = (struct rx_node){ .type = type, .kid = -1, .next = -1 };
 	return (int32_t)x->nnodes++;
 }
 
 static int add_range(struct rx *x, uint32_t lo, uint32_t hi)
 {
-	if (x->nranges == x->rcap) {
-		uint32_t cap = x->rcap ? 2 * x->rcap : 64;
-		void *r = realloc(x->ranges, cap * sizeof(*x->ranges));
-		if (!r)
-			return js_oom(x->c);
-		x->ranges = r;
-		x->rcap = cap;
-	}
+	if (!js_grow(&x->ranges, &x->rcap, x->nranges, sizeof(*x->ranges)))
+		return js_oom(x->c);
 	x->ranges[x->nranges][0] = lo;
 	x->ranges[x->nranges][1] = hi;
 	x->nranges++;
@@ -145,8 +133,7 @@ static int hex_digits(struct rx *x, unsigned n, uint32_t *v)
 {
 	*v = 0;
 	for (unsigned i = 0; i < n; i++) {
-		int ch = peek(x);
-		int d = ch >= '0' && ch <= '9' ? ch - '0' : ch >= 'a' && ch <= 'f' ? ch - 'a' + 10 : ch >= 'A' && ch <= 'F' ? ch - 'A' + 10 : -1;
+		int d = js_hex_digit(peek(x));
 		if (d < 0)
 			return rx_fail(x, CAPY_EFORMAT, "expected a hexadecimal digit");
 		*v = *v * 16 + (uint32_t)d;

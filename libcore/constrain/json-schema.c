@@ -860,14 +860,8 @@ static const char *ref_rule(struct js_ctx *c, const cJSON *ref, const char *ptr)
 				       ref->valuestring);
 		return r->name;
 	}
-	if (c->nrefs == c->refcap) {
-		uint32_t cap = c->refcap ? 2 * c->refcap : 16;
-		struct js_ref *r = realloc(c->refs, cap * sizeof(*r));
-		if (!r)
-			return js_oom_null(c);
-		c->refs = r;
-		c->refcap = cap;
-	}
+	if (!js_grow(&c->refs, &c->refcap, c->nrefs, sizeof(*c->refs)))
+		return js_oom_null(c);
 	const char *name = js_reserve(c, cJSON_IsString(ref) ? hint_of(ref->valuestring) : "ref");
 	if (!name)
 		return NULL;
