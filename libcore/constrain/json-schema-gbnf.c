@@ -193,7 +193,7 @@ static int64_t add_rule(struct js_ctx *c, const char *hint)
 	char name[64];
 	size_t n = 0;
 
-	if (c->nrules >= JS_MAX_RULES)
+	if (c->nrules + c->implied >= JS_MAX_RULES)
 		return js_fail(c, CAPY_EUNSUPPORTED, "", "too large: the grammar would need more than %d rules", JS_MAX_RULES);
 	if (!js_grow(&c->rules, &c->cap, c->nrules, sizeof(*c->rules)))
 		return js_oom(c);
@@ -215,10 +215,39 @@ static int64_t add_rule(struct js_ctx *c, const char *hint)
 	return c->nrules++;
 }
 
+/* The rules grammar.c makes for a body: one per group and per ?, * or +, n - m for {m,n}
+ * (one for {m,}); literals and classes skipped. */
+static uint64_t implied_rules(const char *s)
+{
+	uint64_t n = 0;
+
+	while (*s) {
+		if (*s == '"' || *s == '[') {
+			char end = *s == '"' ? '"' : ']';
+			for (s++; *s && *s != end; s++)
+				if (*s == '\\' && s[1])
+					s++;
+			s += *s != 0;
+		} else if (*s == '{') {
+			char *e;
+			unsigned long long lo = strtoull(s + 1, &e, 10), hi = lo;
+			if (*e == ',')
+				hi = e[1] == '}' ? lo + 1 : strtoull(e + 1, &e, 10);
+			n += hi - lo;
+			s++;
+		} else {
+			n += *s == '(' || *s == '?' || *s == '*' || *s == '+';
+			s++;
+		}
+	}
+	return n;
+}
+
 static int set_body(struct js_ctx *c, uint32_t r, const char *body, uint32_t hash)
 {
 	uint32_t slot;
 
+	c->implied += implied_rules(body);
 	if (!index_grow(c) || !(c->rules[r].body = strdup(body)))
 		return js_oom(c);
 	c->rules[r].hash = hash;
@@ -366,6 +395,7 @@ const char *js_prim(struct js_ctx *c, enum js_prim p)
 		return NULL;
 	}
 	c->rules[r].hash = text_hash(body);
+	c->implied += implied_rules(body);
 	for (unsigned i = 0; i < ARRAY_SIZE(pr->uses) && pr->uses[i]; i++)
 		js_prim(c, pr->uses[i]);
 	return c->rc ? NULL : pr->name;

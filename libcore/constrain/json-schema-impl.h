@@ -12,7 +12,8 @@
 
 #include <cjson/cJSON.h>
 
-#define JS_MAX_RULES 20000    /* rules we write (the grammar compiler adds its own for repetitions) */
+#define JS_MAX_RULES 90000    /* rules of the grammar, those the grammar compiler makes for groups and
+				 repetitions included (its own limit is 100000) */
 #define JS_MAX_DEPTH 64       /* schemas nested in schemas */
 #define JS_MAX_INPUT (4u << 20)
 #define JS_MAX_WORK 200000    /* schemas visited, merged ones and $ref targets included */
@@ -38,6 +39,7 @@ struct js_ctx {
 	const cJSON *root;
 	struct js_rule *rules;
 	uint32_t nrules, cap;
+	uint64_t implied; /* rules the grammar compiler will make for our groups and repetitions */
 	uint32_t *by_body; /* open addressing over rules by body: index + 1, 0 empty */
 	uint32_t nslots;
 	uint64_t prims;    /* the primitives written so far, one bit each */

@@ -367,7 +367,8 @@ static const char *array_rule(struct js_ctx *c, const cJSON *s, const char *ptr)
 
 /* --- objects ------------------------------------------------------------------------------------- */
 
-#define MAX_KEY_TRIE 1024 /* bytes of a property name when other keys must differ from it */
+#define MAX_KEY_TRIE 1024    /* bytes of a property name when other keys must differ from it */
+#define MAX_KEY_BRANCHES 100 /* names going on differently after a shared start, then */
 
 struct prop {
 	const char *name; /* as in the schema */
@@ -380,11 +381,12 @@ struct prop {
  * At a node a key may end (unless a name ends there), go on with a character no name has
  * next (then anything may follow), or follow a name's next character. A backslash is never
  * taken while a name could still match: its escape could spell that name's next character. */
-static const char *other_keys(struct js_ctx *c, const char **names, const size_t *lens, size_t n, size_t depth)
+static const char *other_keys(struct js_ctx *c, const char **names, const size_t *lens, size_t n, size_t depth,
+			      const char *ptr)
 {
 	struct capy_buf body = { 0 }, cls = { 0 };
 	const char **sub = malloc(n * sizeof(*sub)), *sep = "", *r = NULL;
-	size_t *sublen = malloc(n * sizeof(*sublen));
+	size_t *sublen = malloc(n * sizeof(*sublen)), children = 0;
 	bool ends = false;
 
 	if (!sub || !sublen) {
@@ -414,7 +416,12 @@ static const char *other_keys(struct js_ctx *c, const char **names, const size_t
 				sub[m] = names[j];
 				sublen[m++] = lens[j];
 			}
-		const char *child = other_keys(c, sub, sublen, m, depth + k);
+		if (++children > MAX_KEY_BRANCHES) { /* (a class holds at most 128 ranges) */
+			js_fail(c, CAPY_EUNSUPPORTED, ptr, "more than %d property names go on differently after the same "
+				"start, beside additionalProperties", MAX_KEY_BRANCHES);
+			goto out;
+		}
+		const char *child = other_keys(c, sub, sublen, m, depth + k, ptr);
 		if (!child)
 			goto out;
 		capy_buf_puts(&body, sep);
@@ -487,7 +494,7 @@ static const char *extra_member(struct js_ctx *c, const struct prop *p, size_t n
 		js_oom(c);
 		goto out;
 	}
-	if ((rest = other_keys(c, names, lens, n, 0))) {
+	if ((rest = other_keys(c, names, lens, n, 0, ptr))) {
 		capy_buf_printf(&open, "\"\\\"\" %s", rest);
 		key = rule_of(c, "other-key", &open);
 	}
@@ -785,6 +792,19 @@ static unsigned value_type(const cJSON *v)
 	return floor(v->valuedouble) == v->valuedouble ? T_NUMBER | T_INTEGER : T_NUMBER;
 }
 
+/* No number in v is infinite (cJSON would write it as null). */
+static bool finite_numbers(const cJSON *v)
+{
+	const cJSON *it, *list = cJSON_IsArray(v) || cJSON_IsObject(v) ? v : NULL;
+
+	if (cJSON_IsNumber(v))
+		return isfinite(v->valuedouble);
+	cJSON_ArrayForEach(it, list)
+		if (!finite_numbers(it))
+			return false;
+	return true;
+}
+
 /* enum/const: each value as its JSON text (keys and spacing as cJSON writes them), those of
  * an allowed type; the schema's other keywords are not applied to them. */
 static const char *values_rule(struct js_ctx *c, const cJSON *s, const char *ptr)
@@ -805,6 +825,12 @@ static const char *values_rule(struct js_ctx *c, const cJSON *s, const char *ptr
 		if (!text) {
 			capy_buf_release(&body);
 			return js_oom_null(c);
+		}
+		if (!js_utf8_valid(text, strlen(text)) || !finite_numbers(v)) {
+			cJSON_free(text);
+			capy_buf_release(&body);
+			return js_fail_null(c, CAPY_EFORMAT, ptr, "a value of %s is not valid UTF-8 or not a finite number",
+					    one ? "const" : "enum");
 		}
 		capy_buf_puts(&body, sep);
 		js_literal(&body, text, strlen(text));

@@ -32,7 +32,7 @@
  * Errors are one line, "schema: <JSON pointer>: <what>" (the pointer "(root)" for the
  * top), with CAPY_EFORMAT for a malformed or unsatisfiable schema, CAPY_EUNSUPPORTED for a
  * keyword or construction refused, CAPY_ENOMEM; nothing is printed. Limits against
- * hostile input: 4 MiB of schema, 64 levels of nesting, 20000 rules of grammar.
+ * hostile input: 4 MiB of schema, 64 levels of nesting, 90000 rules of grammar.
  * Thread-safety: none needed; calls share nothing.
  */
 #ifndef CAPY_CONSTRAIN_JSON_SCHEMA_H
