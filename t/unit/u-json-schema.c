@@ -501,6 +501,7 @@ static void test_errors(void)
 		   "schema: /items/uniqueItems: keyword \"uniqueItems\" is not supported");
 	error_with("{\"type\": \"object\", \"patternProperties\": {\"^x\": {}}}", &strict, "keyword \"patternProperties\"");
 	error_with("{\"type\": \"strng\"}", &strict, "schema: /type: \"type\" must be one of");
+	error_with("{\"properties\": {\"a\\nb\": {\"type\": 1}}}", &strict, "schema: /properties/a\\nb/type:"); /* one line */
 	error_with("{\"type\": \"string\", \"minLength\": -1}", &strict, "schema: /minLength: \"minLength\" must be a non-negative integer");
 	error_with("{\"properties\": {\"a\": 5}}", &strict, "schema: /properties/a: a schema must be an object or a boolean");
 	error_with("false", &strict, "schema: (root): the schema false matches nothing");
