@@ -2,6 +2,7 @@
 #include "tool/tool.h"
 #include "artifact/artifact.h"
 #include "constrain/grammar.h"
+#include "constrain/json-schema.h"
 #include "constrain/mask.h"
 #include "engine/engine.h"
 #include "model/assets.h"
@@ -23,7 +24,7 @@ static const char *const usage[] = {
 };
 
 static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg,
-	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar;
+	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema;
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos;
 static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu;
@@ -44,6 +45,7 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "stop", &opt_stop, "text", "stop when the output contains text"),
 	CAPY_OPT_FLAG(0, "ignore-eos", &opt_ignore_eos, "do not stop at end-of-sequence tokens"),
 	CAPY_OPT_STRING(0, "grammar", &opt_grammar, "file", "generate only text of this GBNF grammar"),
+	CAPY_OPT_STRING(0, "json-schema", &opt_schema, "file", "generate only JSON valid against this JSON Schema"),
 	CAPY_OPT_GROUP("Sampling (defaults: the model's generation_config.json; greedy without one)"),
 	CAPY_OPT_DOUBLE(0, "temp", &opt_temp, "t", "temperature; 0 is greedy", 0, 100),
 	CAPY_OPT_INT(0, "top-k", &opt_top_k, "k", "keep the k most likely tokens (0: off)", 0, 1e9),
@@ -311,6 +313,23 @@ static struct capy_grammar *load_grammar(const char *path)
 	return g;
 }
 
+/* A JSON Schema as a grammar, relaxed as a client that did not ask for strict gets it: keywords
+ * that only narrow what is valid and cannot be enforced are dropped (docs/structured-output.md). */
+static struct capy_grammar *load_schema(const char *path)
+{
+	struct capy_grammar *g;
+	struct capy_err err = { 0 };
+	size_t len;
+	char *text;
+
+	if (capy_read_file(path, 64u << 20, &text, &len, &err) < 0)
+		capy_die("%s", err.msg);
+	if (capy_json_schema_compile(text, len, NULL, &g, &err) < 0)
+		capy_die("%s: %s", path, err.msg);
+	free(text);
+	return g;
+}
+
 /* End-of-sequence tokens are the grammar's stop tokens (allowed where it is complete), unless
  * --ignore-eos: then only the grammar's end or -n stops generation. */
 static void constraint_init(struct constraint *c, struct capy_grammar *g, const struct capy_assets *as, uint32_t vocab)
@@ -345,7 +364,7 @@ static int32_t next_token(struct capy_sampler *smp, float *logits, struct constr
 	if (!c->g)
 		return capy_sampler_next(smp, logits);
 	if (capy_mask_compute(c->mask, c->state, c->bits, &err) < 0)
-		capy_die("%s: %s", opt_grammar, err.msg);
+		capy_die("%s: %s", opt_grammar ? opt_grammar : opt_schema, err.msg);
 	return capy_sampler_next_masked(smp, logits, c->bits);
 }
 
@@ -419,8 +438,11 @@ static int generate(const char *model)
 	logits = malloc(capy_engine_config(e)->vocab_size * sizeof(float));
 	if (!logits)
 		capy_die("out of memory");
-	if (opt_grammar)
-		constraint_init(&con, load_grammar(opt_grammar), &as, (uint32_t)capy_engine_config(e)->vocab_size);
+	if (opt_grammar && opt_schema)
+		capy_die("--grammar and --json-schema: one constraint at a time");
+	if (opt_grammar || opt_schema)
+		constraint_init(&con, opt_grammar ? load_grammar(opt_grammar) : load_schema(opt_schema), &as,
+				(uint32_t)capy_engine_config(e)->vocab_size);
 
 	t0 = capy_now();
 	if (capy_engine_forward(e, s, prompt.ids, prompt.n, logits, false, &err) < 0)
@@ -440,7 +462,7 @@ static int generate(const char *model)
 			break;
 		}
 		if (con.g && capy_mask_advance(con.trie, con.state, id, &err) < 0)
-			capy_die("%s: %s", opt_grammar, err.msg);
+			capy_die("%s: %s", opt_grammar ? opt_grammar : opt_schema, err.msg);
 		if (opt_ids) {
 			printf(produced > 1 ? " %" PRId32 : "%" PRId32, id);
 		} else if (dt) {
