@@ -21,7 +21,7 @@
 #define ATT_NT 256      /* threads per attention block (the chunk code assumes NT == CH) */
 #define ATT_MAXG 16     /* query heads per KV head */
 #define ATT_MAXHD 256   /* head_dim */
-#define ATT_MAXJ (ATT_MAXG * ATT_MAXHD / ATT_NT) /* (head, dim) outputs per thread */
+#define ATT_MJ(gm) ((gm) * ATT_MAXHD / ATT_NT > 0 ? (gm) * ATT_MAXHD / ATT_NT : 1) /* outputs a thread, gm heads */
 #define ATT_VK 4        /* keys whose values are loaded at once */
 #define ATT_SPLIT_MAX 8192 /* row-chunks of partials ws holds (see ck_attention_ws_bytes) */
 
@@ -168,10 +168,11 @@ __device__ __forceinline__ float fold_value(float old, float alpha, float x, flo
 
 /* The thread's (head g, dim d) outputs: output j is g * hd + d = tid + j * NT, packed as
  * g << 16 | d (0xffffffff past G * hd). */
+template <int MJ>
 __device__ __forceinline__ void attn_outputs(uint64_t G, uint64_t hd, uint32_t *gd)
 {
 #pragma unroll
-	for (int j = 0; j < ATT_MAXJ; j++) {
+	for (int j = 0; j < MJ; j++) {
 		uint64_t idx = threadIdx.x + (uint64_t)j * ATT_NT;
 		gd[j] = idx < G * hd ? (uint32_t)((idx / hd) << 16 | (idx % hd)) : 0xffffffffu;
 	}
@@ -181,7 +182,7 @@ __device__ __forceinline__ void attn_outputs(uint64_t G, uint64_t hd, uint32_t *
  * exp(score - max) per query head, and in acc[j] the exp-weighted sum of values for the
  * thread's outputs. Every sum has a fixed order: the dot over lanes then a butterfly, the
  * sum over lanes then a butterfly, values in key order. All threads of the block call it. */
-template <int DT>
+template <int DT, int GM>
 __device__ __forceinline__ void attn_chunk(const struct attn_args &a, struct attn_smem &s, uint64_t t, uint64_t kvh,
 					   uint64_t pos, const uint32_t *bt, uint64_t c, const uint32_t *gd, float *acc)
 {
@@ -208,9 +209,9 @@ __device__ __forceinline__ void attn_chunk(const struct attn_args &a, struct att
 		}
 		const uint8_t *row = base + a.l.k + s.r[kk] * kv_row;
 		const float *sc = (const float *)(base + a.l.k_scale + s.r[kk] * sc_row) + kvh * hd / KV_GROUP;
-		float part[ATT_MAXG];
+		float part[GM];
 #pragma unroll
-		for (int g = 0; g < ATT_MAXG; g++)
+		for (int g = 0; g < GM; g++)
 			part[g] = 0;
 		/* the lane's elements of the key loaded at once, then used in the same order */
 		float x[ATT_MAXHD / 32];
@@ -223,12 +224,12 @@ __device__ __forceinline__ void attn_chunk(const struct attn_args &a, struct att
 			if (d >= hd)
 				break;
 #pragma unroll
-			for (int g = 0; g < ATT_MAXG; g++)
+			for (int g = 0; g < GM; g++)
 				if (g < G)
 					part[g] = __fmaf_rn(s.q[g * hd + d], x[i], part[g]);
 		}
 #pragma unroll
-		for (int g = 0; g < ATT_MAXG; g++) {
+		for (int g = 0; g < GM; g++) {
 			if (g < G) {
 				float v = part[g];
 				for (int o = 16; o >= 1; o /= 2)
@@ -261,27 +262,36 @@ __device__ __forceinline__ void attn_chunk(const struct attn_args &a, struct att
 	}
 	__syncthreads();
 
-	/* Values in key order, weighted by exp(score - max): the values of ATT_VK keys loaded
-	 * before any is used (one key at a time, every key waited a full trip to memory), then
-	 * added in key order as before. */
+	/* Values in key order, weighted by exp(score - max). A thread's outputs share one dim d
+	 * (ATT_NT is a multiple of hd), so each key's value is loaded once for all its heads, the
+	 * values of ATT_VK keys before any is used; added in key order as before. */
+	constexpr int MJ = ATT_MJ(GM);
+	const bool one_d = ATT_NT % hd == 0;
+	const uint32_t d0 = gd[0] & 0xffff;
 #pragma unroll
-	for (int j = 0; j < ATT_MAXJ; j++)
+	for (int j = 0; j < MJ; j++)
 		acc[j] = 0;
+	if (gd[0] == 0xffffffffu)
+		return; /* no outputs: nothing below synchronizes */
 	for (uint64_t kk0 = 0; kk0 < nk; kk0 += ATT_VK) {
-		float x[ATT_VK][ATT_MAXJ];
+		float x[ATT_VK][MJ];
 #pragma unroll
 		for (int u = 0; u < ATT_VK; u++) {
 			const uint64_t kk = kk0 + u;
 			const uint8_t *base = kk < nk ? s.page[kk] : NULL;
 #pragma unroll
-			for (int j = 0; j < ATT_MAXJ; j++)
+			for (int j = 0; j < MJ; j++)
 				x[u][j] = 0;
 			if (!base)
 				continue;
 			const uint8_t *row = base + a.l.v + s.r[kk] * kv_row;
 			const float *sc = (const float *)(base + a.l.v_scale + s.r[kk] * sc_row) + kvh * hd / KV_GROUP;
+			if (one_d) {
+				x[u][0] = kv_elem<DT>(row, sc, kvh * hd + d0, d0);
+				continue;
+			}
 #pragma unroll
-			for (int j = 0; j < ATT_MAXJ; j++)
+			for (int j = 0; j < MJ; j++)
 				if (gd[j] != 0xffffffffu) {
 					uint32_t d = gd[j] & 0xffff;
 					x[u][j] = kv_elem<DT>(row, sc, kvh * hd + d, d);
@@ -293,10 +303,10 @@ __device__ __forceinline__ void attn_chunk(const struct attn_args &a, struct att
 			if (kk >= nk || !s.page[kk])
 				continue;
 #pragma unroll
-			for (int j = 0; j < ATT_MAXJ; j++) {
+			for (int j = 0; j < MJ; j++) {
 				if (gd[j] != 0xffffffffu) {
 					uint32_t g = gd[j] >> 16;
-					acc[j] = __fmaf_rn(s.p[g * ATT_CH + kk], x[u][j], acc[j]);
+					acc[j] = __fmaf_rn(s.p[g * ATT_CH + kk], x[u][one_d ? 0 : j], acc[j]);
 				}
 			}
 		}
@@ -335,32 +345,32 @@ __device__ __forceinline__ void load_q(const struct attn_args &a, struct attn_sm
 }
 
 /* Unsplit: block (t, kvh) folds all of row t's chunks in order and writes the output. */
-template <int DT>
+template <int DT, int GM>
 __global__ void __launch_bounds__(ATT_NT) attn_unsplit_kernel(struct attn_args a)
 {
 	__shared__ struct attn_smem s;
 	const uint64_t nb = a.nq / a.hs, t = blockIdx.x / nb, h0 = blockIdx.x % nb * a.hs, kvh = h0 / a.G, hd = a.l.hd;
 	const uint64_t pos = (uint64_t)a.st.pos[t];
 	const uint32_t *bt = a.st.block_table + a.st.bt_off[a.st.item[t]];
-	uint32_t gd[ATT_MAXJ];
-	float acc[ATT_MAXJ], A[ATT_MAXJ];
+	uint32_t gd[ATT_MJ(GM)];
+	float acc[ATT_MJ(GM)], A[ATT_MJ(GM)];
 
 	if (a.skip_grouped && a.st.grouped[t])
 		return; /* uniform over the block */
 	attn_prefetch(a, t, kvh, pos, bt, 0); /* the first chunk: the others pass while it runs */
 	ck_grid_enter();
-	attn_outputs(a.hs, hd, gd);
+	attn_outputs<ATT_MJ(GM)>(a.hs, hd, gd);
 	load_q(a, s, t, h0);
 	if (threadIdx.x < a.hs) {
 		s.M[threadIdx.x] = -INFINITY;
 		s.L[threadIdx.x] = 0;
 	}
 #pragma unroll
-	for (int j = 0; j < ATT_MAXJ; j++)
+	for (int j = 0; j < ATT_MJ(GM); j++)
 		A[j] = 0;
 	/* attn_chunk's first __syncthreads orders the stores above before their use. */
 	for (uint64_t c = 0; c <= pos / ATT_CH; c++) {
-		attn_chunk<DT>(a, s, t, kvh, pos, bt, c, gd, acc);
+		attn_chunk<DT, GM>(a, s, t, kvh, pos, bt, c, gd, acc);
 		if (threadIdx.x < a.hs) {
 			unsigned g = threadIdx.x;
 			float Mn, al, be;
@@ -374,7 +384,7 @@ __global__ void __launch_bounds__(ATT_NT) attn_unsplit_kernel(struct attn_args a
 		}
 		__syncthreads();
 #pragma unroll
-		for (int j = 0; j < ATT_MAXJ; j++) {
+		for (int j = 0; j < ATT_MJ(GM); j++) {
 			if (gd[j] != 0xffffffffu) {
 				uint32_t g = gd[j] >> 16;
 				if (!s.skip[g])
@@ -384,7 +394,7 @@ __global__ void __launch_bounds__(ATT_NT) attn_unsplit_kernel(struct attn_args a
 		__syncthreads(); /* the next chunk overwrites s */
 	}
 #pragma unroll
-	for (int j = 0; j < ATT_MAXJ; j++) {
+	for (int j = 0; j < ATT_MJ(GM); j++) {
 		if (gd[j] != 0xffffffffu) {
 			uint32_t g = gd[j] >> 16, d = gd[j] & 0xffff;
 			float L = s.L[g];
@@ -395,7 +405,7 @@ __global__ void __launch_bounds__(ATT_NT) attn_unsplit_kernel(struct attn_args a
 
 /* Split: block (rr, kvh, c) computes chunk c of row r0 + rr into ws (blocks past the row's
  * last chunk exit). */
-template <int DT>
+template <int DT, int GM>
 __global__ void __launch_bounds__(ATT_NT) attn_split_kernel(struct attn_args a)
 {
 	__shared__ struct attn_smem s;
@@ -404,19 +414,19 @@ __global__ void __launch_bounds__(ATT_NT) attn_split_kernel(struct attn_args a)
 	const uint64_t hd = a.l.hd;
 	const uint64_t pos = (uint64_t)a.st.pos[t];
 	const uint32_t *bt = a.st.block_table + a.st.bt_off[a.st.item[t]];
-	uint32_t gd[ATT_MAXJ];
-	float acc[ATT_MAXJ];
+	uint32_t gd[ATT_MJ(GM)];
+	float acc[ATT_MJ(GM)];
 
 	if (c > pos / ATT_CH || (a.skip_grouped && a.st.grouped[t]))
 		return; /* uniform over the block */
 	attn_prefetch(a, t, kvh, pos, bt, c);
 	ck_grid_enter();
-	attn_outputs(a.hs, hd, gd);
+	attn_outputs<ATT_MJ(GM)>(a.hs, hd, gd);
 	load_q(a, s, t, h0);
-	attn_chunk<DT>(a, s, t, kvh, pos, bt, c, gd, acc);
+	attn_chunk<DT, GM>(a, s, t, kvh, pos, bt, c, gd, acc);
 	const uint64_t slot = (rr * a.nch + c) * a.nq + h0; /* the block's first head */
 #pragma unroll
-	for (int j = 0; j < ATT_MAXJ; j++) {
+	for (int j = 0; j < ATT_MJ(GM); j++) {
 		if (gd[j] != 0xffffffffu) {
 			uint32_t g = gd[j] >> 16, d = gd[j] & 0xffff;
 			a.ws_acc[(slot + g) * hd + d] = acc[j];
@@ -465,7 +475,7 @@ extern "C" size_t ck_attention_ws_bytes(uint64_t T, uint64_t nq, uint64_t hd, ui
 	return (size_t)(slots * nq * (hd + 2) * sizeof(float));
 }
 
-template <int DT>
+template <int DT, int GM>
 static int attention_dt(struct attn_args &a, void *ws, cudaStream_t stream)
 {
 	const uint64_t T = a.st.T, nch = (uint64_t)a.st.max_pos / ATT_CH + 1;
@@ -481,7 +491,7 @@ static int attention_dt(struct attn_args &a, void *ws, cudaStream_t stream)
 		for (a.r0 = 0; a.r0 < T; a.r0 += R) {
 			uint64_t rows = T - a.r0 < R ? T - a.r0 : R;
 			unsigned ct = (unsigned)((a.l.hd + 31) / 32 * 32);
-			ck_launch(attn_split_kernel<DT>, (unsigned)(rows * (a.nq / a.hs) * nch), ATT_NT, 0, stream, a);
+			ck_launch(attn_split_kernel<DT, GM>, (unsigned)(rows * (a.nq / a.hs) * nch), ATT_NT, 0, stream, a);
 			int rc = ck_launched();
 			if (rc)
 				return rc;
@@ -491,8 +501,25 @@ static int attention_dt(struct attn_args &a, void *ws, cudaStream_t stream)
 		}
 		return 0;
 	}
-	ck_launch(attn_unsplit_kernel<DT>, (unsigned)(T * (a.nq / a.hs)), ATT_NT, 0, stream, a);
+	ck_launch(attn_unsplit_kernel<DT, GM>, (unsigned)(T * (a.nq / a.hs)), ATT_NT, 0, stream, a);
 	return ck_launched();
+}
+
+/* GM: the most heads a block holds, a compile-time bound, so that the loops over a block's
+ * heads are no longer than its heads (they were 16 long, mostly predicated off, and the
+ * decode kernel's time went to issuing them). */
+template <int DT>
+static int attention_hs(struct attn_args &a, void *ws, cudaStream_t stream)
+{
+	if (a.hs <= 1)
+		return attention_dt<DT, 1>(a, ws, stream);
+	if (a.hs <= 2)
+		return attention_dt<DT, 2>(a, ws, stream);
+	if (a.hs <= 4)
+		return attention_dt<DT, 4>(a, ws, stream);
+	if (a.hs <= 8)
+		return attention_dt<DT, 8>(a, ws, stream);
+	return attention_dt<DT, ATT_MAXG>(a, ws, stream);
 }
 
 extern "C" int ck_attention(const struct ck_step *st, const struct ck_kv_layer *l, const float *q, uint64_t nq,
@@ -526,11 +553,11 @@ extern "C" int ck_attention(const struct ck_step *st, const struct ck_kv_layer *
 	}
 	switch (l->dtype) {
 	case CK_KV_F32:
-		return attention_dt<CK_KV_F32>(a, ws, (cudaStream_t)stream);
+		return attention_hs<CK_KV_F32>(a, ws, (cudaStream_t)stream);
 	case CK_KV_BF16:
-		return attention_dt<CK_KV_BF16>(a, ws, (cudaStream_t)stream);
+		return attention_hs<CK_KV_BF16>(a, ws, (cudaStream_t)stream);
 	case CK_KV_INT8:
-		return attention_dt<CK_KV_INT8>(a, ws, (cudaStream_t)stream);
+		return attention_hs<CK_KV_INT8>(a, ws, (cudaStream_t)stream);
 	}
 	return -(int)cudaErrorInvalidValue;
 }
