@@ -70,6 +70,12 @@ LIBCORE_OBJS += libcore/convert/families.o
 LIBCORE_OBJS += libcore/convert/plan.o
 LIBCORE_OBJS += libcore/convert/synthetic.o
 LIBCORE_OBJS += libcore/constrain/grammar.o
+LIBCORE_OBJS += libcore/constrain/json-schema-gbnf.o
+LIBCORE_OBJS += libcore/constrain/json-schema-merge.o
+LIBCORE_OBJS += libcore/constrain/json-schema-num.o
+LIBCORE_OBJS += libcore/constrain/json-schema-regex.o
+LIBCORE_OBJS += libcore/constrain/json-schema.o
+LIBCORE_OBJS += libcore/constrain/mask.o
 LIBCORE_OBJS += libcore/cpu/isa.o
 LIBCORE_OBJS += libcore/cpu/linear.o
 LIBCORE_OBJS += libcore/cpu/nvfp4-avx2.o
@@ -170,9 +176,11 @@ UNIT_TESTS += u-api
 UNIT_TESTS += u-artifact
 UNIT_TESTS += u-engine
 UNIT_TESTS += u-grammar
+UNIT_TESTS += u-json-schema
 UNIT_TESTS += u-expert-cache
 UNIT_TESTS += u-http
 UNIT_TESTS += u-linear
+UNIT_TESTS += u-mask
 UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
 UNIT_TESTS += u-plan
@@ -191,6 +199,7 @@ FUZZERS += fuzz-api
 FUZZERS += fuzz-artifact
 FUZZERS += fuzz-grammar
 FUZZERS += fuzz-hfconfig
+FUZZERS += fuzz-json-schema
 FUZZERS += fuzz-outparse
 FUZZERS += fuzz-safetensors
 FUZZERS += fuzz-template
@@ -206,6 +215,7 @@ CUDA_TESTS += u-cuda-sample
 
 BENCHES += expert-cache-bench
 BENCHES += linear-bench
+BENCHES += mask-bench
 BENCHES += step-bench
 BENCHES += tokenizer-bench
 
@@ -318,11 +328,12 @@ $(O)/t/fuzz/%: $(O)/t/fuzz/%.o $(LIB)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) -fsanitize=fuzzer $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # python3-jinja2: the reference renderer the template tests compare against (t/helper/jinja-render.py);
+# python3-jsonschema: the validator of the documents drawn from schema grammars (t/helper/schema-validate.py);
 # curl and jq: the capy-serve tests' client and their JSON reader (t/helper/serve.bash); iproute2
 # and util-linux: the agent tests' loopback-only network namespace (ip, unshare).
 DEPS_APT = build-essential pkg-config bats groff-base clang libclang-rt-14-dev iproute2 util-linux \
 	libzstd-dev libcjson-dev libmicrohttpd-dev libpcre2-dev libutf8proc-dev libxxhash-dev nettle-dev zstd \
-	python3 python3-jinja2 curl jq
+	python3 python3-jinja2 python3-jsonschema curl jq
 
 # Installs only what is missing; without root it prints the one command to run and fails.
 deps:

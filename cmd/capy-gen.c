@@ -1,6 +1,9 @@
 /* capy-gen - one-shot generation, and the text utilities: tokenize, detokenize, render. */
 #include "tool/tool.h"
 #include "artifact/artifact.h"
+#include "constrain/grammar.h"
+#include "constrain/json-schema.h"
+#include "constrain/mask.h"
 #include "engine/engine.h"
 #include "model/assets.h"
 #include "offload/plan.h"
@@ -23,7 +26,7 @@ static const char *const usage[] = {
 };
 
 static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg,
-	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop;
+	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema;
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos, opt_plan;
 static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu, opt_max_context;
@@ -43,6 +46,8 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_FLAG(0, "raw", &opt_raw, "print special tokens in the output text"),
 	CAPY_OPT_STRING(0, "stop", &opt_stop, "text", "stop when the output contains text"),
 	CAPY_OPT_FLAG(0, "ignore-eos", &opt_ignore_eos, "do not stop at end-of-sequence tokens"),
+	CAPY_OPT_STRING(0, "grammar", &opt_grammar, "file", "generate only text of this GBNF grammar"),
+	CAPY_OPT_STRING(0, "json-schema", &opt_schema, "file", "generate only JSON valid against this JSON Schema"),
 	CAPY_OPT_GROUP("Sampling (defaults: the model's generation_config.json; greedy without one)"),
 	CAPY_OPT_DOUBLE(0, "temp", &opt_temp, "t", "temperature; 0 is greedy", 0, 100),
 	CAPY_OPT_INT(0, "top-k", &opt_top_k, "k", "keep the k most likely tokens (0: off)", 0, 1e9),
@@ -289,6 +294,85 @@ static enum capy_kv_dtype parse_kv(void)
 	return (enum capy_kv_dtype)kv;
 }
 
+/* Structured output: a grammar (from --grammar; any compiler's struct capy_grammar fits), the
+ * masker over the model's vocabulary, the state of what was generated, and the mask. */
+struct constraint {
+	struct capy_grammar *g;
+	struct capy_token_trie *trie;
+	struct capy_mask *mask;
+	struct capy_grammar_state *state;
+	uint32_t *bits;
+};
+
+static struct capy_grammar *load_grammar(const char *path)
+{
+	struct capy_grammar *g;
+	struct capy_err err = { 0 };
+	size_t len;
+	char *text;
+
+	if (capy_read_file(path, 64u << 20, &text, &len, &err) < 0 ||
+	    capy_grammar_compile_named(text, len, "root", path, &g, &err) < 0)
+		capy_die("%s", err.msg);
+	free(text);
+	return g;
+}
+
+/* A JSON Schema as a grammar, relaxed as a client that did not ask for strict gets it: keywords
+ * that only narrow what is valid and cannot be enforced are dropped (docs/structured-output.md). */
+static struct capy_grammar *load_schema(const char *path)
+{
+	struct capy_grammar *g;
+	struct capy_err err = { 0 };
+	size_t len;
+	char *text;
+
+	if (capy_read_file(path, 64u << 20, &text, &len, &err) < 0)
+		capy_die("%s", err.msg);
+	if (capy_json_schema_compile(text, len, NULL, &g, &err) < 0)
+		capy_die("%s: %s", path, err.msg);
+	free(text);
+	return g;
+}
+
+/* End-of-sequence tokens are the grammar's stop tokens (allowed where it is complete), unless
+ * --ignore-eos: then only the grammar's end or -n stops generation. */
+static void constraint_init(struct constraint *c, struct capy_grammar *g, const struct capy_assets *as, uint32_t vocab)
+{
+	struct capy_err err = { 0 };
+
+	c->g = g;
+	if (!as->tok)
+		capy_die("a grammar needs the model's tokenizer, and this model has none");
+	if (capy_token_trie_from_tokenizer(&c->trie, as->tok, vocab, as->eos, opt_ignore_eos ? 0 : (size_t)as->n_eos,
+					   NULL, 0, &err) < 0 ||
+	    capy_mask_new(&c->mask, c->trie, g, NULL, &err) < 0 || capy_grammar_state_new(g, &c->state, &err) < 0)
+		capy_die("%s", err.msg);
+	if (!(c->bits = malloc(capy_mask_words(vocab) * sizeof(uint32_t))))
+		capy_die("out of memory");
+}
+
+static void constraint_release(struct constraint *c)
+{
+	free(c->bits);
+	capy_grammar_state_free(c->state);
+	capy_mask_free(c->mask);
+	capy_token_trie_free(c->trie);
+	capy_grammar_free(c->g);
+}
+
+/* The next token: drawn among those the grammar allows, when there is one. */
+static int32_t next_token(struct capy_sampler *smp, float *logits, struct constraint *c)
+{
+	struct capy_err err = { 0 };
+
+	if (!c->g)
+		return capy_sampler_next(smp, logits);
+	if (capy_mask_compute(c->mask, c->state, c->bits, &err) < 0)
+		capy_die("%s: %s", opt_grammar ? opt_grammar : opt_schema, err.msg);
+	return capy_sampler_next_masked(smp, logits, c->bits);
+}
+
 static double pick(double opt, double model_default, double fallback)
 {
 	if (!isnan(opt))
@@ -308,6 +392,7 @@ static int generate(const char *model)
 	struct capy_err err = { 0 };
 	struct capy_detok *dt = NULL;
 	struct capy_sampler_params sp;
+	struct constraint con = { 0 };
 	char *stop_buf = NULL;
 	size_t stop_len = 0, stop_cap = 0;
 	float *logits;
@@ -375,19 +460,31 @@ static int generate(const char *model)
 	logits = malloc(capy_engine_config(e)->vocab_size * sizeof(float));
 	if (!logits)
 		capy_die("out of memory");
+	if (opt_grammar && opt_schema)
+		capy_die("--grammar and --json-schema: one constraint at a time");
+	if (opt_grammar || opt_schema)
+		constraint_init(&con, opt_grammar ? load_grammar(opt_grammar) : load_schema(opt_schema), &as,
+				(uint32_t)capy_engine_config(e)->vocab_size);
 
 	t0 = capy_now();
 	if (capy_engine_forward(e, s, prompt.ids, prompt.n, logits, false, &err) < 0)
 		capy_die("%s", err.msg);
 	t1 = capy_now();
-	next = capy_sampler_next(smp, logits);
+	if (!con.g)
+		next = capy_sampler_next(smp, logits);
 	while (produced < (uint64_t)opt_n) {
-		int32_t id = next;
+		if (con.g && capy_grammar_finished(con.state)) {
+			why = "grammar";
+			break;
+		}
+		int32_t id = con.g ? next_token(smp, logits, &con) : next;
 		produced++;
 		if (!opt_ignore_eos && capy_assets_is_eos(&as, id)) {
 			why = "eos";
 			break;
 		}
+		if (con.g && capy_mask_advance(con.trie, con.state, id, &err) < 0)
+			capy_die("%s: %s", opt_grammar ? opt_grammar : opt_schema, err.msg);
 		if (opt_ids) {
 			printf(produced > 1 ? " %" PRId32 : "%" PRId32, id);
 		} else if (dt) {
@@ -415,8 +512,13 @@ static int generate(const char *model)
 		fflush(stdout);
 		if (produced == (uint64_t)opt_n)
 			break;
-		/* The step samples the next token itself (on the GPU, next to the logits). */
-		struct capy_step_item it = { .seq = s, .tokens = &id, .n = 1, .sampler = smp, .token = &next };
+		/* Without a grammar the step samples the next token itself (on the GPU, next to the
+		 * logits); a grammar's mask needs the logits here. */
+		struct capy_step_item it = { .seq = s, .tokens = &id, .n = 1 };
+		if (con.g)
+			it.logits = logits;
+		else
+			it.sampler = smp, it.token = &next;
 		if (capy_engine_step(e, &it, 1, &err) < 0)
 			capy_die("%s", err.msg);
 	}
@@ -429,6 +531,9 @@ static int generate(const char *model)
 	printf("\n");
 	fflush(stdout);
 	t2 = capy_now();
+	if (con.g && !capy_grammar_accepting(con.state))
+		fprintf(stderr, "%s: warning: the output is incomplete: stopped by %s before the grammar was complete\n",
+			capy_tool_name, why);
 	if (!opt_quiet) {
 		char rss[32];
 		capy_human_bytes(rss, sizeof(rss), (double)capy_peak_rss());
@@ -442,6 +547,7 @@ static int generate(const char *model)
 			fprintf(stderr, "%s: %s\n", capy_tool_name, d);
 		}
 	}
+	constraint_release(&con);
 	free(stop_buf);
 	free(logits);
 	capy_detok_free(dt);

@@ -41,14 +41,16 @@ static __device__ __forceinline__ void sk_load_x(const float *xr, bool valid, ui
 	mma_split8(f, hi, lo);
 }
 
-/* 16 weight bytes, without L1 allocation (the weights are read once) and with a 256-byte L2
- * fetch (a warp reads 64 bytes of each of 16 rows per step; the L2 then brings a row's next
- * steps in one DRAM burst): 4.3 TB/s against 2.7 for __ldg on the 248320 x 2048 lm_head at
- * batch 1 (bench/skinny-variants.cu). */
+/* 16 weight bytes, without L1 allocation (the weights are read once) and with a 128-byte L2
+ * fetch hint. bench/skinny-variants.cu measured the 256-byte hint fastest on the 248320 x 2048
+ * lm_head alone (4.3 TB/s against 2.7 for __ldg), but inside a decode step, with every warp of
+ * the GPU streaming at once, the 256-byte fetches outran the L2 (ncu: 1.3-1.5x the matrix
+ * bytes read from DRAM) and the step took 1.356 ms against 1.296 with 128 bytes, 1.40 with no
+ * hint (CAPY_CUDA_SKIP-style A/B runs on the Qwen3.5-MoE 8-layer shape, batch 1). */
 static __device__ __forceinline__ uint4 sk_ldw(const uint8_t *p)
 {
 	uint4 r;
-	asm volatile("ld.global.nc.L1::no_allocate.L2::256B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
+	asm volatile("ld.global.nc.L1::no_allocate.L2::128B.v4.u32 {%0,%1,%2,%3}, [%4];\n"
 		     : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
 		     : "l"(p));
 	return r;

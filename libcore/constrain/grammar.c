@@ -44,6 +44,7 @@ struct capy_grammar {
 
 struct parser {
 	struct capy_grammar *g;
+	const char *name; /* the grammar's file in errors ("f.gbnf:3:7: ..."), or NULL */
 	const char *src;
 	size_t len, pos;
 	struct capy_err *err;
@@ -79,7 +80,10 @@ static int fail_at(struct parser *p, size_t off, const char *what)
 	if (p->rc)
 		return p->rc;
 	where(p, off, &line, &col);
-	p->rc = capy_err_set(p->err, CAPY_EFORMAT, "grammar: line %u, column %u: %s", line, col, what);
+	if (p->name)
+		p->rc = capy_err_set(p->err, CAPY_EFORMAT, "%s:%u:%u: %s", p->name, line, col, what);
+	else
+		p->rc = capy_err_set(p->err, CAPY_EFORMAT, "grammar: line %u, column %u: %s", line, col, what);
 	return p->rc;
 }
 
@@ -621,8 +625,15 @@ void capy_grammar_free(struct capy_grammar *g)
 int capy_grammar_compile(const char *src, size_t len, const char *root, struct capy_grammar **out,
 			 struct capy_err *err)
 {
+	return capy_grammar_compile_named(src, len, root, NULL, out, err);
+}
+
+int capy_grammar_compile_named(const char *src, size_t len, const char *root, const char *name,
+			       struct capy_grammar **out, struct capy_err *err)
+{
 	struct capy_grammar *g = calloc(1, sizeof(*g));
-	struct parser p = { g, src, len, 0, err, 0, 0, NULL, 0, 0 };
+	struct parser p = { g, name, src, len, 0, err, 0, 0, NULL, 0, 0 };
+	const char *who = name ? name : "grammar";
 
 	*out = NULL;
 	if (!g)
@@ -641,7 +652,7 @@ int capy_grammar_compile(const char *src, size_t len, const char *root, struct c
 			r = i;
 	}
 	if (r < 0) {
-		p.rc = capy_err_set(err, CAPY_EFORMAT, "grammar: no rule '%s'", root ? root : "root");
+		p.rc = capy_err_set(err, CAPY_EFORMAT, "%s: no rule '%s'", who, root ? root : "root");
 		goto fail;
 	}
 	g->root = (uint32_t)r;
@@ -669,7 +680,7 @@ int capy_grammar_compile(const char *src, size_t len, const char *root, struct c
 		free(nul);
 		free(mark);
 		if (bad == -2) {
-			p.rc = capy_err_set(err, CAPY_EFORMAT, "grammar: rules nest more than %d deep", MAX_DEPTH);
+			p.rc = capy_err_set(err, CAPY_EFORMAT, "%s: rules nest more than %d deep", who, MAX_DEPTH);
 			goto fail;
 		}
 		if (bad >= 0) {
@@ -710,6 +721,20 @@ struct stackset {
 
 #define MAX_STACKS 65536 /* partial parses a state may hold; more refuses the byte */
 
+/* A partial UTF-8 character: its bits so far, the bytes to come (0: none pending) and the
+ * code points it can still become. */
+struct pend {
+	uint32_t cp, left, lo, hi;
+};
+
+struct capy_grammar_state {
+	const struct capy_grammar *g;
+	struct stackset cur, next, todo;
+	uint32_t *work; /* one stack being built */
+	uint32_t wlen, wcap;
+	struct pend pend;
+};
+
 static uint32_t stack_hash(const uint32_t *v, uint32_t n)
 {
 	uint32_t h = 2166136261u ^ n;
@@ -746,41 +771,72 @@ static bool set_rehash(struct stackset *ss)
 	return true;
 }
 
-struct capy_grammar_state {
-	const struct capy_grammar *g;
-	struct stackset cur, next, todo;
-	uint32_t *work; /* one stack being built */
-	uint32_t wlen, wcap;
-	uint32_t pend_cp, pend_left; /* a partial UTF-8 character: its bits so far, bytes to come */
-	uint32_t pend_lo, pend_hi;   /* the code points it can still become */
-};
-
-/* Add a stack unless the set holds it already; false when out of memory or over MAX_STACKS. */
-static bool set_add(struct stackset *ss, const uint32_t *v, uint32_t n)
+/* The slot of stack v in the index: where it is, or the empty slot where it would go. */
+static uint32_t set_slot(const struct stackset *ss, const uint32_t *v, uint32_t n)
 {
-	if (!set_rehash(ss))
-		return false;
 	uint32_t h = stack_hash(v, n) & (ss->nslot - 1);
+
 	for (; ss->slot[h]; h = (h + 1) & (ss->nslot - 1)) {
 		const struct stk *k = &ss->s[ss->slot[h] - 1];
 		if (k->len == n && (!n || !memcmp(ss->pool + k->off, v, n * sizeof(uint32_t))))
-			return true;
+			break;
 	}
-	if (ss->n >= MAX_STACKS || !grow((void **)&ss->pool, &ss->pcap, ss->npool + n + 1, sizeof(uint32_t)) ||
+	return h;
+}
+
+/* Add a stack unless the set holds it already: 0, 1 when the set is at MAX_STACKS (the
+ * byte is then refused), -1 out of memory. */
+static int set_add(struct stackset *ss, const uint32_t *v, uint32_t n)
+{
+	if (!set_rehash(ss))
+		return -1;
+	uint32_t h = set_slot(ss, v, n);
+	if (ss->slot[h])
+		return 0;
+	if (ss->n >= MAX_STACKS)
+		return 1;
+	if (!grow((void **)&ss->pool, &ss->pcap, ss->npool + n + 1, sizeof(uint32_t)) ||
 	    !grow((void **)&ss->s, &ss->cap, ss->n + 1, sizeof(*ss->s)))
-		return false;
+		return -1;
 	if (n)
 		memcpy(ss->pool + ss->npool, v, n * sizeof(uint32_t));
 	ss->s[ss->n] = (struct stk){ ss->npool, n };
 	ss->slot[h] = ++ss->n;
 	ss->npool += n;
-	return true;
+	return 0;
+}
+
+/* dst becomes a copy of src, index included (slot numbers are positions in s, so the index
+ * copies as it is). */
+static int set_copy(struct stackset *dst, const struct stackset *src)
+{
+	if (!grow((void **)&dst->pool, &dst->pcap, src->npool + 1, sizeof(uint32_t)) ||
+	    !grow((void **)&dst->s, &dst->cap, src->n + 1, sizeof(*dst->s)))
+		return -1;
+	if (dst->nslot != src->nslot) {
+		uint32_t *sl = malloc(src->nslot * sizeof(uint32_t) + 1);
+		if (!sl)
+			return -1;
+		free(dst->slot);
+		dst->slot = sl;
+		dst->nslot = src->nslot;
+	}
+	if (src->npool)
+		memcpy(dst->pool, src->pool, src->npool * sizeof(uint32_t));
+	if (src->n)
+		memcpy(dst->s, src->s, src->n * sizeof(*src->s));
+	if (src->nslot)
+		memcpy(dst->slot, src->slot, src->nslot * sizeof(uint32_t));
+	dst->npool = src->npool;
+	dst->n = src->n;
+	return 0;
 }
 
 static bool work_push(struct capy_grammar_state *st, uint32_t x)
 {
-	if (!grow((void **)&st->work, &st->wcap, st->wlen + 1, sizeof(uint32_t)))
+	if (!grow((void **)&st->work, &st->wcap, st->wlen + 1, sizeof(uint32_t))) {
 		return false;
+	}
 	st->work[st->wlen++] = x;
 	return true;
 }
@@ -792,8 +848,9 @@ static bool todo_push(struct capy_grammar_state *st, uint32_t extra)
 	uint32_t n = st->wlen + 1;
 
 	if (!grow((void **)&t->pool, &t->pcap, t->npool + n, sizeof(uint32_t)) ||
-	    !grow((void **)&t->s, &t->cap, t->n + 1, sizeof(*t->s)))
+	    !grow((void **)&t->s, &t->cap, t->n + 1, sizeof(*t->s))) {
 		return false;
+	}
 	if (st->wlen)
 		memcpy(t->pool + t->npool, st->work, st->wlen * sizeof(uint32_t));
 	t->pool[t->npool + st->wlen] = extra;
@@ -805,20 +862,23 @@ static bool todo_push(struct capy_grammar_state *st, uint32_t extra)
 /* Expand the work stack until each way of going on has a character class on top (or is
  * empty: accepting), adding those stacks to out. A rule becomes each of its alternatives (all
  * but the first queued); a finished alternative returns to what lies below it. Iterative:
- * chains of rules that can be empty may be long. Consumes the work stack. */
-static bool expand(struct capy_grammar_state *st, struct stackset *out)
+ * chains of rules that can be empty may be long. Consumes the work stack. Returns 0, 1 when
+ * out is full (MAX_STACKS), -1 out of memory. */
+static int expand(struct capy_grammar_state *st, struct stackset *out)
 {
 	const struct capy_grammar *g = st->g;
 	struct stackset *t = &st->todo;
 	bool first = true;
+	int rc;
 
 	t->n = t->npool = 0;
 	while (first || t->n) {
 		if (!first) { /* the next queued way */
 			const struct stk k = t->s[--t->n];
 			st->wlen = 0;
-			if (!grow((void **)&st->work, &st->wcap, k.len, sizeof(uint32_t)))
-				return false;
+			if (!grow((void **)&st->work, &st->wcap, k.len, sizeof(uint32_t))) {
+				return -1;
+			}
 			memcpy(st->work, t->pool + k.off, k.len * sizeof(uint32_t));
 			st->wlen = k.len;
 			t->npool = k.off;
@@ -826,15 +886,15 @@ static bool expand(struct capy_grammar_state *st, struct stackset *out)
 		first = false;
 		for (;;) {
 			if (!st->wlen) {
-				if (!set_add(out, st->work, 0))
-					return false;
+				if ((rc = set_add(out, st->work, 0)))
+					return rc;
 				break;
 			}
 			uint32_t top = st->work[st->wlen - 1];
 			const struct elem *e = &g->elems[top];
 			if (e->type == E_CHARS) {
-				if (!set_add(out, st->work, st->wlen))
-					return false;
+				if ((rc = set_add(out, st->work, st->wlen)))
+					return rc;
 				break;
 			}
 			st->wlen--;
@@ -843,16 +903,16 @@ static bool expand(struct capy_grammar_state *st, struct stackset *out)
 			/* the continuation after the rule, unless it is an alternative's end (a tail call:
 			 * the stack does not grow with right recursion) */
 			if (g->elems[top + 1].type != E_END && !work_push(st, top + 1))
-				return false;
+				return -1;
 			const uint32_t a0 = g->rule_alt0[e->a];
 			for (uint32_t a = 1; a < g->rule_nalts[e->a]; a++)
 				if (!todo_push(st, g->alt_start[a0 + a]))
-					return false;
+					return -1;
 			if (!work_push(st, g->alt_start[a0]))
-				return false;
+				return -1;
 		}
 	}
-	return true;
+	return 0;
 }
 
 static bool class_has(const struct capy_grammar *g, const struct elem *e, uint32_t cp)
@@ -864,17 +924,12 @@ static bool class_has(const struct capy_grammar *g, const struct elem *e, uint32
 	return in != (e->neg != 0);
 }
 
-/* Whether some code point of [lo, hi] is in the class. */
-static bool class_meets(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
+/* The first code point of [lo, hi] that none of the class's ranges holds (hi + 1: none). */
+static uint64_t first_outside(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
 {
-	if (!e->neg) {
-		for (uint32_t i = 0; i < e->n; i++)
-			if (g->ranges[2 * (e->a + i)] <= hi && g->ranges[2 * (e->a + i) + 1] >= lo)
-				return true;
-		return false;
-	}
-	/* negated: some point of [lo, hi] that no range covers */
-	for (uint64_t cur = lo; cur <= hi;) {
+	uint64_t cur = lo;
+
+	while (cur <= hi) {
 		bool covered = false;
 		for (uint32_t i = 0; i < e->n; i++)
 			if (g->ranges[2 * (e->a + i)] <= cur && g->ranges[2 * (e->a + i) + 1] >= cur) {
@@ -883,9 +938,30 @@ static bool class_meets(const struct capy_grammar *g, const struct elem *e, uint
 				break;
 			}
 		if (!covered)
-			return true;
+			break;
 	}
+	return cur;
+}
+
+/* Whether some range of the class's meets [lo, hi]. */
+static bool ranges_meet(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
+{
+	for (uint32_t i = 0; i < e->n; i++)
+		if (g->ranges[2 * (e->a + i)] <= hi && g->ranges[2 * (e->a + i) + 1] >= lo)
+			return true;
 	return false;
+}
+
+/* Whether some code point of [lo, hi] is in the class. */
+static bool class_meets(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
+{
+	return e->neg ? first_outside(g, e, lo, hi) <= hi : ranges_meet(g, e, lo, hi);
+}
+
+/* Whether every code point of [lo, hi] is in the class. */
+static bool class_covers(const struct capy_grammar *g, const struct elem *e, uint32_t lo, uint32_t hi)
+{
+	return e->neg ? !ranges_meet(g, e, lo, hi) : first_outside(g, e, lo, hi) > hi;
 }
 
 int capy_grammar_state_new(const struct capy_grammar *g, struct capy_grammar_state **out, struct capy_err *err)
@@ -899,7 +975,7 @@ int capy_grammar_state_new(const struct capy_grammar *g, struct capy_grammar_sta
 	st->g = g;
 	for (uint32_t a = 0; ok && a < g->rule_nalts[g->root]; a++) {
 		st->wlen = 0;
-		ok = work_push(st, g->alt_start[g->rule_alt0[g->root] + a]) && expand(st, &st->cur);
+		ok = work_push(st, g->alt_start[g->rule_alt0[g->root] + a]) && expand(st, &st->cur) == 0;
 	}
 	if (!ok) {
 		capy_grammar_state_free(st);
@@ -929,115 +1005,188 @@ int capy_grammar_state_copy(struct capy_grammar_state *dst, const struct capy_gr
 			    struct capy_err *err)
 {
 	dst->g = src->g;
-	set_clear(&dst->cur);
-	for (uint32_t i = 0; i < src->cur.n; i++)
-		if (!set_add(&dst->cur, src->cur.pool + src->cur.s[i].off, src->cur.s[i].len))
-			return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-	dst->pend_cp = src->pend_cp;
-	dst->pend_left = src->pend_left;
-	dst->pend_lo = src->pend_lo;
-	dst->pend_hi = src->pend_hi;
+	if (set_copy(&dst->cur, &src->cur) < 0)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	dst->pend = src->pend;
+	return 0;
+}
+
+int capy_grammar_state_clone(const struct capy_grammar_state *src, struct capy_grammar_state **out,
+			     struct capy_err *err)
+{
+	struct capy_grammar_state *st = calloc(1, sizeof(*st));
+
+	*out = NULL;
+	if (!st)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	if (capy_grammar_state_copy(st, src, err) < 0) {
+		capy_grammar_state_free(st);
+		return CAPY_ENOMEM;
+	}
+	*out = st;
 	return 0;
 }
 
 /* Some stack's top admits a code point of [lo, hi]. */
-static bool can_start(const struct capy_grammar_state *st, uint32_t lo, uint32_t hi)
+static bool can_start(const struct capy_grammar *g, const struct stackset *ss, uint32_t lo, uint32_t hi)
 {
-	for (uint32_t i = 0; i < st->cur.n; i++) {
-		const struct stk *k = &st->cur.s[i];
-		if (k->len && class_meets(st->g, &st->g->elems[st->cur.pool[k->off + k->len - 1]], lo, hi))
+	for (uint32_t i = 0; i < ss->n; i++) {
+		const struct stk *k = &ss->s[i];
+		if (k->len && class_meets(g, &g->elems[ss->pool[k->off + k->len - 1]], lo, hi))
 			return true;
 	}
 	return false;
 }
 
-/* Read one whole character: the stacks that admit it, stepped and expanded. */
-static bool read_char(struct capy_grammar_state *st, uint32_t cp)
+/* Read one whole character: to becomes the stacks of from that admit it, stepped and
+ * expanded (st lends its work buffers). 1 read, 0 refused, -1 out of memory. */
+static int read_char(struct capy_grammar_state *st, const struct stackset *from, struct stackset *to, uint32_t cp)
 {
-	struct stackset *nx = &st->next;
+	const struct capy_grammar *g = st->g;
 
-	set_clear(nx);
-	for (uint32_t i = 0; i < st->cur.n; i++) {
-		const struct stk k = st->cur.s[i];
+	set_clear(to);
+	for (uint32_t i = 0; i < from->n; i++) {
+		const struct stk k = from->s[i];
 		if (!k.len)
 			continue;
-		uint32_t top = st->cur.pool[k.off + k.len - 1];
-		if (!class_has(st->g, &st->g->elems[top], cp))
+		uint32_t top = from->pool[k.off + k.len - 1];
+		if (!class_has(g, &g->elems[top], cp))
 			continue;
 		st->wlen = 0;
-		for (uint32_t j = 0; j + 1 < k.len; j++)
-			if (!work_push(st, st->cur.pool[k.off + j]))
-				return false;
-		if (!work_push(st, top + 1) || !expand(st, nx))
-			return false;
+		if (!grow((void **)&st->work, &st->wcap, k.len, sizeof(uint32_t))) {
+			return -1;
+		}
+		memcpy(st->work, from->pool + k.off, (k.len - 1) * sizeof(uint32_t));
+		st->wlen = k.len - 1;
+		if (!work_push(st, top + 1))
+			return -1;
+		int rc = expand(st, to);
+		if (rc)
+			return rc < 0 ? -1 : 0;
 	}
-	if (!nx->n)
-		return false;
-	struct stackset t = st->cur;
-	st->cur = *nx;
-	*nx = t;
-	return true;
+	return to->n > 0;
 }
 
-/* One byte; false (state unchanged) when refused. */
-static bool read_byte(struct capy_grammar_state *st, unsigned char b)
+/* The partial character after byte b, UTF-8 rules only (whether the grammar admits it is the
+ * caller's question): 0 refused, 1 still partial (*out), 2 a whole character (*cp). */
+static int utf8_step(const struct pend *in, unsigned char b, struct pend *out, uint32_t *cp)
 {
-	if (!st->pend_left) {
-		if (b < 0x80)
-			return read_char(st, b);
+	if (!in->left) {
+		if (b < 0x80) {
+			*cp = b;
+			return 2;
+		}
 		unsigned more = b >= 0xc2 && b <= 0xdf ? 1 : b >= 0xe0 && b <= 0xef ? 2 : b >= 0xf0 && b <= 0xf4 ? 3 : 0;
 		if (!more)
-			return false; /* not a UTF-8 lead byte */
+			return 0; /* not a UTF-8 lead byte */
 		uint32_t bits = b & (0x3f >> more), lo = bits << (6 * more), hi = lo | ((1u << (6 * more)) - 1);
 		/* the smallest code point of each length, and no surrogates or beyond U+10FFFF */
 		const uint32_t min[4] = { 0, 0x80, 0x800, 0x10000 };
 		lo = lo < min[more] ? min[more] : lo;
 		hi = hi > 0x10ffff ? 0x10ffff : hi;
-		if (lo > hi || !can_start(st, lo, hi))
-			return false;
-		st->pend_cp = bits;
-		st->pend_left = more;
-		st->pend_lo = lo;
-		st->pend_hi = hi;
-		return true;
+		if (lo > hi)
+			return 0;
+		*out = (struct pend){ bits, more, lo, hi };
+		return 1;
 	}
 	if ((b & 0xc0) != 0x80)
-		return false;
-	uint32_t cp = (st->pend_cp << 6) | (b & 0x3f), left = st->pend_left - 1;
-	uint32_t lo = cp << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
-	lo = lo < st->pend_lo ? st->pend_lo : lo;
-	hi = hi > st->pend_hi ? st->pend_hi : hi;
+		return 0;
+	uint32_t c = (in->cp << 6) | (b & 0x3f), left = in->left - 1;
+	uint32_t lo = c << (6 * left), hi = lo | ((1u << (6 * left)) - 1);
+	lo = lo < in->lo ? in->lo : lo;
+	hi = hi > in->hi ? in->hi : hi;
 	if (lo > hi)
-		return false;
+		return 0;
 	if (!left) {
-		if (cp >= 0xd800 && cp <= 0xdfff)
-			return false;
-		if (!read_char(st, cp))
-			return false;
-		st->pend_left = 0;
-		return true;
+		if (c >= 0xd800 && c <= 0xdfff)
+			return 0;
+		*cp = c;
+		return 2;
 	}
-	if (!can_start(st, lo, hi) || (lo >= 0xd800 && hi <= 0xdfff)) /* only surrogates left */
-		return false;
-	st->pend_cp = cp;
-	st->pend_left = left;
-	st->pend_lo = lo;
-	st->pend_hi = hi;
-	return true;
+	if (lo >= 0xd800 && hi <= 0xdfff) /* only surrogates left */
+		return 0;
+	*out = (struct pend){ c, left, lo, hi };
+	return 1;
+}
+
+/* One byte, in place: 1 read, 0 refused, -1 out of memory (the state unchanged but by 1). */
+static int read_byte(struct capy_grammar_state *st, unsigned char b)
+{
+	struct pend p;
+	uint32_t cp;
+	int r = utf8_step(&st->pend, b, &p, &cp);
+
+	if (r == 1) {
+		if (!can_start(st->g, &st->cur, p.lo, p.hi))
+			return 0;
+		st->pend = p;
+		return 1;
+	}
+	if (r == 0 || (r = read_char(st, &st->cur, &st->next, cp)) <= 0)
+		return r;
+	struct stackset t = st->cur;
+	st->cur = st->next;
+	st->next = t;
+	st->pend = (struct pend){ 0 };
+	return 1;
 }
 
 size_t capy_grammar_feed(struct capy_grammar_state *s, const char *bytes, size_t n)
 {
 	size_t i = 0;
 
-	while (i < n && read_byte(s, (unsigned char)bytes[i]))
+	while (i < n && read_byte(s, (unsigned char)bytes[i]) > 0)
 		i++;
 	return i;
 }
 
+int capy_grammar_step(struct capy_grammar_state *dst, const struct capy_grammar_state *src, unsigned char b)
+{
+	struct pend p;
+	uint32_t cp;
+	int r = utf8_step(&src->pend, b, &p, &cp);
+
+	dst->g = src->g;
+	if (r == 0)
+		return 0;
+	if (r == 1) {
+		if (!can_start(src->g, &src->cur, p.lo, p.hi))
+			return 0;
+		if (set_copy(&dst->cur, &src->cur) < 0)
+			return CAPY_ENOMEM;
+		dst->pend = p;
+		return 1;
+	}
+	r = read_char(dst, &src->cur, &dst->cur, cp);
+	if (r < 0)
+		return CAPY_ENOMEM;
+	dst->pend = (struct pend){ 0 };
+	return r;
+}
+
+bool capy_grammar_state_pending(const struct capy_grammar_state *s)
+{
+	return s->pend.left != 0;
+}
+
+bool capy_grammar_state_uniform(const struct capy_grammar_state *s, uint32_t lo, uint32_t hi)
+{
+	if (s->pend.left)
+		return false;
+	for (uint32_t i = 0; i < s->cur.n; i++) {
+		const struct stk *k = &s->cur.s[i];
+		if (!k->len)
+			continue;
+		const struct elem *e = &s->g->elems[s->cur.pool[k->off + k->len - 1]];
+		if (class_meets(s->g, e, lo, hi) && !class_covers(s->g, e, lo, hi))
+			return false;
+	}
+	return true;
+}
+
 bool capy_grammar_accepting(const struct capy_grammar_state *s)
 {
-	if (s->pend_left)
+	if (s->pend.left)
 		return false;
 	for (uint32_t i = 0; i < s->cur.n; i++)
 		if (!s->cur.s[i].len)
@@ -1050,5 +1199,36 @@ bool capy_grammar_finished(const struct capy_grammar_state *s)
 	for (uint32_t i = 0; i < s->cur.n; i++)
 		if (s->cur.s[i].len)
 			return false;
-	return !s->pend_left;
+	return !s->pend.left;
+}
+
+static uint64_t mix64(uint64_t x)
+{
+	x ^= x >> 33;
+	x *= 0xff51afd7ed558ccdull;
+	x ^= x >> 33;
+	x *= 0xc4ceb9fe1a85ec53ull;
+	return x ^ (x >> 33);
+}
+
+uint64_t capy_grammar_state_hash(const struct capy_grammar_state *s)
+{
+	uint64_t h = mix64(((uint64_t)s->pend.cp << 32 | s->pend.left) ^ mix64((uint64_t)s->pend.lo << 32 | s->pend.hi));
+
+	/* a sum: the set's order (which depends on the path that led to it) does not count */
+	for (uint32_t i = 0; i < s->cur.n; i++)
+		h += mix64((uint64_t)stack_hash(s->cur.pool + s->cur.s[i].off, s->cur.s[i].len) << 32 | s->cur.s[i].len);
+	return h;
+}
+
+bool capy_grammar_state_equal(const struct capy_grammar_state *a, const struct capy_grammar_state *b)
+{
+	if (a->g != b->g || a->cur.n != b->cur.n || memcmp(&a->pend, &b->pend, sizeof(a->pend)))
+		return false;
+	for (uint32_t i = 0; i < a->cur.n; i++) {
+		const uint32_t *v = a->cur.pool + a->cur.s[i].off;
+		if (!b->cur.nslot || !b->cur.slot[set_slot(&b->cur, v, a->cur.s[i].len)])
+			return false;
+	}
+	return true;
 }

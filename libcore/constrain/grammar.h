@@ -39,6 +39,10 @@ struct capy_grammar_state;
 
 int capy_grammar_compile(const char *src, size_t len, const char *root, struct capy_grammar **out,
 			 struct capy_err *err);
+/* The same, errors naming the source as a compiler does: "f.gbnf:3:7: unknown escape" (and
+ * "f.gbnf: no rule 'root'" where there is no place); name NULL is capy_grammar_compile. */
+int capy_grammar_compile_named(const char *src, size_t len, const char *root, const char *name,
+			       struct capy_grammar **out, struct capy_err *err);
 void capy_grammar_free(struct capy_grammar *g);
 
 int capy_grammar_state_new(const struct capy_grammar *g, struct capy_grammar_state **out, struct capy_err *err);
@@ -47,9 +51,31 @@ void capy_grammar_state_free(struct capy_grammar_state *s);
 int capy_grammar_state_copy(struct capy_grammar_state *dst, const struct capy_grammar_state *src,
 			    struct capy_err *err);
 
+/* A new state equal to src holding only its contents (compact: none of the scratch buffers
+ * that stepping grows), for keeping many states. */
+int capy_grammar_state_clone(const struct capy_grammar_state *src, struct capy_grammar_state **out,
+			     struct capy_err *err);
+
 /* Read bytes in order while the grammar allows them; returns how many it took. A refused byte
  * leaves the state as it was before that byte. */
 size_t capy_grammar_feed(struct capy_grammar_state *s, const char *bytes, size_t n);
+/* dst becomes src after one more byte, src unchanged: 1 read, 0 refused (dst then holds
+ * nothing useful), CAPY_ENOMEM. dst keeps its buffers from call to call, so stepping into
+ * the same scratch state allocates nothing once it has grown: a search over continuations
+ * (token masks) pushes a state per byte and pops it by reusing the slot. dst != src; both
+ * of one grammar. */
+int capy_grammar_step(struct capy_grammar_state *dst, const struct capy_grammar_state *src, unsigned char byte);
+/* The state's contents (its set of stacks in any order, and a pending partial character)
+ * hashed and compared: equal states read exactly the same continuations, so what is computed
+ * from one (a token mask) holds for the other. */
+uint64_t capy_grammar_state_hash(const struct capy_grammar_state *s);
+bool capy_grammar_state_equal(const struct capy_grammar_state *a, const struct capy_grammar_state *b);
+/* Part of a UTF-8 character has been read, and the rest is due. */
+bool capy_grammar_state_pending(const struct capy_grammar_state *s);
+/* No character is pending and each stack reads either every code point of [lo, hi] or none:
+ * the state after any one of them is then the same (a token mask uses it to pass over every
+ * token of a subtree at once). */
+bool capy_grammar_state_uniform(const struct capy_grammar_state *s, uint32_t lo, uint32_t hi);
 /* The bytes read so far form a whole sentence (no partial UTF-8 character pending). */
 bool capy_grammar_accepting(const struct capy_grammar_state *s);
 /* Nothing can follow: the only way on is to stop (accepting) or there is none at all. */

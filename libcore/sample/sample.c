@@ -137,7 +137,9 @@ static int32_t draw_sorted(struct capy_sampler *s, uint64_t n)
 	return record(s, s->c[n - 1].id);
 }
 
-int32_t capy_sampler_next(struct capy_sampler *s, float *l)
+/* The next token from logits l; first is the lowest id that may be drawn at all (greedy starts
+ * from it, and it is the answer when every logit that may be drawn is -inf). */
+static int32_t draw(struct capy_sampler *s, float *l, uint64_t first)
 {
 	const struct capy_sampler_params *p = &s->p;
 	uint64_t n = s->vocab;
@@ -145,8 +147,8 @@ int32_t capy_sampler_next(struct capy_sampler *s, float *l)
 
 	penalize(s, l);
 	if (p->temperature == 0 || p->top_k == 1) {
-		uint64_t best = 0;
-		for (uint64_t i = 1; i < n; i++)
+		uint64_t best = first;
+		for (uint64_t i = first + 1; i < n; i++)
 			if (l[i] > l[best])
 				best = i;
 		return record(s, (int32_t)best);
@@ -158,6 +160,8 @@ int32_t capy_sampler_next(struct capy_sampler *s, float *l)
 	mx = -INFINITY;
 	for (uint64_t i = 0; i < n; i++)
 		mx = fmaxf(mx, l[i] / p->temperature);
+	if (mx == -INFINITY)
+		return record(s, (int32_t)first);
 	{
 		uint64_t m = 0;
 		for (uint64_t i = 0; i < s->vocab; i++) {
@@ -168,6 +172,39 @@ int32_t capy_sampler_next(struct capy_sampler *s, float *l)
 		n = m;
 	}
 	return draw_sorted(s, n);
+}
+
+int32_t capy_sampler_next(struct capy_sampler *s, float *logits)
+{
+	return draw(s, logits, 0);
+}
+
+/* Disallowed logits to -inf (before the penalties: a penalty leaves -inf as it is); the lowest
+ * allowed id, or -1 when none is. */
+static int64_t apply_mask(const struct capy_sampler *s, float *l, const uint32_t *allowed)
+{
+	int64_t first = -1;
+
+	for (uint64_t w = 0; w * 32 < s->vocab; w++) {
+		uint32_t bits = allowed[w];
+		uint64_t end = CAPY_MIN(32, s->vocab - w * 32);
+		if (bits && first < 0)
+			first = (int64_t)(w * 32) + __builtin_ctz(bits);
+		if (bits == UINT32_MAX)
+			continue;
+		for (uint64_t j = 0; j < end; j++)
+			if (!((bits >> j) & 1))
+				l[w * 32 + j] = -INFINITY;
+	}
+	return first < (int64_t)s->vocab ? first : -1;
+}
+
+int32_t capy_sampler_next_masked(struct capy_sampler *s, float *logits, const uint32_t *allowed)
+{
+	if (!allowed)
+		return draw(s, logits, 0);
+	int64_t first = apply_mask(s, logits, allowed);
+	return first < 0 ? -1 : draw(s, logits, (uint64_t)first);
 }
 
 enum capy_sample_mode capy_sampler_mode(const struct capy_sampler *s, float *temperature, int *top_k)
@@ -197,10 +234,10 @@ int32_t capy_sampler_next_top(struct capy_sampler *s, const float *v, const int3
 
 	for (uint64_t i = 0; i < n; i++)
 		mx = fmaxf(mx, v[i]);
+	if (mx == -INFINITY) /* nothing finite: capy_sampler_next's answer, the first id */
+		return record(s, 0);
 	for (uint64_t i = 0; i < n && m < s->vocab; i++)
 		if (v[i] >= mx - 40.0f)
 			s->c[m++] = (struct cand){ v[i], ids[i] };
-	if (!m) /* no finite candidate: as capy_sampler_next's draw over nothing */
-		return record(s, n ? ids[0] : 0);
 	return draw_sorted(s, m);
 }

@@ -10,7 +10,8 @@
  * Order of the steps (vLLM's): penalties, temperature, top-k, top-p, min-p, then a draw
  * from the renormalized distribution with the sampler's own xoshiro stream. Temperature 0
  * is greedy (the lowest id wins a tie). The same seed and logits give the same tokens on
- * every machine. Penalties: repetition (HF: positive logits divided, negative multiplied,
+ * every machine. capy_sampler_next_masked draws among the tokens a mask allows (structured
+ * output). Penalties: repetition (HF: positive logits divided, negative multiplied,
  * for every token of the prompt and output), presence and frequency (OpenAI: subtracted
  * once, and per occurrence, for tokens of the output).
  */
@@ -39,6 +40,12 @@ void capy_sampler_free(struct capy_sampler *s);
 void capy_sampler_prompt(struct capy_sampler *s, const int32_t *ids, uint64_t n);
 /* Pick the next token from logits[vocab] (modified) and record it as output. */
 int32_t capy_sampler_next(struct capy_sampler *s, float *logits);
+/* The same among the tokens whose bit is set in allowed (bit id % 32 of word id / 32, as
+ * constrain/mask.h makes them; NULL: all): the others' logits become -inf first, so every step
+ * after (penalties, temperature, top-k, top-p, min-p, the draw) sees only allowed tokens and
+ * their distribution is the unmasked one renormalized over them. Returns -1 when no token is
+ * allowed. With every bit set it draws what capy_sampler_next draws. */
+int32_t capy_sampler_next_masked(struct capy_sampler *s, float *logits, const uint32_t *allowed);
 
 /* Sampling where the logits are (a GPU backend): what a device must compute so that the host
  * picks exactly the token capy_sampler_next would pick from the same logits.

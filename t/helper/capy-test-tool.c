@@ -6,6 +6,8 @@
  *	capy-test-tool render TEMPLATE CASE.json [TOKENIZER_CONFIG.json]
  *	capy-test-tool render-template TEMPLATE [VARS.json]
  *	capy-test-tool json FILE
+ *	capy-test-tool json-schema [--strict] [--compact] SCHEMA.json
+ *	capy-test-tool schema-walk [--strict] [--seed N] [--count K] SCHEMA.json
  *
  * tokenize encodes each input line (raw, or hex-encoded bytes with --hex; with --whole all of
  * stdin is one text) and prints its ids. With --decode it adds, tab-separated, the hex of
@@ -28,6 +30,17 @@
  * template with the variables of a JSON object; json reads JSON and writes it back as Python's
  * json.dumps(ensure_ascii=False) would. Their output goes to stdout byte for byte (no newline
  * added); errors to stderr with exit 1.
+ *
+ * json-schema prints the GBNF grammar of a JSON schema (libcore/constrain/json-schema.h),
+ * after checking that the grammar compiles. schema-walk writes K (default 100) documents
+ * drawn from that grammar, each followed by a NUL byte: a random walk over the matcher that,
+ * at each step, takes one of the bytes it allows among printable ASCII, newline, tab and
+ * three UTF-8 lead bytes (then every continuation byte), any other byte only when none of
+ * those fits, and stops when the text is a whole document and a coin says so. Past 200 bytes it prefers the
+ * bytes that close strings, arrays and objects (and backslashes, for patterns that end in an
+ * escaped quote), so that documents end; one that has not
+ * ended after 100000 bytes is an error (exit 1), as is a state that allows no byte and is
+ * not a whole document.
  */
 #include "text/tokenizer.h"
 #include "tool/tool.h"
@@ -39,6 +52,10 @@
 #include "util/file.h"
 #include "util/json.h"
 #include "text/chat.h"
+#include "constrain/grammar.h"
+#include "constrain/json-schema.h"
+#include "util/buf.h"
+#include "util/rng.h"
 
 #include <zstd.h>
 
@@ -547,6 +564,149 @@ static int cmd_logits(int argc, char **argv)
 	return 0;
 }
 
+static struct capy_grammar *schema_grammar(const char *path, const struct capy_schema_opts *opts, char **gbnf)
+{
+	struct capy_err err = { 0 };
+	struct capy_grammar *g;
+	size_t len;
+	char *text = slurp(path, &len);
+
+	if (capy_json_schema_to_gbnf(text, len, opts, gbnf, &err) < 0)
+		capy_die("%s: %s", path, err.msg);
+	if (capy_grammar_compile(*gbnf, strlen(*gbnf), "root", &g, &err) < 0)
+		capy_die("%s: %s", path, err.msg);
+	free(text);
+	return g;
+}
+
+/* Options shared by json-schema and schema-walk; returns the index of the schema argument. */
+static int schema_options(int argc, char **argv, struct capy_schema_opts *opts, uint64_t *seed, uint64_t *count)
+{
+	struct capy_err err = { 0 };
+	int i = 1;
+
+	for (; i < argc - 1; i++) {
+		if (!strcmp(argv[i], "--strict"))
+			opts->strict = true;
+		else if (!strcmp(argv[i], "--compact"))
+			opts->compact = true;
+		else if (seed && !strcmp(argv[i], "--seed") && i + 2 < argc && !capy_parse_u64(argv[i + 1], UINT64_MAX, seed, &err))
+			i++;
+		else if (count && !strcmp(argv[i], "--count") && i + 2 < argc && !capy_parse_u64(argv[i + 1], 1000000, count, &err))
+			i++;
+		else
+			break;
+	}
+	if (i != argc - 1)
+		capy_die("usage: %s [--strict] [--compact]%s SCHEMA.json", argv[0], seed ? " [--seed N] [--count K]" : "");
+	return i;
+}
+
+static int cmd_json_schema(int argc, char **argv)
+{
+	struct capy_schema_opts opts = { 0 };
+	char *gbnf;
+	int i = schema_options(argc, argv, &opts, NULL, NULL);
+
+	capy_grammar_free(schema_grammar(argv[i], &opts, &gbnf));
+	return emit(gbnf, strlen(gbnf));
+}
+
+#define WALK_SOFT_LEN 200
+#define WALK_HARD_LEN 100000
+
+/* The weight of byte b as the next byte of a document of len bytes (before knowing whether the
+ * grammar allows it); 0: not a candidate. */
+static double walk_weight(unsigned b, size_t len, unsigned pending)
+{
+	static const unsigned char leads[] = { 0xc3, 0xe2, 0xf0 };
+
+	if (pending)
+		return b >= 0x80 && b <= 0xbf;
+	if (!((b >= 0x20 && b < 0x7f) || b == '\n' || b == '\t' || memchr(leads, (int)b, sizeof(leads))))
+		return 0;
+	if (len > WALK_SOFT_LEN) /* toward the end: close strings first, then the rest */
+		return b == '"' ? 400 : b == ']' || b == '}' ? 100 : b == '\\' ? 20 : 1;
+	return b == ' ' || b == '\n' || b == '\t' ? 0.2 : 1;
+}
+
+/* One document drawn from the grammar into out (see the comment at the top). A refused byte
+ * leaves the state as it was, so candidates are tried on the state itself, drawn by weight
+ * without replacement until one is taken: the byte taken follows the weights of the allowed
+ * bytes. */
+static void walk_one(const struct capy_grammar *g, struct capy_rng *rng, struct capy_buf *out)
+{
+	struct capy_grammar_state *st;
+	struct capy_err err = { 0 };
+	double weight[256];
+	unsigned pending = 0; /* continuation bytes still to come */
+
+	if (capy_grammar_state_new(g, &st, &err) < 0)
+		capy_die("%s", err.msg);
+	capy_buf_reset(out);
+	for (;;) {
+		double total = 0;
+		for (unsigned b = 0; b < 256; b++)
+			total += weight[b] = walk_weight(b, out->len, pending);
+		if (capy_grammar_accepting(st) && capy_rng_uniform(rng) < (out->len > WALK_SOFT_LEN ? 0.9 : 0.3))
+			break;
+		if (out->len >= WALK_HARD_LEN)
+			capy_die("schema-walk: no end after %d bytes", WALK_HARD_LEN);
+		int taken = -1;
+		while (taken < 0 && total > 0) {
+			double pick = capy_rng_uniform(rng) * total;
+			unsigned b = 0;
+			while (b < 255 && (pick -= weight[b]) >= 0)
+				b++;
+			if (weight[b] <= 0) /* rounding ran past the last candidate */
+				for (b = 255; weight[b] <= 0; b--)
+					;
+			if (capy_grammar_feed(st, (const char *)&(char){ (char)b }, 1) == 1)
+				taken = (int)b;
+			total -= weight[b];
+			weight[b] = 0;
+			if (total < 1e-9)
+				total = 0;
+		}
+		unsigned from = (unsigned)(capy_rng_next(rng) & 0xff);
+		for (unsigned i = 0; taken < 0 && i < 256; i++) { /* a byte outside the candidates (a const's) */
+			unsigned b = (from + i) & 0xff;
+			if (!walk_weight(b, out->len, pending) && capy_grammar_feed(st, (const char *)&(char){ (char)b }, 1) == 1)
+				taken = (int)b;
+		}
+		if (taken < 0) {
+			if (capy_grammar_accepting(st))
+				break;
+			capy_die("schema-walk: stuck after %zu bytes: %.*s", out->len, (int)out->len, out->data);
+		}
+		capy_buf_putc(out, (char)taken);
+		pending = pending ? pending - 1 : taken >= 0xf0 ? 3 : taken >= 0xe0 ? 2 : taken >= 0xc0 ? 1 : 0;
+	}
+	capy_grammar_state_free(st);
+}
+
+static int cmd_schema_walk(int argc, char **argv)
+{
+	struct capy_schema_opts opts = { 0 };
+	uint64_t seed = 1, count = 100;
+	struct capy_buf doc = { 0 };
+	struct capy_rng rng;
+	char *gbnf;
+	int i = schema_options(argc, argv, &opts, &seed, &count);
+	struct capy_grammar *g = schema_grammar(argv[i], &opts, &gbnf);
+
+	capy_rng_seed(&rng, seed);
+	for (uint64_t k = 0; k < count; k++) {
+		walk_one(g, &rng, &doc);
+		if (doc.oom || fwrite(doc.data ? doc.data : "", 1, doc.len, stdout) != doc.len || fputc(0, stdout) == EOF)
+			capy_die("cannot write the output");
+	}
+	capy_buf_release(&doc);
+	capy_grammar_free(g);
+	free(gbnf);
+	return fflush(stdout) ? CAPY_EXIT_FAIL : CAPY_EXIT_OK;
+}
+
 int cmd_main(int argc, char **argv)
 {
 	static const struct {
@@ -556,9 +716,11 @@ int cmd_main(int argc, char **argv)
 		{ "check-golden", cmd_check_golden },
 		{ "detokenize", cmd_detokenize },
 		{ "json", cmd_json },
+		{ "json-schema", cmd_json_schema },
 		{ "logits", cmd_logits },
 		{ "render", cmd_render },
 		{ "render-template", cmd_render_template },
+		{ "schema-walk", cmd_schema_walk },
 		{ "tokenize", cmd_tokenize },
 	};
 	size_t i;

@@ -2,37 +2,9 @@
  * grammars (t/fixtures/grammars) accept what they describe and refuse the rest at the first
  * wrong byte, repetitions and classes, UTF-8 split across reads, and errors that name the
  * line and column. */
-#include "test.h"
-#include "constrain/grammar.h"
+#include "test-grammar.h"
 
 #include <string.h>
-
-static struct capy_grammar *compile_str(const char *src)
-{
-	struct capy_grammar *g = NULL;
-	struct capy_err err = { 0 };
-
-	CHECK_MSG(capy_grammar_compile(src, strlen(src), "root", &g, &err) == 0, "%s", err.msg);
-	return g;
-}
-
-static struct capy_grammar *compile_file(const char *name)
-{
-	char path[512], *text = NULL;
-	size_t len = 0;
-	struct capy_grammar *g = NULL;
-	struct capy_err err = { 0 };
-
-	snprintf(path, sizeof(path), "%s/t/fixtures/grammars/%s", getenv("CAPY_SRCDIR") ? getenv("CAPY_SRCDIR") : ".",
-		 name);
-	if (capy_read_file(path, 1 << 20, &text, &len, &err) < 0) {
-		CHECK_MSG(0, "%s", err.msg);
-		return NULL;
-	}
-	CHECK_MSG(capy_grammar_compile(text, len, "root", &g, &err) == 0, "%s: %s", name, err.msg);
-	free(text);
-	return g;
-}
 
 /* How many bytes of s the grammar takes from the start, and whether all of s is a sentence. */
 static size_t run(const struct capy_grammar *g, const char *s, bool *whole)
@@ -179,6 +151,51 @@ static void test_syntax(void)
 	}
 }
 
+/* capy_grammar_step: the same states as feeding, src untouched, and states equal by contents
+ * (hash included) however they were reached. */
+static void test_step(void)
+{
+	struct capy_grammar *g = compile_file("json.gbnf");
+	struct capy_grammar_state *fed = NULL, *a = NULL, *b = NULL, *c = NULL;
+	const char *doc = "{\"k\": [1, \"caf\xc3\xa9\"], \"n\": null}";
+	struct capy_err err = { 0 };
+	bool same = true;
+
+	if (!g)
+		return;
+	capy_grammar_state_new(g, &fed, &err);
+	capy_grammar_state_new(g, &a, &err);
+	capy_grammar_state_new(g, &b, &err);
+	for (size_t i = 0; doc[i]; i++) {
+		struct capy_grammar_state *t;
+		CHECK(capy_grammar_step(b, a, (unsigned char)doc[i]) == 1);
+		CHECK(capy_grammar_feed(fed, doc + i, 1) == 1);
+		same = same && capy_grammar_state_equal(b, fed) && capy_grammar_state_hash(b) == capy_grammar_state_hash(fed) &&
+		       capy_grammar_accepting(b) == capy_grammar_accepting(fed);
+		t = a, a = b, b = t;
+	}
+	CHECK(same && capy_grammar_accepting(a));
+	CHECK(capy_grammar_step(b, a, '}') == 0);                 /* refused */
+	CHECK(capy_grammar_state_clone(a, &c, &err) == 0 && capy_grammar_state_equal(c, a));
+	CHECK(capy_grammar_step(b, c, ' ') == 1 && capy_grammar_state_equal(c, a)); /* src untouched */
+	CHECK(!capy_grammar_state_equal(b, a));
+	/* two ways to one state: after "[1" and after "[2" the stacks are the same */
+	capy_grammar_state_free(a);
+	capy_grammar_state_free(b);
+	capy_grammar_state_new(g, &a, &err);
+	capy_grammar_state_new(g, &b, &err);
+	capy_grammar_feed(a, "{\"a\": [1", 8);
+	capy_grammar_feed(b, "{\"a\": [2", 8);
+	CHECK(capy_grammar_state_equal(a, b) && capy_grammar_state_hash(a) == capy_grammar_state_hash(b));
+	capy_grammar_feed(b, "\xc3", 1); /* a pending character is part of the state */
+	CHECK(capy_grammar_feed(a, "\xc3", 1) == 0);
+	capy_grammar_state_free(fed);
+	capy_grammar_state_free(a);
+	capy_grammar_state_free(b);
+	capy_grammar_state_free(c);
+	capy_grammar_free(g);
+}
+
 static void error_at(const char *src, const char *want)
 {
 	struct capy_grammar *g = NULL;
@@ -207,6 +224,13 @@ static void test_errors(void)
 	error_at("root ::= [a]{3,1}", "{m,n} with n < m");
 	error_at("x ::= \"a\"", "no rule 'root'");
 	error_at("root ::= \"a\" )", "unmatched )");
+	/* named: file:line:column */
+	struct capy_grammar *g = NULL;
+	struct capy_err err = { 0 };
+	CHECK(capy_grammar_compile_named("root ::= \"a\"\nx ::= [b", 21, "root", "g.gbnf", &g, &err) < 0 && !g);
+	CHECK_STR(err.msg, "g.gbnf:2:7: unterminated character class");
+	CHECK(capy_grammar_compile_named("x ::= \"a\"", 9, "root", "g.gbnf", &g, &err) < 0);
+	CHECK_STR(err.msg, "g.gbnf: no rule 'root'");
 }
 
 int main(void)
@@ -214,6 +238,7 @@ int main(void)
 	RUN(test_json);
 	RUN(test_llama_grammars);
 	RUN(test_syntax);
+	RUN(test_step);
 	RUN(test_errors);
 	return test_summary();
 }

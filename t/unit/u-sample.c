@@ -221,6 +221,81 @@ static void test_device_half(void)
 	}
 }
 
+/* Masks: draws among allowed tokens only, the unmasked distribution renormalized over them
+ * (the same draws as logits with the others at -inf), every bit set changes nothing. */
+static void test_masked(void)
+{
+	const float base[40] = { 0.5f, 2.0f, 1.5f, -1, 3.0f, 0.1f, 2.5f, 1.0f, 0.0f, 1.2f, 0.3f, 2.2f, -0.5f, 0.7f,
+				 1.9f, 0.2f, 1.1f, 0.4f, 2.9f, 0.6f, 1.3f, 0.8f, -2, 1.7f, 0.9f, 2.1f, 1.4f, 0.05f,
+				 1.6f, 2.6f, 0.35f, 1.8f, 2.4f, 0.45f, 3.1f, 0.15f, 1.05f, 2.7f, 0.55f, 1.25f };
+	const struct capy_sampler_params ps[4] = {
+		{ .temperature = 1, .seed = 11 },
+		{ .temperature = 0.7f, .top_k = 5, .top_p = 0.9f, .seed = 12 },
+		{ .temperature = 1.3f, .min_p = 0.1f, .repetition_penalty = 1.3f, .frequency_penalty = 0.2f, .seed = 13 },
+		{ .temperature = 0, .presence_penalty = 0.5f, .seed = 14 },
+	};
+	uint32_t all[2] = { UINT32_MAX, UINT32_MAX }, some[2] = { 0x80100a52u, 0x95u }; /* ids 1 4 6 9 11 20 31 32 34 36 39 */
+
+	for (size_t k = 0; k < ARRAY_SIZE(ps); k++) {
+		struct capy_sampler *a, *b, *c, *d;
+		int same_all = 0, same_inf = 0, outside = 0;
+		capy_sampler_new(&a, 40, &ps[k], NULL);
+		capy_sampler_new(&b, 40, &ps[k], NULL);
+		capy_sampler_new(&c, 40, &ps[k], NULL);
+		capy_sampler_new(&d, 40, &ps[k], NULL);
+		for (int i = 0; i < 300; i++) {
+			float x[40], y[40], z[40], w[40];
+			memcpy(x, base, sizeof(x));
+			memcpy(y, base, sizeof(y));
+			memcpy(z, base, sizeof(z));
+			memcpy(w, base, sizeof(w));
+			same_all += capy_sampler_next(a, x) == capy_sampler_next_masked(b, y, all);
+			for (int id = 0; id < 40; id++)
+				if (!((some[id / 32] >> (id % 32)) & 1))
+					w[id] = -INFINITY;
+			int32_t got = capy_sampler_next_masked(c, z, some);
+			same_inf += got == capy_sampler_next(d, w);
+			outside += !((some[got / 32] >> (got % 32)) & 1);
+		}
+		CHECK_MSG(same_all == 300 && same_inf == 300 && !outside, "params %zu: %d %d %d", k, same_all, same_inf, outside);
+		capy_sampler_free(a);
+		capy_sampler_free(b);
+		capy_sampler_free(c);
+		capy_sampler_free(d);
+	}
+	/* the distribution: softmax over the allowed ids {1, 3} of logits {0, 1, 2, 3} */
+	{
+		struct capy_sampler *s;
+		uint32_t m = 0xa;
+		int n[4] = { 0 }, total = 30000;
+		capy_sampler_new(&s, 4, &(struct capy_sampler_params){ .temperature = 1, .seed = 5 }, NULL);
+		for (int i = 0; i < total; i++) {
+			float x[4] = { 0, 1, 2, 3 };
+			n[capy_sampler_next_masked(s, x, &m)]++;
+		}
+		double want1 = exp(1) / (exp(1) + exp(3));
+		CHECK(!n[0] && !n[2]);
+		CHECK_MSG(fabs((double)n[1] / total - want1) < 0.01, "%.4f vs %.4f", (double)n[1] / total, want1);
+		capy_sampler_free(s);
+	}
+	/* greedy: the best allowed token, the lowest id of a tie; nothing allowed: -1; every allowed
+	 * logit -inf: the lowest allowed id */
+	{
+		struct capy_sampler *s;
+		uint32_t m = 0x16, none = 0; /* ids 1 2 4 */
+		float x[5] = { 9, 3, 3, 8, 1 }, y[5] = { 1, 1, 1, 1, 1 }, z[5] = { 0, -INFINITY, -INFINITY, 0, -INFINITY };
+		capy_sampler_new(&s, 5, &(struct capy_sampler_params){ 0 }, NULL);
+		CHECK_EQ_INT(capy_sampler_next_masked(s, x, &m), 1);
+		CHECK_EQ_INT(capy_sampler_next_masked(s, y, &none), -1);
+		CHECK_EQ_INT(capy_sampler_next_masked(s, z, &m), 1);
+		capy_sampler_free(s);
+		capy_sampler_new(&s, 5, &(struct capy_sampler_params){ .temperature = 1 }, NULL);
+		float zz[5] = { 0, -INFINITY, -INFINITY, 0, -INFINITY };
+		CHECK_EQ_INT(capy_sampler_next_masked(s, zz, &m), 1);
+		capy_sampler_free(s);
+	}
+}
+
 int main(void)
 {
 	RUN(test_greedy);
@@ -229,5 +304,6 @@ int main(void)
 	RUN(test_filters);
 	RUN(test_penalties);
 	RUN(test_device_half);
+	RUN(test_masked);
 	return test_summary();
 }

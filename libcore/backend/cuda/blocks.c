@@ -62,7 +62,7 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 		TRY(ck_rmsnorm(k, hd, a->k_norm, hd, k, hd, T * nkv, hd, hd, eps, s), "k norm");
 	if (PART(CU_ATT_CORE))
 		TRY(ck_rope(k, T, nkv, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "k rope");
-	if (PART(CU_ATT_CORE))
+	if (PART(CU_ATT_KV))
 		TRY(ck_kv_store(st, kv, k, v, s), "kv store");
 	if (a->qsa) {
 		uint64_t ih = c->indexer_head_dim, ni = c->indexer_n_heads, w = (ni + 1) * ih, ratio = c->indexer_compress_ratio;
@@ -76,9 +76,9 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 		    "qsa select");
 		sel = e->s.sel;
 	}
-	if (PART(CU_ATT_CORE))
+	if (PART(CU_ATT_ATTN))
 		TRY(ck_attention(st, kv, q, nq, sel, e->s.sel_cap, att, e->s.attn_ws, s), "attention");
-	if (PART(CU_ATT_CORE))
+	if (PART(CU_ATT_GATE))
 		TRY(ck_attn_gate(att, qg, T, nq, hd, q, s), "attention gate");
 	if (PART(CU_ATT_OUT))
 		LIN(&a->o, q, T, out);

@@ -170,7 +170,8 @@ int cu_check(struct capy_err *err, int rc, const char *what);
 enum cu_part {
 	CU_NORM = 1 << 0, CU_ROUTE = 1 << 1, CU_EXPERTS = 1 << 2, CU_MOE_IN = 1 << 3, CU_SHARED = 1 << 4,
 	CU_COMBINE = 1 << 5, CU_GDN_IN = 1 << 6, CU_GDN_CORE = 1 << 7, CU_GDN_OUT = 1 << 8, CU_ATT_IN = 1 << 9,
-	CU_ATT_CORE = 1 << 10, CU_ATT_OUT = 1 << 11, CU_LM_HEAD = 1 << 12,
+	CU_ATT_CORE = 1 << 10, CU_ATT_OUT = 1 << 11, CU_LM_HEAD = 1 << 12, CU_ATT_KV = 1 << 13, CU_ATT_ATTN = 1 << 14,
+	CU_ATT_GATE = 1 << 15,
 };
 unsigned cu_skip_parse(const char *list);
 #define PART(part) (!(e->skip & (part)))

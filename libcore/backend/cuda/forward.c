@@ -437,7 +437,8 @@ unsigned cu_skip_parse(const char *list)
 		{ "moe_in", CU_MOE_IN },     { "shared", CU_SHARED },	    { "combine", CU_COMBINE },
 		{ "gdn_in", CU_GDN_IN },     { "gdn_core", CU_GDN_CORE },   { "gdn_out", CU_GDN_OUT },
 		{ "att_in", CU_ATT_IN },     { "att_core", CU_ATT_CORE },   { "att_out", CU_ATT_OUT },
-		{ "lm_head", CU_LM_HEAD },
+		{ "lm_head", CU_LM_HEAD },   { "att_kv", CU_ATT_KV },	    { "att_attn", CU_ATT_ATTN },
+		{ "att_gate", CU_ATT_GATE },
 	};
 	unsigned skip = 0;
 
