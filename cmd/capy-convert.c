@@ -9,15 +9,15 @@
 #include <math.h>
 
 static const char *const usage[] = {
-	"capy-convert --model <dir> --out <file.capy> [--vision] [--quantize-experts nvfp4] [--threads <n>]",
-	"capy-convert --synthetic <config.json> --out <file.capy> [--quantize-experts nvfp4] [--seed <n>]",
+	"capy-convert --model <dir> --out <file.capy> [--vision] [--quantize-experts nvfp4] [--layout-only] [--threads <n>]",
+	"capy-convert --synthetic <config.json> --out <file.capy> [--quantize-experts nvfp4] [--seed <n>] [--layout-only]",
 	"capy-convert --inspect <file.capy> [--json]",
 	"capy-convert --verify <file.capy> [--threads <n>]",
 	NULL,
 };
 
 static const char *opt_model, *opt_out, *opt_synthetic, *opt_inspect, *opt_verify, *opt_quantize;
-static bool opt_vision, opt_json, opt_quiet;
+static bool opt_vision, opt_json, opt_quiet, opt_layout_only;
 static int64_t opt_threads, opt_seed = 1;
 
 static const struct capy_opt opts[] = {
@@ -30,6 +30,8 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "synthetic", &opt_synthetic, "config.json",
 			"write random weights of realistic scale for this config instead"),
 	CAPY_OPT_INT(0, "seed", &opt_seed, "n", "seed of the synthetic weights (default 1)", 0, 9007199254740991.0),
+	CAPY_OPT_FLAG(0, "layout-only", &opt_layout_only,
+		      "write the tensor table without tensor data: a sparse file for --plan only"),
 	CAPY_OPT_GROUP("Inspect"),
 	CAPY_OPT_STRING(0, "inspect", &opt_inspect, "file", "print an artifact's metadata and tensor table"),
 	CAPY_OPT_FLAG(0, "json", &opt_json, "with --inspect: print the directory as JSON"),
@@ -116,9 +118,10 @@ static int inspect(const char *path)
 		const cJSON *recipe = cJSON_GetObjectItemCaseSensitive(a->provenance, "recipe");
 		const cJSON *ex = cJSON_GetObjectItemCaseSensitive(recipe, "experts");
 		const cJSON *syn = cJSON_GetObjectItemCaseSensitive(a->provenance, "synthetic");
-		printf("source:     %s, by %s, experts %s\n",
+		printf("source:     %s, by %s, experts %s%s\n",
 		       cJSON_IsObject(syn) ? "synthetic (random weights)" : cJSON_IsString(dir) ? dir->valuestring : "?",
-		       cJSON_IsString(conv) ? conv->valuestring : "?", cJSON_IsString(ex) ? ex->valuestring : "?");
+		       cJSON_IsString(conv) ? conv->valuestring : "?", cJSON_IsString(ex) ? ex->valuestring : "?",
+		       capy_artifact_layout_only(a) ? "; layout only (no tensor data)" : "");
 	}
 	printf("\nfiles: %zu\n", a->nfiles);
 	printf("  %-32s %12s %14s  %s\n", "name", "bytes", "offset", "xxh3");
@@ -227,6 +230,7 @@ static int convert(void)
 		.vision = opt_vision,
 		.quantize_experts = opt_quantize != NULL,
 		.seed = (uint64_t)opt_seed,
+		.layout_only = opt_layout_only,
 		.threads = (int)opt_threads,
 		.on_start = on_start,
 		.progress = on_progress,
@@ -269,8 +273,9 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, "give exactly one of --model, --synthetic, --inspect, --verify");
 	if ((opt_model || opt_synthetic) && !opt_out)
 		capy_usage_error(usage, opts, "--out is required");
-	if (!(opt_model || opt_synthetic) && (opt_out || opt_vision || opt_quantize))
-		capy_usage_error(usage, opts, "--out, --vision and --quantize-experts go with --model or --synthetic");
+	if (!(opt_model || opt_synthetic) && (opt_out || opt_vision || opt_quantize || opt_layout_only))
+		capy_usage_error(usage, opts,
+				 "--out, --vision, --quantize-experts and --layout-only go with --model or --synthetic");
 	if (opt_json && !opt_inspect)
 		capy_usage_error(usage, opts, "--json goes with --inspect");
 	if (opt_vision && opt_synthetic)

@@ -6,6 +6,7 @@
 #include "constrain/mask.h"
 #include "engine/engine.h"
 #include "model/assets.h"
+#include "offload/plan.h"
 #include "sample/sample.h"
 #include "util/file.h"
 #include "util/json.h"
@@ -20,14 +21,15 @@ static const char *const usage[] = {
 	"capy-gen --tokenize (<model.capy> | <tokenizer.json>) < <text>",
 	"capy-gen --detokenize (<model.capy> | <tokenizer.json>) < <ids>",
 	"capy-gen --render (<model.capy> | --template <file>) [-p <text>] [--system <text>] [--messages <file>] [--no-think]",
+	"capy-gen <model.capy> --plan [--gpu-mem <size>] [--max-context <n>] [--kv <type>] [-p <text> | --prompt-ids <ids>]",
 	NULL,
 };
 
 static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg,
 	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema;
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
-	opt_ignore_eos;
-static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu;
+	opt_ignore_eos, opt_plan;
+static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu, opt_max_context;
 static uint64_t opt_gpu_mem;
 static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_presence, opt_frequency;
 
@@ -59,6 +61,9 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
 	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
 	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
+	CAPY_OPT_INT(0, "max-context", &opt_max_context, "n", "cuda: context the memory plan holds (default: prompt + -n)", 1,
+		     1 << 24),
+	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
 	CAPY_OPT_GROUP("Text utilities"),
@@ -416,10 +421,27 @@ static int generate(const char *model)
 		capy_die("the prompt is empty");
 	eo.threads = (int)opt_threads;
 	eo.kv = parse_kv();
+	eo.max_context = opt_max_context ? (uint64_t)opt_max_context : prompt.n + (uint64_t)opt_n;
+	eo.max_seqs = 1;
+	if (opt_plan) {
+		int rc = capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
+					 .max_context = eo.max_context, .max_seqs = 1, .kv = eo.kv });
+		capy_tokens_release(&prompt);
+		capy_assets_release(&as);
+		capy_artifact_close(a);
+		return rc;
+	}
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	if (capy_engine_new(&e, a, &eo, &err) < 0 ||
 	    capy_seq_new(e, &s, &err) < 0)
 		capy_die("%s", err.msg);
+	/* A GPU takes the plan's attention cache up front (and says so at start). */
+	if (strcmp(opt_device, "cpu")) {
+		if (capy_engine_reserve(e, eo.max_context, 1, &err) < 0)
+			capy_die("--max-context %" PRIu64 ": %s", eo.max_context, err.msg);
+		if (!opt_quiet)
+			capy_plan_log(e);
+	}
 	sp = (struct capy_sampler_params){
 		.temperature = (float)pick(opt_temp, as.temperature, 0),
 		.top_k = opt_top_k >= 0 ? (int)opt_top_k : as.top_k >= 0 ? (int)as.top_k : 0,
@@ -548,7 +570,7 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, "unexpected argument '%s'", argv[1]);
 	if (modes > 1)
 		capy_usage_error(usage, opts, "--tokenize, --detokenize and --render exclude each other");
-	if (!capy_engine_device_available(opt_device))
+	if (!capy_engine_device_available(opt_device) && !opt_plan) /* a plan needs no device */
 		capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &(struct capy_engine_opts){ 0 });
 	if (opt_tokenize)
 		return model ? tokenize(model) : (capy_usage_error(usage, opts, "--tokenize needs a model or tokenizer.json"), 2);
@@ -561,6 +583,13 @@ int cmd_main(int argc, char **argv)
 	}
 	if (!model)
 		capy_usage_error(usage, opts, "no model given");
+	if (opt_plan && !opt_prompt && !opt_prompt_ids && !opt_messages) {
+		/* Sizing without a prompt: the context is --max-context's. */
+		if (!opt_max_context)
+			capy_usage_error(usage, opts, "--plan needs --max-context (or a prompt)");
+		return capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
+				       .max_context = (uint64_t)opt_max_context, .max_seqs = 1, .kv = parse_kv() });
+	}
 	if (!!opt_prompt + !!opt_prompt_ids + !!opt_messages != 1)
 		capy_usage_error(usage, opts, "give one of -p, --prompt-ids or --messages");
 	if (opt_prompt_ids && opt_chat)

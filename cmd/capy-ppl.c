@@ -3,6 +3,7 @@
 #include "artifact/artifact.h"
 #include "engine/engine.h"
 #include "model/assets.h"
+#include "offload/plan.h"
 #include "util/file.h"
 #include "util/parse.h"
 
@@ -12,10 +13,11 @@
 
 static const char *const usage[] = {
 	"capy-ppl <model.capy> <file> [--ids] [--ctx <n>] [--stride <n>] [--json [--per-token]] [--argmax-counts <out>]",
+	"capy-ppl <model.capy> --plan [--gpu-mem <size>] [--ctx <n>] [--kv <type>]",
 	NULL,
 };
 
-static bool opt_ids, opt_json, opt_per_token, opt_quiet;
+static bool opt_ids, opt_json, opt_per_token, opt_quiet, opt_plan;
 static int64_t opt_ctx = 2048, opt_stride, opt_threads, opt_gpu;
 static uint64_t opt_gpu_mem;
 static const char *opt_argmax, *opt_kv = "bf16", *opt_device = "cpu";
@@ -32,6 +34,7 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
 	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
 	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
+	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
 	CAPY_OPT_FLAG('q', "quiet", &opt_quiet, "no progress or timing on stderr"),
 	CAPY_OPT_END(),
@@ -99,6 +102,13 @@ int cmd_main(int argc, char **argv)
 	size_t len;
 	int n = capy_opt_parse(argc, argv, usage, opts);
 
+	if (opt_plan && n == 1) {
+		if ((kv_type = capy_kv_dtype_parse(opt_kv)) < 0)
+			capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);
+		/* One sequence of --ctx tokens at a time, in steps of the engine's default size. */
+		return capy_plan_print(argv[0], &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
+				       .max_context = (uint64_t)opt_ctx, .max_seqs = 1, .kv = (enum capy_kv_dtype)kv_type });
+	}
 	if (n != 2)
 		capy_usage_error(usage, opts, n < 2 ? "a model and a file are needed" : "unexpected argument '%s'", argv[2]);
 	if (opt_per_token && !opt_json)
@@ -132,9 +142,18 @@ int cmd_main(int argc, char **argv)
 		capy_die("'%s' holds %" PRIu64 " tokens; at least 2 are needed", argv[1], N);
 	eo.threads = (int)opt_threads;
 	eo.kv = kv;
+	eo.max_context = (uint64_t)opt_ctx;
+	eo.max_seqs = 1;
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	if (capy_engine_new(&e, a, &eo, &err) < 0)
 		capy_die("%s", err.msg);
+	/* A GPU takes the plan's attention cache up front (and says so at start). */
+	if (strcmp(opt_device, "cpu")) {
+		if (capy_engine_reserve(e, (uint64_t)opt_ctx, 1, &err) < 0)
+			capy_die("--ctx %" PRId64 ": %s", opt_ctx, err.msg);
+		if (!opt_quiet)
+			capy_plan_log(e);
+	}
 	V = capy_engine_config(e)->vocab_size;
 	logits = malloc((size_t)CAPY_MIN((uint64_t)opt_ctx, N) * V * sizeof(float));
 	tok_nll = calloc(N, sizeof(double));

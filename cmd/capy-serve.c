@@ -4,6 +4,7 @@
 #include "artifact/artifact.h"
 #include "engine/engine.h"
 #include "model/assets.h"
+#include "offload/plan.h"
 #include "sched/sched.h"
 #include "serve/serve.h"
 #include "util/file.h"
@@ -15,6 +16,7 @@
 
 static const char *const usage[] = {
 	"capy-serve <model.capy> [--profile <name>] [<options>]",
+	"capy-serve <model.capy> --plan [--profile <name>] [--gpu-mem <size>] [--max-context <n>] [--max-concurrency <n>]",
 	NULL,
 };
 
@@ -41,7 +43,7 @@ static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, op
 static uint64_t opt_gpu_mem;
 static double opt_cache_mib = 1024, opt_request_timeout = 30, opt_idle_timeout = 75, opt_shutdown = 10;
 static uint64_t opt_max_body = 32u << 20;
-static bool opt_log_prompts;
+static bool opt_log_prompts, opt_plan;
 
 static const struct capy_opt opts[] = {
 	CAPY_OPT_GROUP("Listening"),
@@ -82,6 +84,7 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
 	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
 	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
+	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "attention cache type (default bf16)"),
 	CAPY_OPT_FLAG(0, "log-prompts", &opt_log_prompts, "put rendered prompts into the request log"),
@@ -229,6 +232,11 @@ int cmd_main(int argc, char **argv)
 	n = capy_opt_parse(nargs, args, usage, opts);
 	if (n != 1)
 		capy_usage_error(usage, opts, n ? "unexpected argument '%s'" : "no model given", n ? args[1] : "");
+	if (opt_plan)
+		return capy_plan_print(args[0], &(struct capy_plan_opts){
+			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,
+			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency,
+			.kv = parse_kv() });
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	so.n_api_keys = load_keys(&keys);
 	so.api_keys = keys;
@@ -255,6 +263,8 @@ int cmd_main(int argc, char **argv)
 	eo.threads = (int)opt_threads;
 	eo.kv = parse_kv();
 	eo.step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency;
+	eo.max_context = (uint64_t)opt_max_context;
+	eo.max_seqs = (uint64_t)opt_concurrency;
 	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */
 	if (capy_engine_new(&e, a, &eo, &err) < 0)
 		capy_die("%s", err.msg);
@@ -307,6 +317,7 @@ int cmd_main(int argc, char **argv)
 		char d[512];
 		capy_engine_describe(e, d, sizeof(d));
 		fprintf(stderr, "%s: %s\n", capy_tool_name, d);
+		capy_plan_log(e);
 	}
 	fflush(stderr);
 

@@ -126,6 +126,11 @@ int capy_artifact_parse(struct capy_artifact **out, const uint8_t *data, uint64_
 			const char *what, struct capy_err *err);
 void capy_artifact_close(struct capy_artifact *a);
 
+/* Whether a holds the tensor table only, no tensor data (written with capy-convert
+ * --layout-only; provenance "layout_only": true): its tensors read as zeros, so only a memory
+ * plan may use it. */
+bool capy_artifact_layout_only(const struct capy_artifact *a);
+
 /* NULL when absent. O(log tensors). */
 const struct capy_tensor_info *capy_artifact_find(const struct capy_artifact *a, const char *name);
 const struct capy_file_info *capy_artifact_file(const struct capy_artifact *a, const char *name);
@@ -175,6 +180,11 @@ int capy_aw_add_stack(struct capy_artifact_writer *w, const char *name, uint64_t
  * objects) are taken over. After this, offsets can be queried and data written. */
 int capy_aw_layout(struct capy_artifact_writer *w, cJSON *model, cJSON *provenance,
 		   struct capy_err *err);
+
+/* The tensors' data will not be written (a layout-only artifact, for memory plans): the file
+ * still gets its full size, as a sparse file whose holes read as zeros, and the check for
+ * free disk space is skipped. Call before capy_aw_layout. */
+void capy_aw_set_sparse(struct capy_artifact_writer *w);
 
 uint64_t capy_aw_file_offset(const struct capy_artifact_writer *w, int file);
 const struct capy_tensor_info *capy_aw_tensor(const struct capy_artifact_writer *w, int tensor);

@@ -576,3 +576,10 @@ int capy_artifact_verify(const struct capy_artifact *a, int nthreads, capy_progr
 	free(c.bad);
 	return rc;
 }
+
+bool capy_artifact_layout_only(const struct capy_artifact *a)
+{
+	const cJSON *v = a->provenance ? cJSON_GetObjectItemCaseSensitive(a->provenance, "layout_only") : NULL;
+
+	return cJSON_IsTrue(v);
+}

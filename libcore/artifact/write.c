@@ -53,6 +53,7 @@ struct capy_artifact_writer {
 	cJSON *model, *provenance;
 	uint64_t data_offset, total, payload;
 	bool laid_out;
+	bool sparse;    /* tensor data is not written (capy_aw_set_sparse) */
 };
 
 static int grow(void **p, size_t n, size_t size, struct capy_err *err)
@@ -335,12 +336,19 @@ int capy_aw_layout(struct capy_artifact_writer *w, cJSON *model, cJSON *provenan
 	 * measured 10-25 % slower than letting delayed allocation place the data.) */
 	{
 		struct statvfs vfs;
-		if (fstatvfs(w->out.fd, &vfs) == 0 &&
+		if (!w->sparse && fstatvfs(w->out.fd, &vfs) == 0 &&
 		    (uint64_t)vfs.f_bavail * vfs.f_frsize < w->total)
 			return capy_err_errno(err, ENOSPC, "'%s' needs %" PRIu64 " bytes, the file system has %" PRIu64
 					      " free", w->out.path, w->total, (uint64_t)vfs.f_bavail * vfs.f_frsize);
 	}
 	return 0;
+}
+
+void capy_aw_set_sparse(struct capy_artifact_writer *w)
+{
+	if (w->laid_out)
+		CAPY_BUG("sparse after layout");
+	w->sparse = true;
 }
 
 uint64_t capy_aw_file_offset(const struct capy_artifact_writer *w, int file)

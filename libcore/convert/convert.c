@@ -489,10 +489,10 @@ static int make_jobs(struct run *r, struct capy_err *err)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	for (size_t i = 0; i < r->nfiles; i++)
 		r->jobs[n++] = (struct job){ JOB_FILE, (int)i, 0 };
-	for (size_t i = 0; i < p->nouts; i++)
+	for (size_t i = 0; i < p->nouts && !r->o->layout_only; i++)
 		if (p->outs[i].stack < 0)
 			r->jobs[n++] = (struct job){ JOB_TENSOR, (int)i, capy_aw_tensor(r->w, p->outs[i].aw)->bytes };
-	for (size_t i = 0; i < p->nstacks; i++) {
+	for (size_t i = 0; i < p->nstacks && !r->o->layout_only; i++) {
 		uint64_t b = 0;
 		for (size_t j = 0; j < p->nouts; j++)
 			if (p->outs[j].stack == (int)i)
@@ -539,6 +539,8 @@ static cJSON *provenance(const struct run *r, const char *source_dir)
 	cJSON_AddBoolToObject(recipe, "vision", p->vision);
 	cJSON_AddStringToObject(recipe, "mtp", !p->mtp_layers ? "none" : p->mtp_verbatim ? "as-published" : "checked");
 	cJSON_AddItemReferenceToObject(recipe, "transforms", p->transforms);
+	if (r->o->layout_only)
+		cJSON_AddBoolToObject(pv, "layout_only", true);
 	if (r->synth) {
 		cJSON *sy = cJSON_AddObjectToObject(pv, "synthetic");
 		char *c = strdup(r->o->config_path);
@@ -569,6 +571,8 @@ static int execute(struct run *r, const char *source_dir, struct capy_convert_st
 		return rc;
 	if (o->on_tmp_file)
 		o->on_tmp_file(capy_aw_tmp_path(r->w), o->tmp_ud);
+	if (o->layout_only)
+		capy_aw_set_sparse(r->w);
 	if ((rc = declare(r, st, err)) < 0)
 		goto fail;
 	model = cJSON_CreateObject();
@@ -578,7 +582,8 @@ static int execute(struct run *r, const char *source_dir, struct capy_convert_st
 	if ((rc = capy_aw_layout(r->w, model, provenance(r, source_dir), err)) < 0)
 		goto fail;
 	st->bytes = capy_aw_total_bytes(r->w);
-	st->payload_bytes = capy_aw_payload_bytes(r->w);
+	/* layout only: the embedded files are all that is written */
+	st->payload_bytes = o->layout_only ? st->file_bytes : capy_aw_payload_bytes(r->w);
 	if ((rc = make_jobs(r, err)) < 0)
 		goto fail;
 	if (o->on_start)

@@ -25,6 +25,7 @@ struct capy_convert_opts {
 	bool vision;             /* keep model.visual.* */
 	bool quantize_experts;   /* BF16 routed experts -> NVFP4 (ModelOpt rule) */
 	uint64_t seed;           /* synthetic weights */
+	bool layout_only;        /* write the tensor table but no tensor data (for --plan) */
 	int threads;             /* <= 0: one per CPU */
 	/* Called once the layout is fixed with the number of bytes to write, then with each
 	 * block of bytes written (from any thread). */

@@ -96,6 +96,8 @@ struct capy_backend_ops {
 	void (*state_free)(struct capy_engine *e, void *st);
 	/* Optional: one line describing the device and its memory (capy_engine_describe). */
 	void (*describe)(const struct capy_engine *e, char *buf, size_t size);
+	/* Optional: the memory plan its sizes came from, in one line (capy_engine_plan_line). */
+	void (*plan)(const struct capy_engine *e, char *buf, size_t size);
 	/* Run the batch; fill each item's logits (and, with samples set, sample its token). */
 	int (*step)(struct capy_engine *e, const struct capy_batch *b, struct capy_err *err);
 	/* step() samples the items that have a sampler itself; else the engine core gives them
@@ -116,6 +118,13 @@ struct capy_kv_fields {
  * another, each aligned to `align` bytes. Fills lay[n_kv], *P and *page_bytes. */
 int capy_kv_page_layout(const struct capy_model_config *c, enum capy_kv_dtype kv, int n_kv, uint64_t align,
 			struct capy_kv_fields *lay, uint64_t *P, uint64_t *page_bytes, struct capy_err *err);
+
+/* Pages that hold `tokens` tokens over `sequences` sequences, each sequence's last page
+ * partly used (what capy_engine_reserve takes and the memory plan counts). */
+static inline uint64_t capy_kv_pages_needed(uint64_t tokens, uint64_t sequences, uint64_t page_tokens)
+{
+	return (tokens + page_tokens - 1) / page_tokens + sequences;
+}
 
 /* The backend called name ("cpu", or one added with capy_backend_add); NULL if none. */
 const struct capy_backend_ops *capy_backend_find(const char *name);

@@ -98,6 +98,11 @@ int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
 	e->a = a;
 	if (opts)
 		e->opts = *opts;
+	if (capy_artifact_layout_only(a)) {
+		free(e);
+		return capy_err_set(err, CAPY_EINVAL, "'%s' holds no weights (capy-convert --layout-only): only --plan reads it",
+				    a->path);
+	}
 	dev = e->opts.device ? e->opts.device : "cpu";
 	if (!(e->ops = capy_backend_find(dev))) {
 		free(e);
@@ -176,8 +181,7 @@ uint64_t capy_engine_weight_bytes(const struct capy_engine *e)
 
 int capy_engine_reserve(struct capy_engine *e, uint64_t tokens, uint64_t sequences, struct capy_err *err)
 {
-	/* Each sequence's last page may be partly used. */
-	uint64_t n = (tokens + e->page_tokens - 1) / e->page_tokens + sequences;
+	uint64_t n = capy_kv_pages_needed(tokens, sequences, e->page_tokens);
 	int rc;
 
 	if (n > UINT32_MAX - 1)
@@ -196,6 +200,16 @@ void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size)
 		e->ops->describe(e, buf, size);
 	else
 		snprintf(buf, size, "%s, %d threads", e->ops->name, e->ops->threads(e));
+}
+
+bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size)
+{
+	if (size)
+		buf[0] = 0;
+	if (!e->ops->plan)
+		return false;
+	e->ops->plan(e, buf, size);
+	return true;
 }
 
 /* --- the page pool ------------------------------------------------------------------------ */

@@ -58,6 +58,9 @@ struct capy_engine_opts {
 	const char *device;      /* backend name; NULL or "cpu": the CPU backend; "cuda" */
 	int gpu;                 /* cuda: the device index */
 	uint64_t gpu_mem;        /* cuda: bytes of device memory the engine may take (0: all free) */
+	/* cuda: the attention cache its memory plan holds room for (offload/plan.h): max_seqs
+	 * sequences of max_context tokens (0: none; pages are then taken on demand) */
+	uint64_t max_context, max_seqs;
 	const char *backend_arg; /* backend-specific setting (NULL: none) */
 };
 
@@ -88,6 +91,9 @@ uint64_t capy_engine_state_bytes(const struct capy_engine *e);
 int capy_engine_reserve(struct capy_engine *e, uint64_t tokens, uint64_t sequences, struct capy_err *err);
 /* One line on where the engine runs and what memory it holds (for the tools' logs). */
 void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size);
+/* The memory plan of a GPU backend in one line (offload/plan.h); false (buf empty) for a
+ * backend without one (the CPU). */
+bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size);
 /* Bytes of weights the engine reads per decoded token with all experts (for reports). */
 uint64_t capy_engine_weight_bytes(const struct capy_engine *e);
 

@@ -114,4 +114,13 @@ struct capy_engine_opts;
 void capy_device_opts(const char *const *usage, const struct capy_opt *opts, const char *device, int64_t gpu,
 		      uint64_t gpu_mem, struct capy_engine_opts *eo);
 
+/* --plan: the memory plan of the CUDA backend for the artifact at model (offload/plan.h),
+ * computed without a GPU, printed to stdout; then the refusal, if the plan cannot start, on
+ * stderr. Returns the exit status (0, or 1 with the refusal). Exits 1 on an unreadable model. */
+struct capy_plan_opts;
+int capy_plan_print(const char *model, const struct capy_plan_opts *po);
+/* The engine's plan line on stderr ("capy-foo: plan: ..."), for engines that have one. */
+struct capy_engine;
+void capy_plan_log(const struct capy_engine *e);
+
 #endif

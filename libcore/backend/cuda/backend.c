@@ -34,37 +34,59 @@ struct dev_alloc {
 	size_t bytes;
 };
 
+/* The kernels' own workspace figures must not exceed the plan's (offload/plan.c transcribes
+ * them): a mismatch means the two disagree, and is refused rather than written past. */
+static int ws_agrees(uint64_t planned, uint64_t kernels, const char *what, struct capy_err *err)
+{
+	if (kernels <= planned)
+		return 0;
+	return capy_err_set(err, CAPY_EUNSUPPORTED,
+			    "cuda: the memory plan gives the %s %" PRIu64 ", the kernels ask for %" PRIu64
+			    " (libcore/offload/plan.c and kernels/ disagree)",
+			    what, planned, kernels);
+}
+
+/* The plan's copies of the GPU sampler's record sizes (it is built without kernels/). */
+_Static_assert(sizeof(struct ck_sample_row) == CAPY_PLAN_SAMPLE_ROW_BYTES, "offload/plan.h: ck_sample_row");
+_Static_assert(sizeof(struct ck_sample_out) == CAPY_PLAN_SAMPLE_OUT_BYTES, "offload/plan.h: ck_sample_out");
+
+/* The step's buffers, sized by the memory plan (capy_plan_scratch). */
 static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	struct cu_scratch *s = &e->s;
-	uint64_t T = s->tmax, H = c->hidden_size, hh = H * (c->hc_count ? c->hc_count : 1), wide = capy_widest_row(c);
-	uint64_t k = c->n_experts_per_tok ? c->n_experts_per_tok : 1, V = c->vocab_size;
+	uint64_t T = s->tmax, k = c->n_experts_per_tok ? c->n_experts_per_tok : 1;
+	struct capy_plan_scratch ps;
 	struct ws_need need = { e, 0 };
 	cudaError_t rc;
+	int prc;
 
+	capy_plan_scratch(&ps, e->a, c, T);
 	capy_weights_each_linear(&e->hw, c, lin_ws, &need);
-	s->lin_ws_bytes = need.bytes;
+	if ((prc = ws_agrees(ps.lin_ws, need.bytes, "linears' workspace (bytes)", err)) < 0)
+		return prc;
 	for (uint64_t i = 0; i < c->n_layers; i++)
 		if (e->layers[i].h->moe) {
-			s->moe_ws_bytes = ck_moe_ws_bytes(&e->layers[i].moe.gate_up, &e->layers[i].moe.down, T * k);
+			need.bytes = ck_moe_ws_bytes(&e->layers[i].moe.gate_up, &e->layers[i].moe.down, T * k);
+			if ((prc = ws_agrees(ps.moe_ws, need.bytes, "routed experts' workspace (bytes)", err)) < 0)
+				return prc;
 			break;
 		}
-	s->logits_rows = CAPY_MIN(T, 64);
+	s->lin_ws_bytes = ps.lin_ws;
+	s->moe_ws_bytes = ps.moe_ws;
+	s->logits_rows = ps.logits_rows;
 	struct dev_alloc d[] = {
-		{ (void **)&s->x, T * hh * 4 },	       { (void **)&s->xn, T * hh * 4 },
-		{ (void **)&s->blk, T * H * 4 },       { (void **)&s->out, T * H * 4 },
-		{ (void **)&s->inj, T * (c->hc_count + 1) * 4 },
-		{ (void **)&s->mix, T * wide * 4 },    { (void **)&s->tmp, T * wide * 4 },
-		{ (void **)&s->big1, T * wide * 4 },   { (void **)&s->big2, T * wide * 4 },
-		{ (void **)&s->big3, T * wide * 4 },   { (void **)&s->moe_out, T * k * H * 4 },
-		{ (void **)&s->moe_w, T * k * 4 },     { (void **)&s->moe_ids, T * k * 4 },
-		{ (void **)&s->ple_emb, (uint64_t)e->hw.n_ple * T * c->ple_embed_dim * 4 },
-		{ (void **)&s->rows, s->logits_rows * hh * 4 }, { (void **)&s->hid, s->logits_rows * H * 4 },
-		{ (void **)&s->logits, s->logits_rows * V * 4 }, { (void **)&s->row_idx, s->logits_rows * 4 },
-		{ &s->lin_ws, s->lin_ws_bytes },       { &s->moe_ws, s->moe_ws_bytes },
-		{ (void **)&s->smp_rows, s->logits_rows * sizeof(*s->smp_rows) },
-		{ (void **)&s->smp_out, s->logits_rows * sizeof(*s->smp_out) },
+		{ (void **)&s->x, ps.x },	  { (void **)&s->xn, ps.xn },
+		{ (void **)&s->blk, ps.blk },	  { (void **)&s->out, ps.out },
+		{ (void **)&s->inj, ps.inj },	  { (void **)&s->mix, ps.mix },
+		{ (void **)&s->tmp, ps.tmp },	  { (void **)&s->big1, ps.big1 },
+		{ (void **)&s->big2, ps.big2 },	  { (void **)&s->big3, ps.big3 },
+		{ (void **)&s->moe_out, ps.moe_out }, { (void **)&s->moe_w, ps.moe_w },
+		{ (void **)&s->moe_ids, ps.moe_ids }, { (void **)&s->ple_emb, ps.ple_emb },
+		{ (void **)&s->rows, ps.rows },	  { (void **)&s->hid, ps.hid },
+		{ (void **)&s->logits, ps.logits }, { (void **)&s->row_idx, ps.row_idx },
+		{ &s->lin_ws, ps.lin_ws },	  { &s->moe_ws, ps.moe_ws },
+		{ (void **)&s->smp_rows, ps.smp_rows }, { (void **)&s->smp_out, ps.smp_out },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++) {
 		if ((rc = cudaMalloc(d[i].p, d[i].bytes ? d[i].bytes : 16)) != cudaSuccess)
@@ -72,11 +94,11 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 					    (uint64_t)d[i].bytes >> 20, cudaGetErrorString(rc));
 		e->device_bytes += d[i].bytes;
 	}
-	if ((rc = cudaMallocHost((void **)&s->logits_host, s->logits_rows * V * 4)) != cudaSuccess ||
-	    (rc = cudaMallocHost((void **)&s->row_idx_host, s->logits_rows * 4)) != cudaSuccess ||
-	    (rc = cudaMallocHost((void **)&s->smp_rows_host, s->logits_rows * sizeof(*s->smp_rows))) != cudaSuccess ||
-	    (rc = cudaMallocHost((void **)&s->smp_out_host, s->logits_rows * sizeof(*s->smp_out))) != cudaSuccess ||
-	    (rc = cudaMallocHost((void **)&s->ple_host, (uint64_t)e->hw.n_ple * T * c->ple_embed_dim * 4 + 16)) != cudaSuccess)
+	if ((rc = cudaMallocHost((void **)&s->logits_host, ps.host_logits)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->row_idx_host, ps.host_row_idx)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->smp_rows_host, ps.host_smp_rows)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->smp_out_host, ps.host_smp_out)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->ple_host, ps.host_ple)) != cudaSuccess)
 		return cu_err(err, rc, "allocating pinned host buffers");
 	s->row_dst = calloc(s->logits_rows, sizeof(*s->row_dst));
 	s->row_smp = calloc(s->logits_rows, sizeof(*s->row_smp));
@@ -109,6 +131,45 @@ static void free_scratch(struct cu_scratch *s)
 }
 
 static void cu_close(struct capy_engine *core);
+
+/* The memory plan (offload/plan.h) on this device's budget: --gpu-mem, or the memory free on
+ * the device when none is given or less is free. Refuses, with the numbers, what does not
+ * fit, what the RAM guard stops, and what would need expert offload (not implemented yet). */
+static int cu_plan(struct cuda_engine *e, struct capy_err *err)
+{
+	struct capy_plan_opts po = { 0 };
+	const struct capy_plan *p = &e->plan;
+	struct capy_host_mem h;
+	size_t free_b = 0, total_b = 0;
+	cudaError_t r;
+	int rc;
+
+	if ((r = cudaMemGetInfo(&free_b, &total_b)) != cudaSuccess)
+		return cu_err(err, r, "reading the device's free memory");
+	po.gpu_mem = e->opts.gpu_mem;
+	po.budget = "--gpu-mem";
+	if (!po.gpu_mem || po.gpu_mem > free_b) {
+		po.gpu_mem = free_b;
+		snprintf(e->budget, sizeof(e->budget), "cuda:%d's free memory", e->device);
+		po.budget = e->budget;
+	}
+	po.max_context = e->opts.max_context;
+	po.max_seqs = e->opts.max_seqs;
+	po.step_tokens = e->s.tmax;
+	po.kv = e->opts.kv;
+	if ((rc = capy_host_mem_read(&h, err)) < 0 || (rc = capy_plan_compute(&e->plan, e->a, &e->c, &po, &h, err)) < 0 ||
+	    (rc = capy_plan_check(&e->plan, err)) < 0)
+		return capy_err_prefix(err, "cuda");
+	if (!p->all_resident)
+		return capy_err_set(err, CAPY_EUNSUPPORTED,
+				    "cuda: expert offload is not implemented yet: %" PRIu64 " of %" PRIu64
+				    " experts fit in %s %.1f MiB (fixed parts %.1f MiB, an expert slot %.3f MiB; all "
+				    "experts resident need %.1f MiB)",
+				    p->slots, p->experts, po.budget, (double)po.gpu_mem / 1048576.0,
+				    (double)p->fixed / 1048576.0, (double)p->slot_bytes / 1048576.0,
+				    (double)p->device_resident / 1048576.0);
+	return 0;
+}
 
 static int cu_open(struct capy_engine *core, struct capy_err *err)
 {
@@ -148,7 +209,8 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		rc = cu_err(err, r, "opening the device");
 		goto fail;
 	}
-	if ((rc = capy_weights_bind(&e->hw, e->a, c, err)) < 0 || (rc = cu_weights_upload(e, err)) < 0 ||
+	if ((rc = cu_plan(e, err)) < 0 || (rc = capy_weights_bind(&e->hw, e->a, c, err)) < 0 ||
+	    (rc = cu_weights_upload(e, err)) < 0 ||
 	    (rc = alloc_scratch(e, err)) < 0 || (rc = cu_pages_layout(e, err)) < 0)
 		goto fail;
 	e->gdn.nk = c->linear_key_heads;
@@ -157,8 +219,10 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	e->gdn.dv = c->linear_value_head_dim;
 	e->gdn.K = c->linear_conv_kernel;
 	e->gdn.C = 2 * e->gdn.nk * e->gdn.dk + e->gdn.nv * e->gdn.dv;
-	e->gdn_floats = e->hw.n_gdn ? ck_gdn_state_floats(&e->gdn) : 0;
-	e->ple_floats = (c->ple_conv_kernel ? c->ple_conv_kernel - 1 : 0) * c->ngram_size * c->hc_count * c->hidden_size;
+	e->gdn_floats = e->hw.n_gdn ? capy_plan_gdn_floats(c) : 0;
+	if (e->hw.n_gdn && (rc = ws_agrees(e->gdn_floats, ck_gdn_state_floats(&e->gdn), "GDN state (floats)", err)) < 0)
+		goto fail;
+	e->ple_floats = capy_plan_ple_floats(c);
 	/* inv_freq[i] = 1 / theta^(2i / rot), each step in float32 as transformers computes it
 	 * (the CPU backend's table, uploaded). */
 	e->rot = capy_rope_dims(c);
@@ -170,6 +234,7 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		}
 		capy_rope_inv_freq(c, f);
 		r = cudaMalloc((void **)&e->inv_freq, (e->rot / 2 + 1) * sizeof(float));
+		e->device_bytes += (e->rot / 2 + 1) * sizeof(float);
 		if (r == cudaSuccess)
 			r = cudaMemcpy(e->inv_freq, f, (e->rot / 2 + 1) * sizeof(float), cudaMemcpyHostToDevice);
 		free(f);
@@ -177,6 +242,15 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 			rc = cu_err(err, r, "copying the RoPE table");
 			goto fail;
 		}
+	}
+	/* Taken so far: the plan's weights, small vectors and step buffers, to the byte (the
+	 * plan printed at start is what this engine allocates). */
+	if (e->device_bytes != e->plan.weights_all + e->plan.small + e->plan.scratch) {
+		rc = capy_err_set(err, CAPY_EUNSUPPORTED,
+				  "cuda: %" PRIu64 " bytes allocated, the memory plan says %" PRIu64
+				  " (libcore/offload/plan.c and the backend disagree)",
+				  e->device_bytes, e->plan.weights_all + e->plan.small + e->plan.scratch);
+		goto fail;
 	}
 	if (e->opts.gpu_mem && e->device_bytes > e->opts.gpu_mem) {
 		rc = capy_err_set(err, CAPY_ENOMEM,
@@ -245,8 +319,16 @@ static void cu_describe(const struct capy_engine *core, char *buf, size_t size)
 		 e->opts.gpu_mem ? ", --gpu-mem " : "", e->opts.gpu_mem ? "set" : "", free_b >> 20, total_b >> 20);
 }
 
+static void cu_plan_line(const struct capy_engine *core, char *buf, size_t size)
+{
+	const struct cuda_engine *e = core->be;
+
+	capy_plan_summary(&e->plan, buf, size);
+}
+
 const struct capy_backend_ops capy_backend_cuda = {
 	.describe = cu_describe,
+	.plan = cu_plan_line,
 	.name = "cuda",
 	.open = cu_open,
 	.close = cu_close,

@@ -11,6 +11,7 @@
 
 #include "../../engine/backend.h"
 #include "../../model/weights.h"
+#include "../../offload/plan.h"
 #include "../../../kernels/capy-kernels.h"
 
 #include <cuda_runtime_api.h>
@@ -134,6 +135,8 @@ struct cuda_engine {
 	struct ck_gdn_shape gdn;
 	uint64_t gdn_floats, ple_floats;  /* per layer slot */
 	uint64_t device_bytes;            /* everything this engine took */
+	struct capy_plan plan;            /* the memory plan its sizes come from (offload/plan.h) */
+	char budget[48];                  /* what the plan's budget is, when not --gpu-mem */
 	struct ck_step step;              /* the step being run (device pointers) */
 	struct cu_graph graphs[CU_GRAPHS];
 	uint64_t gen;                     /* bumped when a buffer kernels are given moves */

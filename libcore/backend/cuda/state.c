@@ -157,28 +157,34 @@ void cu_state_copy(struct capy_engine *core, void *dst, const void *src)
 
 /* What grows with the longest context of a step: the attention kernel's workspace (shared
  * with the QSA selection's, which runs before it) and the QSA mask ([tmax][cap] bytes), for
- * contexts up to ctx tokens. */
+ * contexts up to ctx tokens; sized by the memory plan (offload/plan.h), which must cover what
+ * the kernels ask for. */
 int cu_context_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
-	uint64_t cap = e->s.sel_cap ? e->s.sel_cap : 1024;
+	uint64_t cap;
 	bool qsa = c->family == CAPY_FAMILY_QWEN4_EXP;
-	size_t ws;
+	size_t ws, kws;
 	uint8_t *p = NULL;
 	void *w = NULL;
 	cudaError_t rc;
 
 	if (ctx <= e->s.sel_cap)
 		return 0;
-	while (cap < ctx)
-		cap *= 2;
-	ws = ck_attention_ws_bytes(e->s.tmax, c->n_heads, c->head_dim, cap);
+	cap = capy_plan_context_cap(e->s.sel_cap, ctx);
+	ws = capy_plan_attn_ws(c, e->s.tmax, cap);
+	kws = ck_attention_ws_bytes(e->s.tmax, c->n_heads, c->head_dim, cap);
 	if (qsa)
-		ws = CAPY_MAX(ws, ck_qsa_select_ws_bytes(e->s.tmax, cap, c->indexer_compress_ratio));
+		kws = CAPY_MAX(kws, ck_qsa_select_ws_bytes(e->s.tmax, cap, c->indexer_compress_ratio));
+	if (kws > ws)
+		return capy_err_set(err, CAPY_EUNSUPPORTED,
+				    "cuda: the memory plan gives attention over %" PRIu64 " tokens %zu bytes, the kernels "
+				    "ask for %zu (libcore/offload/plan.c and kernels/ disagree)",
+				    cap, ws, kws);
 	/* The old buffers may still be read by the previous step's kernels. */
 	if ((rc = cudaStreamSynchronize(e->stream)) != cudaSuccess)
 		return cu_err(err, rc, "the previous step");
-	if ((qsa && (rc = cudaMalloc((void **)&p, e->s.tmax * cap)) != cudaSuccess) ||
+	if ((qsa && (rc = cudaMalloc((void **)&p, capy_plan_sel_bytes(c, e->s.tmax, cap))) != cudaSuccess) ||
 	    (rc = cudaMalloc(&w, ws ? ws : 16)) != cudaSuccess) {
 		cudaFree(p);
 		return capy_err_set(err, CAPY_ENOMEM, "cuda: %" PRIu64 " MiB for attention over %" PRIu64 " tokens: %s",

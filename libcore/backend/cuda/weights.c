@@ -18,49 +18,30 @@ int cu_check(struct capy_err *err, int rc, const char *what)
 	return rc ? cu_err(err, (cudaError_t)-rc, what) : 0;
 }
 
-static bool host_only(const struct capy_tensor_info *t)
-{
-	return strstr(t->name, "ple_embedding.ngram_embedding") != NULL;
-}
-
-static int span_cmp(const void *a, const void *b)
-{
-	const struct cu_span *x = a, *y = b;
-	return x->off < y->off ? -1 : x->off > y->off;
-}
-
-/* The byte ranges of the device tensors, sorted and merged (stacks interleave slices of
- * several tensors), copied into one allocation. */
+/* The byte ranges of the device tensors (offload/plan.h: the memory plan counts the same
+ * ranges), copied into one allocation. */
 static int upload_spans(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_artifact *a = e->a;
-	struct cu_span *sp = calloc(a->ntensors + 1, sizeof(*sp));
-	size_t n = 0, m = 0;
-	uint64_t total = 0;
+	struct capy_plan_range *r;
+	struct cu_span *sp;
+	size_t m;
+	uint64_t total;
 	cudaError_t rc;
+	int prc;
 
-	if (!sp)
+	if ((prc = capy_plan_ranges(a, true, &r, &m, &total, err)) < 0)
+		return prc;
+	sp = calloc(m + 1, sizeof(*sp));
+	if (!sp) {
+		free(r);
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-	for (size_t i = 0; i < a->ntensors; i++) {
-		const struct capy_tensor_info *t = &a->tensors[i];
-		uint64_t len = t->nslices > 1 ? (t->nslices - 1) * (t->stride ? t->stride : t->slice_bytes) + t->slice_bytes
-					      : t->bytes;
-		if (host_only(t) || !len)
-			continue;
-		sp[n].off = t->offset;
-		sp[n++].len = len;
 	}
-	qsort(sp, n, sizeof(*sp), span_cmp);
-	for (size_t i = 0; i < n; i++) {
-		if (m && sp[i].off <= sp[m - 1].off + sp[m - 1].len) {
-			uint64_t end = CAPY_MAX(sp[m - 1].off + sp[m - 1].len, sp[i].off + sp[i].len);
-			sp[m - 1].len = end - sp[m - 1].off;
-			continue;
-		}
-		sp[m++] = sp[i];
+	for (size_t i = 0; i < m; i++) {
+		sp[i].off = r[i].off;
+		sp[i].len = r[i].len;
 	}
-	for (size_t i = 0; i < m; i++)
-		total += CAPY_ALIGN_UP(sp[i].len, 256);
+	free(r);
 	e->spans = sp;
 	e->nspans = m;
 	if ((rc = cudaMalloc((void **)&e->weights_dev, total ? total : 256)) != cudaSuccess)
@@ -73,7 +54,7 @@ static int upload_spans(struct cuda_engine *e, struct capy_err *err)
 		sp[i].dev = e->weights_dev + total;
 		if ((rc = cudaMemcpy(sp[i].dev, a->base + sp[i].off, sp[i].len, cudaMemcpyHostToDevice)) != cudaSuccess)
 			return cu_err(err, rc, "copying the weights to the device");
-		total += CAPY_ALIGN_UP(sp[i].len, 256);
+		total += CAPY_ALIGN_UP(sp[i].len, CAPY_PLAN_ALIGN);
 	}
 	return 0;
 }
@@ -163,18 +144,6 @@ static struct ck_expert_stack stack(const struct cuda_engine *e, const struct ca
 	return s;
 }
 
-/* Floats of every small vector the binding holds (an upper bound, 64-float aligned each). */
-static uint64_t small_floats(const struct capy_model_config *c)
-{
-	uint64_t H = c->hidden_size, hh = (c->hc_count ? c->hc_count : 1) * H, per = 0;
-	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + c->linear_value_heads * c->linear_value_head_dim;
-
-	per += 2 * H + 2 * c->head_dim + 2 * c->indexer_head_dim;
-	per += conv * c->linear_conv_kernel + 2 * c->linear_value_heads + c->linear_value_head_dim;
-	per += 2 * hh + 3 * hh + hh * c->ple_conv_kernel;
-	return (c->n_layers + 1) * (per + 64 * 16) + H + hh + 64 * 4;
-}
-
 int cu_weights_upload(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
@@ -186,7 +155,7 @@ int cu_weights_upload(struct cuda_engine *e, struct capy_err *err)
 
 	if ((rc = upload_spans(e, err)) < 0)
 		return rc;
-	e->small_cap = small_floats(c);
+	e->small_cap = capy_plan_small_floats(c);
 	if ((r = cudaMalloc((void **)&e->small_dev, e->small_cap * sizeof(float))) != cudaSuccess)
 		return cu_err(err, r, "allocating small weights");
 	e->device_bytes += e->small_cap * sizeof(float);

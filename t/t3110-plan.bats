@@ -1,0 +1,281 @@
+#!/usr/bin/env bats
+# --plan of capy-gen, capy-ppl and capy-serve (libcore/offload/plan.h): the CUDA backend's memory
+# plan computed without a GPU, checked against the artifacts' tensor tables, on every fixture and
+# on a full-size Flash-Next layout made from a config alone (capy-convert --layout-only); the
+# refusals (--gpu-mem below the fixed parts, the RAM guard) and the page-locked fallback, on a
+# machine played by CAPY_MEMINFO (a fake /proc/meminfo) and CAPY_MEMLOCK (the memlock limit).
+
+load lib
+
+setup_file() {
+	for m in $FAMILIES; do
+		capy-convert -q -m "$FIX/$m" -o "$BATS_FILE_TMPDIR/$m.capy"
+		capy-convert --inspect "$BATS_FILE_TMPDIR/$m.capy" --json >"$BATS_FILE_TMPDIR/$m.json"
+	done
+	# Flash-Next's shape at full size (48 layers of 512 NVFP4 experts, 60 GiB), as a layout.
+	cat >"$BATS_FILE_TMPDIR/flash.json" <<'JSON'
+{"model_type": "qwen4_exp", "text_config": {"vocab_size": 248320, "hidden_size": 2560, "num_hidden_layers": 48,
+ "num_attention_heads": 16, "num_key_value_heads": 2, "head_dim": 256,
+ "rope_parameters": {"rope_theta": 10000000, "partial_rotary_factor": 0.25, "rope_type": "default"},
+ "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_key_head_dim": 128, "linear_value_head_dim": 128,
+ "num_experts": 512, "num_experts_per_tok": 10, "moe_intermediate_size": 512, "shared_expert_intermediate_size": 512,
+ "hc_count": 4, "hc_lowrank": 320, "ple_layer_ids": [1, 13, 25, 37], "ngram_vocab_size_base": 100000,
+ "heads_per_ngram": 8, "indexer_n_heads": 16, "indexer_kv_heads": 1, "indexer_head_dim": 128,
+ "indexer_budget": 2048, "indexer_compress_ratio": 16, "eos_token_id": [248046, 248044]}}
+JSON
+	capy-convert -q --synthetic "$BATS_FILE_TMPDIR/flash.json" --quantize-experts nvfp4 --layout-only \
+		-o "$BATS_FILE_TMPDIR/flash.capy"
+	capy-convert --inspect "$BATS_FILE_TMPDIR/flash.capy" --json >"$BATS_FILE_TMPDIR/flash.capy.json"
+	meminfo "$BATS_FILE_TMPDIR/meminfo" 67108864
+}
+
+# A /proc/meminfo with MemAvailable of $2 kB.
+meminfo() {
+	printf 'MemTotal:       %s kB\nMemFree:        %s kB\nMemAvailable:   %s kB\nBuffers:     0 kB\n' "$2" "$2" "$2" >"$1"
+}
+
+setup() {
+	# A machine with 64 GiB available and no page-locking limit, whatever runs the tests.
+	export CAPY_MEMINFO=$BATS_FILE_TMPDIR/meminfo CAPY_MEMLOCK=unlimited
+}
+
+# The bytes column (or with $3 = 1 the MiB column) of the row named $2 in section $1 (device
+# or host) of the plan in $output.
+row() {
+	printf '%s\n' "$output" | awk -v sec="$1" -v name="$2" -v col="${3:-2}" '
+		/^device memory/ { s = "device"; next }
+		/^host memory/ { s = "host"; next }
+		s == sec && substr($0, 1, 22) == sprintf("  %-20s", name) { split(substr($0, 23), f, " "); print f[col]; exit }'
+}
+row_mib() { row "$1" "$2" 1; }
+
+# What the inspect JSON of $1 says: the non-expert device tensors' bytes (each range rounded
+# up to 256 bytes, the PLE n-gram tables left on the host), the experts, their bytes, the
+# largest expert record.
+nonexpert_bytes() {
+	jq '[.expert_stacks[].tensors[]] as $ex
+	    | [.tensors[] | select(.name as $n | any($ex[]; . == $n) | not)
+	       | select(.name | contains("ple_embedding.ngram_embedding") | not) | select(.bytes > 0)
+	       | ((.bytes + 255) / 256 | floor) * 256] | add // 0' "$1"
+}
+n_experts() { jq '[.expert_stacks[].count] | add // 0' "$1"; }
+expert_bytes() { jq '[.expert_stacks[] | .count * .stride] | add // 0' "$1"; }
+slot_bytes() { jq '[.expert_stacks[].stride] | max // 0' "$1"; }
+
+@test "--plan on every fixture: the table on stdout, nothing on stderr, weights = the artifact's non-expert tensors" {
+	for m in $FAMILIES; do
+		run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --max-concurrency 2
+		[ "$status" -eq 0 ] || { echo "$m: $stderr"; return 1; }
+		[ -z "$stderr" ]
+		[[ "${lines[0]}" == "memory plan of '$BATS_FILE_TMPDIR/$m.capy' ("*") on one GPU (no --gpu-mem: everything resident)" ]]
+		[ "$(row device "weights (non-expert)")" = "$(nonexpert_bytes "$BATS_FILE_TMPDIR/$m.json")" ] ||
+			{ echo "$m: weights $(row device "weights (non-expert)"), tensors $(nonexpert_bytes "$BATS_FILE_TMPDIR/$m.json")"; return 1; }
+		# The fixed parts and the total add up.
+		local fixed=$(($(row device "weights (non-expert)") + $(row device "small vectors") + \
+			$(row device "attention cache") + $(row device "recurrent states") + $(row device "step buffers") + \
+			$(row device "attention workspace")))
+		[ "$(row device "fixed parts")" = "$fixed" ]
+		[ "$(row device total)" = "$((fixed + $(row device "routed experts")))" ]
+		local n=$(n_experts "$BATS_FILE_TMPDIR/$m.json")
+		if [ "$n" -eq 0 ]; then
+			[[ "$output" == *"routed experts"*"none (a dense model)"* ]]
+		else
+			[[ "$output" == *"all $n experts resident"* ]]
+			# All resident: the experts' ranges in one upload, their last record's padding left out.
+			local eb=$(expert_bytes "$BATS_FILE_TMPDIR/$m.json") r=$(row device "routed experts")
+			[ "$r" -le "$eb" ] && [ "$r" -gt $((eb - $(jq '.expert_stacks | length' "$BATS_FILE_TMPDIR/$m.json") * $(slot_bytes "$BATS_FILE_TMPDIR/$m.json"))) ]
+		fi
+		[ "$(row host "routed experts")" = 0 ]
+		# The MiB column is the bytes column in MiB, to a tenth.
+		[ "$(row_mib device total)" = "$(awk -v b="$(row device total)" 'BEGIN { printf "%.1f", b / 1048576 }')" ]
+	done
+}
+
+@test "the attention cache: --max-concurrency x --max-context tokens in pages of the layout, each sequence's last page partly used" {
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen3_5_moe.capy" --plan --max-context 4096 --max-concurrency 8 \
+		--prefill-chunk 64
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"8 sequences of 4096 tokens, steps of 72 tokens, KV cache bf16"* ]]
+	[[ "$output" =~ attention\ cache\ +[0-9.]+\ +([0-9]+)\ +([0-9]+)\ pages\ of\ ([0-9]+)\ tokens,\ ([0-9]+)\ bytes ]]
+	local kv=${BASH_REMATCH[1]} pages=${BASH_REMATCH[2]} P=${BASH_REMATCH[3]} pb=${BASH_REMATCH[4]}
+	[ "$P" -eq 64 ]
+	[ "$pages" -eq $(((8 * 4096 + P - 1) / P + 8)) ]
+	[ "$kv" -eq $((pages * pb)) ]
+	[[ "$output" == *"recurrent states"*"8 x "* ]]
+	# F32 pages are larger than BF16 ones, INT8 pages (one scale per 32 values) smaller.
+	local bytes
+	for kvt in f32 bf16 int8; do
+		run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen3_5_moe.capy" --plan --kv $kvt
+		[ "$status" -eq 0 ]
+		[[ "$output" =~ pages\ of\ 64\ tokens,\ ([0-9]+)\ bytes ]]
+		bytes="$bytes ${BASH_REMATCH[1]}"
+	done
+	read -r f b i <<<"$bytes"
+	[ "$f" -gt "$b" ] && [ "$b" -gt "$i" ]
+	# qwen4_exp's pages hold whole QSA key blocks and the indexer's keys.
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --profile test
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"8 sequences of 4096 tokens, steps of 72 tokens"* ]]
+}
+
+@test "capy-gen and capy-ppl plan one sequence: capy-gen's --max-context or prompt + -n, capy-ppl's --ctx" {
+	run --separate-stderr capy-gen "$BATS_FILE_TMPDIR/qwen3_5_moe.capy" --plan --max-context 1000
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"1 sequence of 1000 tokens, steps of 512 tokens"* ]]
+	[[ "$output" == *" $(((1000 + 63) / 64 + 1)) pages of 64 tokens"* ]]
+	run --separate-stderr capy-gen "$BATS_FILE_TMPDIR/qwen3_5_moe.capy" --plan --prompt-ids "1 2 3" -n 5
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"1 sequence of 8 tokens"* ]]
+	run --separate-stderr capy-gen "$BATS_FILE_TMPDIR/qwen3_5_moe.capy" --plan
+	[ "$status" -eq 2 ]
+	[[ "$stderr" == *"--plan needs --max-context (or a prompt)"* ]]
+	run --separate-stderr capy-ppl "$BATS_FILE_TMPDIR/qwen3_5_moe.capy" --plan --ctx 2048
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"1 sequence of 2048 tokens, steps of 512 tokens"* ]]
+	[[ "$output" == *" 33 pages of 64 tokens"* ]]
+}
+
+@test "--plan touches no GPU: it works with --device cuda in any build, on a machine without one" {
+	run --separate-stderr capy-gen "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --max-context 512 --device cuda --gpu-mem 1G
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"with --gpu-mem 1024.0 MiB"* ]]
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --device cuda --gpu 3
+	[ "$status" -eq 0 ]
+	run --separate-stderr capy-ppl "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --device cuda
+	[ "$status" -eq 0 ]
+}
+
+@test "--gpu-mem below the fixed parts: exit 1, one error line with the numbers, the table still on stdout" {
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen3_5_moe.capy" --plan --gpu-mem 1M --max-context 4096 \
+		--max-concurrency 2
+	[ "$status" -eq 1 ]
+	assert_one_error_line capy-serve
+	[[ "$stderr" == "capy-serve: error: --gpu-mem 1.0 MiB is too small: the fixed parts need $(row_mib device "fixed parts") MiB (weights "*", attention cache $(row_mib device "attention cache") for 2 x 4096 tokens, recurrent states "*", step buffers "*" for 258 tokens, attention workspace "*") before any routed expert" ]]
+	[[ "$output" == *"with --gpu-mem 1.0 MiB"* ]]
+}
+
+@test "--gpu-mem between the fixed parts and everything: the rest in slots of the largest expert, a warning that offload is not there yet" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy j=$BATS_FILE_TMPDIR/qwen3_5_moe.json
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2
+	local fixed=$(row device "fixed parts") slot=$(slot_bytes "$j") n=$(n_experts "$j")
+	local gpu=$((fixed + 5 * slot + slot / 2))
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2 --gpu-mem $gpu
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"routed-expert slots"*"5 slots of $slot bytes: 5 of $n experts resident"* ]]
+	[ "$(row device "routed-expert slots")" -eq $((5 * slot)) ]
+	[ "$(row device total)" -eq $((fixed + 5 * slot)) ]
+	[ "$stderr" = "capy-serve: warning: expert offload is not implemented yet: --device cuda refuses this plan (5 of $n experts fit)" ]
+	# Every routed expert then lives in host RAM, in one page-locked allocation.
+	[ "$(row host "routed experts")" -eq "$(expert_bytes "$j")" ]
+	[[ "$output" == *"page-locked (RLIMIT_MEMLOCK unlimited)"* ]]
+	[ "$(row host needed)" -eq $(($(row host "routed experts") + $(row host "staging buffers"))) ]
+	# The same from capy-gen and capy-ppl (their own step size: 512 tokens).
+	run --separate-stderr capy-gen "$art" --plan --max-context 4096 --gpu-mem 1G
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"all $n experts resident"* ]]
+}
+
+@test "RLIMIT_MEMLOCK below the experts' bytes: the mapped artifact (not page-locked, slower), said so" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy j=$BATS_FILE_TMPDIR/qwen3_5_moe.json
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2
+	local gpu=$(($(row device "fixed parts") + 3 * $(slot_bytes "$j")))
+	CAPY_MEMLOCK=64K run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2 --gpu-mem $gpu
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"routed experts"*"mapped artifact (not page-locked, slower): RLIMIT_MEMLOCK 0.1 MiB is below that"* ]]
+	CAPY_MEMLOCK=1G run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2 --gpu-mem $gpu
+	[[ "$output" == *"page-locked (RLIMIT_MEMLOCK 1024.0 MiB)"* ]]
+	# Without CAPY_MEMLOCK the process's own limit (ulimit -l, in KiB) is read.
+	local lim
+	lim=$(ulimit -l)
+	unset CAPY_MEMLOCK
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2 --gpu-mem $gpu
+	[ "$status" -eq 0 ]
+	if [ "$lim" = unlimited ]; then
+		[[ "$output" == *"(RLIMIT_MEMLOCK unlimited)"* ]]
+	else
+		[[ "$output" == *"RLIMIT_MEMLOCK $(awk -v k="$lim" 'BEGIN { printf "%.1f", k / 1024 }') MiB"* ]]
+	fi
+}
+
+@test "the RAM guard: more host RAM needed than MemAvailable is refused, naming needed, free and the page-locked limit" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy j=$BATS_FILE_TMPDIR/qwen3_5_moe.json
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2
+	local gpu=$(($(row device "fixed parts") + 3 * $(slot_bytes "$j")))
+	meminfo "$BATS_TEST_TMPDIR/small" 100
+	CAPY_MEMINFO=$BATS_TEST_TMPDIR/small CAPY_MEMLOCK=4M run --separate-stderr capy-serve "$art" --plan \
+		--max-context 4096 --max-concurrency 2 --gpu-mem $gpu
+	[ "$status" -eq 1 ]
+	assert_one_error_line capy-serve
+	[[ "$stderr" == "capy-serve: error: not enough host RAM: $(row_mib host needed) MiB needed (routed experts $(row_mib host "routed experts"), staging buffers $(row_mib host "staging buffers")), 0.1 MiB free (MemAvailable in '$BATS_TEST_TMPDIR/small'), page-locked limit 4.0 MiB (RLIMIT_MEMLOCK)" ]]
+	[[ "$output" == *"needed"*"of 0.1 MiB available (MemAvailable in $BATS_TEST_TMPDIR/small)"* ]]
+	# The real /proc/meminfo is read when CAPY_MEMINFO is not set; a missing file leaves the RAM unknown.
+	unset CAPY_MEMINFO
+	run --separate-stderr capy-serve "$art" --plan
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"available (MemAvailable in /proc/meminfo)"* ]]
+	CAPY_MEMINFO=$BATS_TEST_TMPDIR/absent run --separate-stderr capy-serve "$art" --plan
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"(available RAM unknown: no $BATS_TEST_TMPDIR/absent)"* ]]
+}
+
+@test "a meminfo without MemAvailable or a bad CAPY_MEMLOCK: one error line naming it" {
+	printf 'MemTotal: 100 kB\n' >"$BATS_TEST_TMPDIR/bad"
+	CAPY_MEMINFO=$BATS_TEST_TMPDIR/bad run --separate-stderr capy-gen "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --max-context 64
+	[ "$status" -eq 1 ]
+	assert_one_error_line capy-gen
+	[[ "$stderr" == *"'$BATS_TEST_TMPDIR/bad': no MemAvailable line in kB"* ]]
+	CAPY_MEMLOCK=lots run --separate-stderr capy-ppl "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan
+	[ "$status" -eq 1 ]
+	assert_one_error_line capy-ppl
+	[[ "$stderr" == *"CAPY_MEMLOCK: "*"lots"* ]]
+}
+
+@test "capy-convert --layout-only: a sparse artifact with the same plan, which engines refuse and --verify fails" {
+	for m in qwen3_5_moe-nvfp4 qwen4_exp; do
+		capy-convert -q -m "$FIX/$m" --layout-only -o "$BATS_TEST_TMPDIR/$m.capy"
+		run capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --gpu-mem 1G
+		printf '%s\n' "$output" | sed 1d >"$BATS_TEST_TMPDIR/full"
+		run capy-serve "$BATS_TEST_TMPDIR/$m.capy" --plan --gpu-mem 1G
+		printf '%s\n' "$output" | sed 1d >"$BATS_TEST_TMPDIR/layout"
+		diff -u "$BATS_TEST_TMPDIR/full" "$BATS_TEST_TMPDIR/layout"
+	done
+	run --separate-stderr capy-gen "$BATS_TEST_TMPDIR/qwen4_exp.capy" --prompt-ids "1 2" -n 1
+	[ "$status" -eq 1 ]
+	assert_one_error_line capy-gen
+	[[ "$stderr" == *"'$BATS_TEST_TMPDIR/qwen4_exp.capy' holds no weights (capy-convert --layout-only): only --plan reads it" ]]
+	run capy-convert --verify "$BATS_TEST_TMPDIR/qwen4_exp.capy"
+	[ "$status" -eq 1 ]
+	run capy-convert --inspect "$BATS_TEST_TMPDIR/qwen4_exp.capy"
+	[[ "$output" == *"layout only (no tensor data)"* ]]
+}
+
+@test "full-size Flash-Next from its config alone: 60 GiB in a few hundred KiB of disk, planned for 16 and 80 GiB GPUs" {
+	local art=$BATS_FILE_TMPDIR/flash.capy j=$BATS_FILE_TMPDIR/flash.capy.json
+	[ "$(stat -c %s "$art")" -gt $((60 * 1024 * 1024 * 1024)) ]
+	[ "$(du -k "$art" | cut -f1)" -lt 4096 ]
+	[ "$(n_experts "$j")" -eq $((48 * 512)) ]
+	# The agent profile (4 x 65536 tokens) does not fit 16 GiB before any expert...
+	run --separate-stderr capy-serve "$art" --plan --profile agent --gpu-mem 16G
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == "capy-serve: error: --gpu-mem 16384.0 MiB is too small: the fixed parts need "*" MiB ("*"attention cache "*" for 4 x 65536 tokens"* ]]
+	[ "$(row device "weights (non-expert)")" = "$(nonexpert_bytes "$j")" ]
+	# ... the small one does, with the rest in expert slots of the largest expert record ...
+	run --separate-stderr capy-serve "$art" --plan --profile small --gpu-mem 16G
+	[ "$status" -eq 0 ]
+	local fixed=$(row device "fixed parts") slot=$(slot_bytes "$j")
+	local slots=$(((16 * 1024 * 1024 * 1024 - fixed) / slot))
+	[[ "$output" == *"$slots slots of $slot bytes: $slots of 24576 experts resident"* ]]
+	[ "$(row host "routed experts")" -eq "$(expert_bytes "$j")" ]
+	[[ "$stderr" == *"expert offload is not implemented yet"*"($slots of 24576 experts fit)" ]]
+	# ... and on a 32 GiB machine the RAM guard stops it (the experts alone are 50.7 GiB).
+	meminfo "$BATS_TEST_TMPDIR/m32" $((32 * 1024 * 1024))
+	CAPY_MEMINFO=$BATS_TEST_TMPDIR/m32 run --separate-stderr capy-serve "$art" --plan --profile small --gpu-mem 16G
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"not enough host RAM: "*" MiB needed (routed experts 51936.0, "*"32768.0 MiB free"* ]]
+	# An 80 GiB GPU holds it all.
+	run --separate-stderr capy-serve "$art" --plan --profile agent --gpu-mem 80G
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	[[ "$output" == *"all 24576 experts resident"* ]]
+	[ "$(row host needed)" -eq "$(row host "staging buffers")" ]
+}

@@ -1,0 +1,144 @@
+/* u-plan.c - the memory plan's pure parts (libcore/offload/plan.h): reading MemAvailable, the
+ * context sizes, the ranges the backend uploads (an expert stack is one range), and the split of
+ * a budget into fixed parts and expert slots, with the refusals, on the qwen3_5_moe fixture. */
+#include "test.h"
+#include "test-fixture.h"
+#include "engine/backend.h"
+#include "offload/plan.h"
+
+static void test_meminfo(void)
+{
+	uint64_t v = 0;
+
+	CHECK_EQ_INT(capy_host_mem_parse("MemTotal: 10 kB\nMemAvailable:   24174272 kB\n", &v), 0);
+	CHECK_EQ_U64(v, 24174272ull * 1024);
+	CHECK_EQ_INT(capy_host_mem_parse("MemAvailable:\t7 kB", &v), 0);
+	CHECK_EQ_U64(v, 7 * 1024);
+	CHECK_EQ_INT(capy_host_mem_parse("MemTotal: 10 kB\n", &v), -1);
+	CHECK_EQ_INT(capy_host_mem_parse("MemAvailable: lots kB\n", &v), -1);
+	CHECK_EQ_INT(capy_host_mem_parse("MemAvailable: 12 MB\n", &v), -1);
+	CHECK_EQ_INT(capy_host_mem_parse("MemAvailable: 99999999999999999999 kB\n", &v), -1);
+}
+
+static void test_context(void)
+{
+	struct capy_model_config c = { 0 };
+
+	CHECK_EQ_U64(capy_plan_context_cap(0, 1), 1024);
+	CHECK_EQ_U64(capy_plan_context_cap(0, 1025), 2048);
+	CHECK_EQ_U64(capy_plan_context_cap(2048, 2048), 2048);
+	CHECK_EQ_U64(capy_plan_context_cap(0, 65536), 65536);
+	c.family = CAPY_FAMILY_QWEN3_5_MOE;
+	c.n_heads = 16;
+	c.head_dim = 256;
+	/* one chunk of 256 keys: no split, no workspace; else row-chunks of partials, at most 8192 */
+	CHECK_EQ_U64(capy_plan_attn_ws(&c, 512, 256), 0);
+	CHECK_EQ_U64(capy_plan_attn_ws(&c, 2, 1024), 2 * 4 * 16 * 258 * 4);
+	CHECK_EQ_U64(capy_plan_attn_ws(&c, 512, 65536), 8192ull * 16 * 258 * 4);
+	CHECK_EQ_U64(capy_plan_sel_bytes(&c, 512, 65536), 0);
+	c.family = CAPY_FAMILY_QWEN4_EXP;
+	c.indexer_compress_ratio = 16;
+	CHECK_EQ_U64(capy_plan_sel_bytes(&c, 10, 1024), 10240);
+	CHECK_EQ_U64(capy_plan_attn_ws(&c, 1, 256), 16 * 4); /* the QSA selection's floats */
+	CHECK_EQ_U64(capy_kv_pages_needed(8 * 4096, 8, 64), 520);
+	CHECK_EQ_U64(capy_kv_pages_needed(1, 1, 64), 2);
+}
+
+static struct capy_artifact *art;
+
+static void test_ranges(void)
+{
+	const struct capy_artifact *a = art;
+	struct capy_plan_range *r;
+	size_t n, n_all;
+	uint64_t ne, all, sum = 0;
+
+	CHECK_EQ_INT(capy_plan_ranges(a, false, &r, &n, &ne, NULL), 0);
+	for (size_t i = 0; i < n; i++) {
+		CHECK(i == 0 || r[i].off > r[i - 1].off + r[i - 1].len);
+		sum += CAPY_ALIGN_UP(r[i].len, CAPY_PLAN_ALIGN);
+	}
+	CHECK_EQ_U64(sum, ne);
+	free(r);
+	CHECK_EQ_INT(capy_plan_ranges(a, true, &r, &n_all, &all, NULL), 0);
+	free(r);
+	/* each expert stack adds at most one range (its tensors' slices interleave; it may touch a
+	 * neighbour), and at most its experts' records */
+	CHECK(n_all <= n + a->nstacks);
+	sum = ne;
+	for (size_t i = 0; i < a->nstacks; i++)
+		sum += a->stacks[i].count * a->stacks[i].stride;
+	CHECK(all > ne && all <= sum);
+}
+
+static void test_plan(void)
+{
+	const struct capy_artifact *a = art;
+	struct capy_model_config c;
+	struct capy_host_mem h = { .available = 1ull << 40, .memlock = CAPY_PLAN_UNKNOWN };
+	struct capy_plan_opts o = { .max_context = 4096, .max_seqs = 2, .step_tokens = 64 };
+	struct capy_plan p, q;
+	struct capy_err err = { 0 };
+	char line[1024];
+
+	CHECK_EQ_INT(capy_model_config_parse(&c, a->family, a->config, "fixture", &err), 0);
+	CHECK_EQ_INT(capy_plan_compute(&p, a, &c, &o, &h, &err), 0);
+	CHECK(p.all_resident);
+	CHECK_EQ_U64(p.fixed, p.weights + p.small + p.kv + p.states + p.scratch + p.context);
+	CHECK_EQ_U64(p.device, p.fixed - p.weights + p.weights_all);
+	CHECK_EQ_U64(p.kv, capy_kv_pages_needed(2 * 4096, 2, p.page_tokens) * p.page_bytes);
+	CHECK_EQ_U64(p.experts, c.n_experts * a->nstacks);
+	CHECK_EQ_U64(p.host_need, p.host_staging);
+	CHECK_EQ_INT(capy_plan_check(&p, &err), 0);
+
+	/* exactly enough for the fixed parts and 3.5 slots: 3 slots */
+	o.gpu_mem = p.fixed + 3 * p.slot_bytes + p.slot_bytes / 2;
+	CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &o, &h, &err), 0);
+	CHECK(!q.all_resident);
+	CHECK_EQ_U64(q.slots, 3);
+	CHECK_EQ_U64(q.device, q.fixed + 3 * q.slot_bytes);
+	CHECK_EQ_U64(q.host_experts, q.expert_bytes);
+	CHECK(q.pinned);
+	CHECK_EQ_INT(capy_plan_check(&q, &err), 0);
+	capy_plan_summary(&q, line, sizeof(line));
+	CHECK_MSG(strstr(line, "3 expert slots") && strstr(line, "page-locked"), "%s", line);
+
+	/* a memlock limit below the experts: the mapped artifact */
+	h.memlock = q.expert_bytes - 1;
+	CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &o, &h, &err), 0);
+	CHECK(!q.pinned);
+	capy_plan_summary(&q, line, sizeof(line));
+	CHECK_MSG(strstr(line, "mapped artifact (not page-locked, slower)"), "%s", line);
+
+	/* the RAM guard */
+	h.available = q.host_need - 1;
+	CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &o, &h, &err), 0);
+	CHECK_EQ_INT(capy_plan_check(&q, &err), CAPY_ENOMEM);
+	CHECK_MSG(strstr(err.msg, "not enough host RAM") && strstr(err.msg, "RLIMIT_MEMLOCK"), "%s", err.msg);
+
+	/* the fixed parts alone do not fit */
+	h.available = CAPY_PLAN_UNKNOWN;
+	o.gpu_mem = p.fixed - 1;
+	o.budget = "the budget";
+	CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &o, &h, &err), 0);
+	CHECK_EQ_U64(q.slots, 0);
+	CHECK_EQ_INT(capy_plan_check(&q, &err), CAPY_ENOMEM);
+	CHECK_MSG(!strncmp(err.msg, "the budget ", 11) && strstr(err.msg, "before any routed expert"), "%s", err.msg);
+
+	/* just enough for everything: all resident, with no host copy */
+	o.gpu_mem = p.device;
+	CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &o, &h, &err), 0);
+	CHECK(q.all_resident);
+	CHECK_EQ_U64(q.host_experts, 0);
+}
+
+int main(void)
+{
+	RUN(test_meminfo);
+	RUN(test_context);
+	art = test_open_fixture("qwen3_5_moe");
+	RUN(test_ranges);
+	RUN(test_plan);
+	capy_artifact_close(art);
+	return test_summary();
+}
