@@ -295,6 +295,23 @@ static int hermes_tool(struct gen *G, int ti, const char *name, const cJSON *par
 	return js.oom ? capy_err_set(G->err, CAPY_ENOMEM, "out of memory") : 0;
 }
 
+int capy_grammar_reasoning_first(const char *gbnf, const char *inner, bool reasoning, char **out, struct capy_err *err)
+{
+	struct capy_buf b = { 0 };
+
+	capy_buf_printf(&b, "root ::= %s%s\n", reasoning ? "think-raw \"</think>\\n\\n\" " : "", inner);
+	if (reasoning)
+		no_tag_rule(&b, "think-raw", "think>");
+	capy_buf_puts(&b, gbnf);
+	if (b.oom) {
+		capy_buf_release(&b);
+		*out = NULL;
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	}
+	*out = capy_buf_detach(&b, NULL);
+	return 0;
+}
+
 int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call_grammar_opts *o, char **gbnf_out,
 		      struct capy_err *err)
 {

@@ -56,4 +56,9 @@ struct capy_call_grammar_opts {
 int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call_grammar_opts *o, char **gbnf_out,
 		      struct capy_err *err);
 
+/* A grammar whose rule `root` is rule `inner` of gbnf (a grammar without rules named root or
+ * think-raw: prefixed JSON Schema output, say), after free reasoning text and "</think>\n\n"
+ * when reasoning (the prompt opened <think>). *out malloc'd. */
+int capy_grammar_reasoning_first(const char *gbnf, const char *inner, bool reasoning, char **out, struct capy_err *err);
+
 #endif
