@@ -40,23 +40,44 @@ static void litz(struct capy_buf *b, const char *s)
 	lit(b, s, strlen(s));
 }
 
-/* rule ::= text that never holds "</TAG" (tag "parameter>" or "think>") and does not end
- * inside one: '<' is followed by a byte that leaves the tag, each step of it by one that is
- * not its next byte (nor '<', which starts over). Stricter than the parser, never looser. */
+/* rule ::= text that never holds "<TAG" for any of the tags (each after the '<': "/parameter>",
+ * "tool_call>"; no two starting with the same byte) and does not end inside one: a '<' is
+ * followed by a byte that leaves every tag, each step of a tag by one that is not its next
+ * byte (nor '<', which starts over). Stricter than the parser, never looser. */
+static void no_tags_rule(struct capy_buf *b, const char *rule, const char *const *tags, size_t n_tags)
+{
+	capy_buf_printf(b, "%s ::= ( [^<] | \"<\"+ ( [^<", rule);
+	for (size_t t = 0; t < n_tags; t++)
+		capy_buf_putc(b, tags[t][0]);
+	capy_buf_puts(b, "]");
+	for (size_t t = 0; t < n_tags; t++) {
+		const char *tag = tags[t];
+		size_t n = strlen(tag);
+		capy_buf_printf(b, " | \"%c\" ", tag[0]);
+		for (size_t i = 1; i < n; i++) {
+			if (i + 1 < n)
+				capy_buf_printf(b, "( [^%c<] | \"%c\" ", tag[i], tag[i]);
+			else
+				capy_buf_printf(b, "[^%c<]", tag[i]);
+		}
+		for (size_t i = 1; i + 1 < n; i++)
+			capy_buf_puts(b, " )");
+	}
+	capy_buf_puts(b, " ) )*\n");
+}
+
 static void no_tag_rule(struct capy_buf *b, const char *rule, const char *tag)
 {
-	size_t n = strlen(tag);
+	no_tags_rule(b, rule, &tag, 1);
+}
 
-	capy_buf_printf(b, "%s ::= ( [^<] | \"<\"+ ( [^/<] | \"/\" ", rule);
-	for (size_t i = 0; i < n; i++) {
-		if (i + 1 < n)
-			capy_buf_printf(b, "( [^%c<] | \"%c\" ", tag[i], tag[i]);
-		else
-			capy_buf_printf(b, "[^%c<]", tag[i]);
-	}
-	for (size_t i = 0; i + 1 < n; i++)
-		capy_buf_puts(b, " )");
-	capy_buf_puts(b, " ) )*\n");
+/* Reasoning as the parser reads it: text without "</think>" or "<tool_call>" (a call ends it
+ * too). */
+static void reasoning_rule(struct capy_buf *b)
+{
+	static const char *const tags[] = { "/think>", "tool_call>" };
+
+	no_tags_rule(b, "think-raw", tags, ARRAY_SIZE(tags));
 }
 
 static bool xml_name_ok(const char *s)
@@ -299,9 +320,9 @@ int capy_grammar_reasoning_first(const char *gbnf, const char *inner, bool reaso
 {
 	struct capy_buf b = { 0 };
 
-	capy_buf_printf(&b, "root ::= %s%s\n", reasoning ? "think-raw \"</think>\\n\\n\" " : "", inner);
+	capy_buf_printf(&b, "root ::= %s%s\n", reasoning ? "think-raw \"</think>\" \"\\n\"{0,2} " : "", inner);
 	if (reasoning)
-		no_tag_rule(&b, "think-raw", "think>");
+		reasoning_rule(&b);
 	capy_buf_puts(&b, gbnf);
 	if (b.oom) {
 		capy_buf_release(&b);
@@ -366,13 +387,13 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 	}
 	/* the frame: [reasoning] call ("\n" call)* */
 	capy_buf_printf(&G.g, "call ::= \"<tool_call>\\n\" ( %s )\n", alts.data);
-	no_tag_rule(&G.g, "xml-raw", "parameter>");
-	no_tag_rule(&G.g, "think-raw", "think>");
+	no_tag_rule(&G.g, "xml-raw", "/parameter>");
+	reasoning_rule(&G.g);
 	{
 		struct capy_buf root = { 0 };
 		capy_buf_puts(&root, "root ::= ");
-		if (o->reasoning && !o->opened)
-			capy_buf_puts(&root, "think-raw \"</think>\\n\\n\" ");
+		if (o->reasoning && !o->opened) /* a call ends reasoning too, as the parser has it */
+			capy_buf_puts(&root, "think-raw ( \"</think>\" \"\\n\"{0,2} )? ");
 		if (!o->opened)
 			capy_buf_puts(&root, "call");
 		else if (o->only)

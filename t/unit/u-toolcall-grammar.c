@@ -94,6 +94,10 @@ static void test_xml(void)
 	g = grammar(&o);
 	ACCEPTS(g, "let me see: <b>x</b> </thin\n</think>\n\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>");
 	REFUSES(g, "a</think>b</think>\n\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>");
+	/* a call ends reasoning too (the parser's rule), so reasoning never holds <tool_call> */
+	ACCEPTS(g, "hmm\n\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>");
+	ACCEPTS(g, "</think><tool_call>\n<function=get_time>\n</function>\n</tool_call>");
+	REFUSES(g, "a <tool_call> b</think>\n\n<tool_call>\n<function=get_time>\n</function>\n</tool_call>");
 	capy_grammar_free(g);
 }
 
