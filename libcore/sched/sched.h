@@ -100,6 +100,8 @@ struct capy_gen_request {
 	size_t n_stop_ids;
 	int top_logprobs;            /* -1: no logprobs; 0 .. CAPY_GEN_MAX_TOP_LOGPROBS */
 	uint64_t snapshot_at;        /* one more snapshot position inside the prompt (0: none) */
+	capy_gen_cb cb;
+	void *ud;
 	/* Constrained output (structured output, forced tool calls): every token is drawn on
 	 * the host from the logits masked to what the grammar can read next from where the
 	 * output is (constrain/mask.h), and the request ends with CAPY_FINISH_GRAMMAR once the
@@ -110,8 +112,6 @@ struct capy_gen_request {
 	 * shared by any number of requests, it must outlive the scheduler. */
 	struct capy_grammar *grammar;
 	const struct capy_token_trie *trie;
-	capy_gen_cb cb;
-	void *ud;
 };
 
 struct capy_sched_stats {
