@@ -224,6 +224,11 @@ anth_error() {
 		'["tool_calls","The weather tool fits.","get_weather",{"city":"Lima"}]' ]
 	logged_prompt
 	[[ "$PROMPT" == *$'<|im_start|>assistant\n<think>\n' ]]
+	# so may a response_format answer's; the JSON after it is held to the schema
+	api POST /v1/chat/completions "$(chat_body 'json thinking please' '"response_format":{"type":"json_schema","json_schema":{"name":"a","strict":true,"schema":{"type":"object","properties":{"answer":{"type":"integer"}},"required":["answer"]}}}')"
+	[ "$CODE" = 200 ]
+	[ "$(jq -c '.choices[0] | [.finish_reason, .message.reasoning_content, (.message.content | fromjson)]' "$R")" = \
+		'["stop","JSON it is.",{"answer":42}]' ]
 	serve_stop
 	# a template of our own with a variable of its own
 	cat >"$BATS_TEST_TMPDIR/t.jinja" <<'EOF'

@@ -86,6 +86,18 @@ most_complete() {
 	[ $((COMPLETE * 3)) -ge $((TOTAL * 2)) ]
 }
 
+# ask_json PATH BODY DONE_FILTER DONE_VALUE TEXT_FILTER FILE: one request; the text of an
+# answer that completed (DONE_FILTER gives DONE_VALUE) kept in FILE for validation, one cut by
+# the limit counted only.
+ask_json() {
+	api POST "$1" "$2"
+	[ "$CODE" = 200 ]
+	TOTAL=$((TOTAL + 1))
+	[ "$(jv "$3")" = "$4" ] || return 0
+	COMPLETE=$((COMPLETE + 1))
+	keep "$6" "$(jv "$5")"
+}
+
 # A JSON schema file of our own, small and bounded (random models write long strings).
 own_schemas() {
 	cat >"$BATS_TEST_TMPDIR/s-enum.json" <<'EOF'
@@ -101,7 +113,7 @@ EOF
 }
 
 @test "response_format json_schema (chat), text.format (Responses), output_config.format (messages): every completed answer validates" {
-	local s k seed temp body content fin
+	local s k seed temp body
 	for s in $(own_schemas); do
 		k=$(basename "$s" .json)
 		echo "$s" >"$DOCS/$k.schema"
@@ -110,41 +122,21 @@ EOF
 				body=$(jq -nc --slurpfile sc "$s" --argjson seed "$seed" --argjson t "$temp" \
 					'{messages: [{role: "user", content: "answer in JSON"}], max_tokens: 300, seed: $seed, temperature: $t,
 					  response_format: {type: "json_schema", json_schema: {name: "out", strict: true, schema: $sc[0]}}}')
-				api POST /v1/chat/completions "$body"
-				[ "$CODE" = 200 ]
-				fin=$(jv '.choices[0].finish_reason')
-				TOTAL=$((TOTAL + 1))
-				if [ "$fin" = stop ]; then
-					COMPLETE=$((COMPLETE + 1))
-					keep "$DOCS/$k.docs" "$(jv '.choices[0].message.content')"
-				else
-					[ "$fin" = length ]
-				fi
+				ask_json /v1/chat/completions "$body" '.choices[0].finish_reason' stop '.choices[0].message.content' \
+					"$DOCS/$k.docs"
 			done
 			# the Responses API's text.format
 			body=$(jq -nc --slurpfile sc "$s" --argjson seed "$seed" \
 				'{input: "answer in JSON", max_output_tokens: 300, seed: $seed,
 				  text: {format: {type: "json_schema", name: "out", strict: true, schema: $sc[0]}}}')
-			api POST /v1/responses "$body"
-			[ "$CODE" = 200 ]
-			TOTAL=$((TOTAL + 1))
-			if [ "$(jv .status)" = completed ]; then
-				COMPLETE=$((COMPLETE + 1))
-				keep "$DOCS/$k.docs" "$(jv '[.output[] | select(.type == "message") | .content[] | .text] | join("")')"
-			fi
+			ask_json /v1/responses "$body" .status completed \
+				'[.output[] | select(.type == "message") | .content[] | .text] | join("")' "$DOCS/$k.docs"
 			# Anthropic's output_config.format
-			body=$(jq -nc --slurpfile sc "$s" --argjson seed "$seed" \
+			body=$(jq -nc --slurpfile sc "$s" \
 				'{model: "claude-sonnet-4-5", max_tokens: 300, messages: [{role: "user", content: "answer in JSON"}],
 				  output_config: {format: {type: "json_schema", schema: $sc[0]}}}')
-			api POST /v1/messages "$body"
-			[ "$CODE" = 200 ]
-			TOTAL=$((TOTAL + 1))
-			if [ "$(jv .stop_reason)" = end_turn ]; then
-				COMPLETE=$((COMPLETE + 1))
-				keep "$DOCS/$k.docs" "$(jv '[.content[] | select(.type == "text") | .text] | join("")')"
-			else
-				[ "$(jv .stop_reason)" = max_tokens ]
-			fi
+			ask_json /v1/messages "$body" .stop_reason end_turn \
+				'[.content[] | select(.type == "text") | .text] | join("")' "$DOCS/$k.docs"
 		done
 	done
 	most_complete
