@@ -15,6 +15,8 @@ load lib
 load helper/serve
 
 VALIDATE=$SRC/t/helper/schema-validate.py
+# the captured tools make prompts of thousands of tokens: room for a sanitizer build
+if [ "${CAPY_SAN:-0}" = 1 ]; then API_TIME=120; else API_TIME=30; fi
 SCH=$SRC/t/fixtures/schemas
 # captured tool definitions: OpenCode's, Claude Code's and Codex's (name = the file's tool name)
 TOOL_FILES="tool-opencode-bash tool-opencode-read tool-opencode-glob tool-claude-Read tool-codex-view_image"
