@@ -163,7 +163,7 @@ struct capy_api_request {
 
 	enum capy_api_tool_choice tool_choice;
 	const char *tool_choice_name; /* CAPY_API_TOOLS_NAMED */
-	bool parallel_tool_calls;     /* default true */
+	bool parallel_tool_calls;     /* default true; false: a forced call is one call */
 
 	int logprobs;           /* -1: none; else logprobs wanted with this many alternatives
 				 * (chat top_logprobs, completions logprobs, Responses

@@ -385,8 +385,9 @@ static bool ends_with(const char *s, size_t n, const char *suffix)
 
 /* tool_choice required or named: the answer is made to start with the model's own tool-call
  * opening (XML for templates that describe <function=...>, else hermes JSON), so it is a call
- * from its first token; an open <think> is closed first. */
-static char *forced_start(const struct job *j, const char *prompt, size_t len)
+ * from its first token; the call grammar continues it. Not where the prompt ends inside
+ * <think>: there the grammar lets the model reason first, and nothing is forced. */
+static char *forced_start(const struct job *j, const char *prompt)
 {
 	const struct capy_api_request *r = &j->req;
 	bool xml = strstr(prompt, "<function=") != NULL;
@@ -394,10 +395,8 @@ static char *forced_start(const struct job *j, const char *prompt, size_t len)
 
 	if (r->tool_choice != CAPY_API_TOOLS_REQUIRED && r->tool_choice != CAPY_API_TOOLS_NAMED)
 		return NULL;
-	if (!r->n_tools)
+	if (!r->n_tools || j->think_open)
 		return NULL;
-	if (ends_with(prompt, len, "<think>\n") || ends_with(prompt, len, "<think>"))
-		capy_buf_puts(&b, "\n</think>\n\n");
 	capy_buf_puts(&b, "<tool_call>\n");
 	if (r->tool_choice == CAPY_API_TOOLS_NAMED && r->tool_choice_name) {
 		if (xml) {
@@ -514,8 +513,7 @@ static int chat_prompt(struct job *j, struct capy_tokens *ids, char **text, size
 			return rc;
 		}
 	}
-	/* with a grammar, reasoning may come first where the prompt opened it: nothing forced */
-	if (j->api != CAPY_API_COUNT_TOKENS && !(j->grammar && j->think_open) && (j->forced = forced_start(j, prompt, len))) {
+	if (j->api != CAPY_API_COUNT_TOKENS && (j->forced = forced_start(j, prompt))) {
 		char *p = realloc(prompt, len + strlen(j->forced) + 1);
 		if (!p) {
 			free(prompt);
