@@ -142,6 +142,7 @@ LIBCORE_OBJS += libcore/text/tok-unicode.o
 LIBCORE_OBJS += libcore/text/tok-utf8.o
 LIBCORE_OBJS += libcore/text/tok-vocab.o
 LIBCORE_OBJS += libcore/text/toolcall-schema.o
+LIBCORE_OBJS += libcore/text/toolcall-grammar.o
 LIBCORE_OBJS += libcore/text/toolcall.o
 LIBCORE_OBJS += libcore/tool/cleanup.o
 LIBCORE_OBJS += libcore/tool/device.o
@@ -190,6 +191,7 @@ UNIT_TESTS += u-sched
 UNIT_TESTS += u-serve
 UNIT_TESTS += u-template
 UNIT_TESTS += u-tokenizer
+UNIT_TESTS += u-toolcall-grammar
 UNIT_TESTS += u-util
 
 TEST_HELPERS += capy-serve-scripted

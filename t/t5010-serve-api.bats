@@ -199,24 +199,36 @@ anth_error() {
 		'["tool_calls","get_weather",{"city":"Rome"}]' ]
 	logged_prompt
 	[[ "$PROMPT" == *$'<|im_start|>assistant\n<tool_call>\n{"name": "get_weather", "arguments": ' ]]
-	# the name is the request's: the model only wrote the arguments
-	api POST /v1/chat/completions "$(chat_body 'named call please' "\"tools\":$TOOLS,\"stream\":true,${named/get_weather/get_time}")"
+	# the name is the request's: the model only wrote the arguments, held to get_time's schema
+	api POST /v1/chat/completions "$(chat_body 'named time call please' "\"tools\":$TOOLS,\"stream\":true,${named/get_weather/get_time}")"
 	sse chat
-	[ "$(jq -c '[.finish, .tool_calls[0].name, (.tool_calls[0].arguments | fromjson)]' "$R.sum")" = '["tool_calls","get_time",{"city":"Rome"}]' ]
+	[ "$(jq -c '[.finish, .tool_calls[0].name, (.tool_calls[0].arguments | fromjson)]' "$R.sum")" = '["tool_calls","get_time",{"zone":"UTC"}]' ]
 	api POST /v1/chat/completions "$(chat_body 'named call please' "\"tools\":$TOOLS,${named/get_weather/get_stock}")"
 	[ "$(oai_error)" = "400 invalid_request_error invalid_value tool_choice" ]
 	[[ "$(jv .error.message)" == *"'get_stock'"* ]]
 }
 
-@test "tool_choice with the XML template (--chat-template): the forced start is <function=NAME>; other template variables reach the template" {
+@test "tool_choice with the XML template (--chat-template): the forced start is <function=NAME>, or reasoning first where thinking is on; other template variables reach the template" {
 	CAPY_SCRIPT=$SCRIPTS/api.json serve_start capy-serve-scripted "$ART" --log-prompts \
 		--chat-template "$SRC/share/chat_templates/qwen3_5.jinja"
 	named='"tool_choice":{"type":"function","function":{"name":"get_weather"}}'
-	api POST /v1/chat/completions "$(chat_body 'named xml please' "\"tools\":$TOOLS,$named")"
+	api POST /v1/chat/completions "$(chat_body 'named xml please' "\"tools\":$TOOLS,$named,\"chat_template_kwargs\":{\"enable_thinking\":false}")"
 	[ "$CODE" = 200 ]
 	[ "$(jq -c '.choices[0].message.tool_calls[0].function | [.name, (.arguments | fromjson)]' "$R")" = '["get_weather",{"city":"Lima"}]' ]
 	logged_prompt
 	[[ "$PROMPT" == *$'<tool_call>\n<function=get_weather>\n' ]]
+	# thinking on (the template's default): nothing forced, the grammar lets reasoning come first
+	api POST /v1/chat/completions "$(chat_body 'named xml thinking please' "\"tools\":$TOOLS,$named")"
+	[ "$CODE" = 200 ]
+	[ "$(jq -c '.choices[0] | [.finish_reason, .message.reasoning_content, .message.tool_calls[0].function.name, (.message.tool_calls[0].function.arguments | fromjson)]' "$R")" = \
+		'["tool_calls","The weather tool fits.","get_weather",{"city":"Lima"}]' ]
+	logged_prompt
+	[[ "$PROMPT" == *$'<|im_start|>assistant\n<think>\n' ]]
+	# so may a response_format answer's; the JSON after it is held to the schema
+	api POST /v1/chat/completions "$(chat_body 'json thinking please' '"response_format":{"type":"json_schema","json_schema":{"name":"a","strict":true,"schema":{"type":"object","properties":{"answer":{"type":"integer"}},"required":["answer"]}}}')"
+	[ "$CODE" = 200 ]
+	[ "$(jq -c '.choices[0] | [.finish_reason, .message.reasoning_content, (.message.content | fromjson)]' "$R")" = \
+		'["stop","JSON it is.",{"answer":42}]' ]
 	serve_stop
 	# a template of our own with a variable of its own
 	cat >"$BATS_TEST_TMPDIR/t.jinja" <<'EOF'

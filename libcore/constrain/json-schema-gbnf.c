@@ -312,13 +312,53 @@ int js_define(struct js_ctx *c, const char *name, const char *body_name)
 	CAPY_BUG("js_define: no reserved rule '%s'", name);
 }
 
+static bool name_char(char ch)
+{
+	return (ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '-' ||
+	       ch == '_';
+}
+
+/* A body with every rule name in it prefixed: names are the words outside "literals",
+ * [classes] and {counts} (the only other things the compiler writes are operators). */
+static void put_body(struct capy_buf *b, const char *prefix, const char *s)
+{
+	if (!prefix) {
+		capy_buf_puts(b, s);
+		return;
+	}
+	while (*s) {
+		const char *from = s;
+		if (*s == '"' || *s == '[' || *s == '{') {
+			char end = *s == '"' ? '"' : *s == '[' ? ']' : '}';
+			for (s++; *s && *s != end; s++)
+				if (*s == '\\' && s[1])
+					s++;
+			s += *s != 0;
+		} else if (name_char(*s)) {
+			capy_buf_puts(b, prefix);
+			while (name_char(*s))
+				s++;
+		} else {
+			s++;
+		}
+		capy_buf_add(b, from, (size_t)(s - from));
+	}
+}
+
 char *js_text(struct js_ctx *c, const char *root_name)
 {
+	const char *pre = c->opts->prefix && *c->opts->prefix ? c->opts->prefix : NULL;
 	struct capy_buf b = { 0 };
 
-	capy_buf_printf(&b, "root ::= %s\n", root_name);
-	for (uint32_t r = 0; r < c->nrules; r++)
-		capy_buf_printf(&b, "%s ::= %s\n", c->rules[r].name, c->rules[r].body);
+	capy_buf_printf(&b, "%sroot ::= ", pre ? pre : "");
+	put_body(&b, pre, root_name);
+	capy_buf_putc(&b, '\n');
+	for (uint32_t r = 0; r < c->nrules; r++) {
+		put_body(&b, pre, c->rules[r].name);
+		capy_buf_puts(&b, " ::= ");
+		put_body(&b, pre, c->rules[r].body);
+		capy_buf_putc(&b, '\n');
+	}
 	if (b.oom) {
 		capy_buf_release(&b);
 		js_oom(c);

@@ -978,7 +978,9 @@ int capy_json_schema_compile(const char *schema_json, size_t len, const struct c
 	*out = NULL;
 	if (rc < 0)
 		return rc;
-	rc = capy_grammar_compile(gbnf, strlen(gbnf), "root", out, err);
+	char root[128];
+	snprintf(root, sizeof(root), "%sroot", opts && opts->prefix ? opts->prefix : "");
+	rc = capy_grammar_compile(gbnf, strlen(gbnf), root, out, err);
 	if (rc < 0)
 		capy_err_prefix(err, "schema: the grammar it made");
 	free(gbnf);

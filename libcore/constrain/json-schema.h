@@ -49,6 +49,10 @@ struct capy_grammar;
 struct capy_schema_opts {
 	bool strict;  /* refuse assertion keywords that cannot be enforced (else ignore them) */
 	bool compact; /* no whitespace at all between tokens */
+	/* Every rule name starts with this (the root rule is then <prefix>root), so that the
+	 * text can be embedded in a larger grammar beside others; NULL or "": none. A prefix
+	 * of letters, digits and '-' ending in '-' keeps the names valid and apart. */
+	const char *prefix;
 };
 
 /* The schema (JSON text of len bytes) as GBNF text with a rule `root`; *gbnf_out is

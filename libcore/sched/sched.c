@@ -2,6 +2,8 @@
  * composition of each step (one token per generating request, prompt pieces of the others),
  * sampling, the prefix cache's snapshots, cancellation and shutdown (see sched.h). */
 #include "sched-impl.h"
+#include "../constrain/grammar.h"
+#include "../constrain/mask.h"
 #include "../util/log.h"
 
 #include <math.h>
@@ -25,6 +27,11 @@ struct req {
 	int32_t sampled;              /* the step's pick, where the step samples (no logprobs) */
 	uint64_t generated, cached, max_new;
 	struct prefix_entry *entry;
+	/* constrained (r.grammar): this request's masker (its caches are per grammar and not
+	 * thread-safe, so never shared), the grammar state of the output so far, the mask */
+	struct capy_mask *mask;
+	struct capy_grammar_state *gstate;
+	uint32_t *bits;
 	bool cancel;                  /* asked for (under the mutex) */
 	double t_submit, t_start, t_prefilled;
 	bool cancel_seen;             /* the engine thread's copy of cancel */
@@ -73,6 +80,10 @@ static void free_req(struct req *q)
 		return;
 	capy_seq_free(q->seq);
 	capy_sampler_free(q->smp);
+	capy_mask_free(q->mask);
+	capy_grammar_state_free(q->gstate);
+	capy_grammar_free(q->r.grammar);
+	free(q->bits);
 	free(q->logits);
 	free(q->prompt);
 	free(q);
@@ -147,6 +158,13 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 	capy_sampler_prompt(q->smp, q->prompt, q->r.n_prompt);
 	if (!(q->logits = malloc(s->vocab * sizeof(float))))
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	if (q->r.grammar) {
+		if ((rc = capy_mask_new(&q->mask, q->r.trie, q->r.grammar, NULL, err)) < 0 ||
+		    (rc = capy_grammar_state_new(q->r.grammar, &q->gstate, err)) < 0)
+			return rc;
+		if (!(q->bits = malloc(capy_mask_words((uint32_t)s->vocab) * sizeof(uint32_t))))
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	}
 	q->cached = cached;
 	q->phase = PREFILL;
 	pthread_mutex_lock(&s->mu);
@@ -207,6 +225,33 @@ static void logprobs(struct capy_sched *s, const float *logits, int32_t tok, int
 	}
 }
 
+/* A constrained request's token from its logits: the mask of the grammar's state, a masked
+ * draw, the state advanced. 1: *tok goes on; 0: the request ends (*tok a stop token taken
+ * where the grammar accepts, or -1 when the grammar is finished and nothing may follow); < 0:
+ * a dead end or a failure, msg says which (never a hang: the request ends with it). */
+static int constrained_token(struct req *q, int32_t *tok, char *msg, size_t cap)
+{
+	struct capy_err err = { 0 };
+	int rc;
+
+	*tok = -1;
+	if ((rc = capy_mask_compute(q->mask, q->gstate, q->bits, &err)) < 0) {
+		snprintf(msg, cap, "the output's grammar: %s", err.msg);
+		return rc;
+	}
+	if (rc == 0)
+		return 0;
+	if ((*tok = capy_sampler_next_masked(q->smp, q->logits, q->bits)) < 0) {
+		snprintf(msg, cap, "the output's grammar: no token can continue");
+		return CAPY_EFORMAT;
+	}
+	if ((rc = capy_mask_advance(q->r.trie, q->gstate, *tok, &err)) < 0) {
+		snprintf(msg, cap, "the output's grammar: %s", err.msg);
+		return rc;
+	}
+	return rc; /* 0: a stop token */
+}
+
 /* After a step gave q its logits: the next token, and whether the request goes on. */
 static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 {
@@ -216,12 +261,28 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 	float *raw = NULL;
 	int32_t tok;
 	int n_top = q->r.top_logprobs;
+	char msg[CAPY_ERR_MSG_MAX + 64];
 
 	if (n_top >= 0) { /* the model's distribution, before the sampler changes the logits */
 		raw = s->lp_work + s->vocab;
 		memcpy(raw, q->logits, s->vocab * sizeof(float));
 	}
-	tok = n_top >= 0 ? capy_sampler_next(q->smp, q->logits) : q->sampled;
+	if (q->r.grammar) {
+		switch (constrained_token(q, &tok, msg, sizeof(msg))) {
+		case 1:
+			break;
+		case 0: /* a stop token where the grammar accepts, or nothing can follow */
+			remove_active(s, ai);
+			finish(s, q, tok >= 0 ? CAPY_FINISH_STOP_TOKEN : CAPY_FINISH_GRAMMAR, tok, NULL);
+			return;
+		default:
+			remove_active(s, ai);
+			finish(s, q, CAPY_FINISH_ERROR, 0, msg);
+			return;
+		}
+	} else {
+		tok = n_top >= 0 ? capy_sampler_next(q->smp, q->logits) : q->sampled;
+	}
 	for (size_t i = 0; i < q->r.n_stop_ids; i++)
 		if (q->stop[i] == tok) {
 			remove_active(s, ai);
@@ -239,6 +300,11 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 	if (q->r.cb(q->r.ud, &ev)) {
 		remove_active(s, ai);
 		finish(s, q, CAPY_FINISH_STOPPED, 0, NULL);
+		return;
+	}
+	if (q->r.grammar && capy_grammar_finished(q->gstate)) { /* done: no need to wait for a stop id */
+		remove_active(s, ai);
+		finish(s, q, CAPY_FINISH_GRAMMAR, 0, NULL);
 		return;
 	}
 	if (q->generated >= q->max_new || capy_seq_len(q->seq) + 1 >= s->o.max_context) {
@@ -267,10 +333,10 @@ static void fail_all(struct capy_sched *s, const char *msg)
 }
 
 /* The step picks q's next token (where the backend can, next to the logits), unless q asks
- * for log-probabilities: those need the whole row on the host. */
+ * for log-probabilities or is constrained: those need the whole row on the host. */
 static void wants_token(struct capy_step_item *it, struct req *q)
 {
-	if (q->r.top_logprobs >= 0) {
+	if (q->r.top_logprobs >= 0 || q->r.grammar) { /* a grammar's mask is applied here */
 		it->logits = q->logits;
 		return;
 	}
@@ -572,6 +638,9 @@ int capy_sched_submit(struct capy_sched *s, const struct capy_gen_request *r, ui
 		return capy_err_set(err, CAPY_EINVAL, "top_logprobs above %d", CAPY_GEN_MAX_TOP_LOGPROBS);
 	if (!r->cb)
 		return capy_err_set(err, CAPY_EINVAL, "no callback");
+	if (r->grammar && (!r->trie || capy_token_trie_ids(r->trie) != s->vocab))
+		return capy_err_set(err, CAPY_EINVAL, "a grammar needs the token trie of the model's vocabulary of %"
+				    PRIu64 " ids", s->vocab);
 	for (size_t i = 0; i < r->n_prompt; i++)
 		if (r->prompt[i] < 0 || (uint64_t)r->prompt[i] >= s->vocab)
 			return capy_err_set(err, CAPY_EINVAL, "token id %" PRId32 " at position %zu is outside the vocabulary "
@@ -611,8 +680,10 @@ int capy_sched_submit(struct capy_sched *s, const struct capy_gen_request *r, ui
 		pthread_cond_signal(&s->cv);
 	}
 	pthread_mutex_unlock(&s->mu);
-	if (rc < 0)
+	if (rc < 0) {
+		q->r.grammar = NULL; /* refused: the grammar stays the caller's */
 		free_req(q);
+	}
 	return rc;
 }
 

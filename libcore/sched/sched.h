@@ -39,6 +39,8 @@
 #include "../sample/sample.h"
 
 struct capy_sched;
+struct capy_grammar;
+struct capy_token_trie;
 
 struct capy_sched_opts {
 	int max_concurrency;        /* requests in the batch at once (0: 8) */
@@ -61,7 +63,8 @@ enum capy_gen_finish {
 	CAPY_FINISH_STOPPED,    /* the callback asked to stop (e.g. a stop string matched) */
 	CAPY_FINISH_CANCELLED,  /* capy_sched_cancel */
 	CAPY_FINISH_SHUTDOWN,   /* the scheduler closed before the request finished */
-	CAPY_FINISH_ERROR,      /* the engine failed; error says why */
+	CAPY_FINISH_ERROR,      /* the engine failed, or the grammar hit a dead end; error says why */
+	CAPY_FINISH_GRAMMAR,    /* the request's grammar is complete: nothing more could follow */
 };
 
 #define CAPY_GEN_MAX_TOP_LOGPROBS 20
@@ -99,6 +102,16 @@ struct capy_gen_request {
 	uint64_t snapshot_at;        /* one more snapshot position inside the prompt (0: none) */
 	capy_gen_cb cb;
 	void *ud;
+	/* Constrained output (structured output, forced tool calls): every token is drawn on
+	 * the host from the logits masked to what the grammar can read next from where the
+	 * output is (constrain/mask.h), and the request ends with CAPY_FINISH_GRAMMAR once the
+	 * grammar is complete, or at a stop id where it accepts; a state no token can continue
+	 * ends it with CAPY_FINISH_ERROR. A successful capy_sched_submit takes grammar over (it
+	 * is freed with the request; on failure it stays the caller's). trie is the
+	 * vocabulary's, built with the request's stop ids as its stop tokens; read-only and
+	 * shared by any number of requests, it must outlive the scheduler. */
+	struct capy_grammar *grammar;
+	const struct capy_token_trie *trie;
 };
 
 struct capy_sched_stats {

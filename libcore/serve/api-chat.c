@@ -146,7 +146,7 @@ int effort_thinking(struct api_parse *p, const char *effort, const char *at)
 	      "%s must be none, minimal, low, medium, high, xhigh or max, not '%s'", at, effort);
 }
 
-/* response_format {type, json_schema:{schema}}: recorded, not enforced. */
+/* response_format {type, json_schema:{schema, strict}}: the answer is held to it (generate.c). */
 static void chat_response_format(struct api_parse *p, const struct capy_tval *body)
 {
 	struct capy_tval *rf = popt_dict(p, body, "response_format", "");
@@ -164,6 +164,8 @@ static void chat_response_format(struct api_parse *p, const struct capy_tval *bo
 
 		p->req->response_format = CAPY_API_FORMAT_JSON_SCHEMA;
 		p->req->response_schema = popt_dict(p, js, "schema", "response_format.json_schema");
+		p->req->response_strict = popt_bool(p, js, "strict", "response_format.json_schema", false);
+		p->req->response_schema_at = "response_format.json_schema.schema";
 	} else {
 		pfail(p, "invalid_value", "response_format.type",
 		      "response_format.type must be text, json_object or json_schema, not '%s'", type);

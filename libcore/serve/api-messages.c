@@ -380,6 +380,9 @@ static void output_config(struct api_parse *p, const struct capy_tval *body)
 	if (type && !strcmp(type, "json_schema")) {
 		p->req->response_format = CAPY_API_FORMAT_JSON_SCHEMA;
 		p->req->response_schema = popt_dict(p, fmt, "schema", "output_config.format");
+		/* Anthropic's structured outputs refuse what they cannot guarantee */
+		p->req->response_strict = true;
+		p->req->response_schema_at = "output_config.format.schema";
 	}
 }
 

@@ -256,7 +256,7 @@ static bool includes(const struct capy_tval *include, const char *what)
 	return false;
 }
 
-/* text.format {type: text|json_object|json_schema, schema}: recorded, not enforced. */
+/* text.format {type: text|json_object|json_schema, schema, strict}: the answer is held to it. */
 static void responses_text(struct api_parse *p, const struct capy_tval *body)
 {
 	struct capy_tval *text = popt_dict(p, body, "text", "");
@@ -270,6 +270,8 @@ static void responses_text(struct api_parse *p, const struct capy_tval *body)
 	} else if (!strcmp(type, "json_schema")) {
 		p->req->response_format = CAPY_API_FORMAT_JSON_SCHEMA;
 		p->req->response_schema = popt_dict(p, fmt, "schema", "text.format");
+		p->req->response_strict = popt_bool(p, fmt, "strict", "text.format", false);
+		p->req->response_schema_at = "text.format.schema";
 	} else {
 		pfail(p, "invalid_value", "text.format.type",
 		      "text.format.type must be text, json_object or json_schema, not '%s'", type);

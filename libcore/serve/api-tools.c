@@ -77,6 +77,16 @@ static struct capy_tval *tools_list(struct api_parse *p, const struct capy_tval 
 
 /* A function description {name, description?, parameters?} (chat "function", legacy
  * "functions" entries, Responses flat function tools). */
+/* strict: true on a tool: a forced call of it is held to its schema in strict mode. */
+static void note_strict(struct api_parse *p, const struct capy_tval *obj, const char *name, const char *at)
+{
+	if (!popt_bool(p, obj, "strict", at, false))
+		return;
+	if (!p->req->strict_tools)
+		p->req->strict_tools = plist(p);
+	ppush(p, p->req->strict_tools, pstrz(p, name));
+}
+
 static void add_function(struct api_parse *p, const struct capy_tval *fn, const char *at)
 {
 	const char *name = tool_name(p, fn, at);
@@ -84,6 +94,7 @@ static void add_function(struct api_parse *p, const struct capy_tval *fn, const 
 	struct capy_tval *params = popt_dict(p, fn, "parameters", at);
 
 	add_tool(p, name, desc, params);
+	note_strict(p, fn, name, at);
 }
 
 /* A custom tool's description, with the grammar of its input when it has one, since the
@@ -275,6 +286,7 @@ void parse_tools_messages(struct api_parse *p, const struct capy_tval *body)
 			pset(p, copy, "type", pstrz(p, "object"));
 		}
 		add_tool(p, tool_name(p, t, at), popt_str(p, t, "description", at), copy);
+		note_strict(p, t, tool_name(p, t, at), at);
 	}
 }
 

@@ -163,7 +163,7 @@ struct capy_api_request {
 
 	enum capy_api_tool_choice tool_choice;
 	const char *tool_choice_name; /* CAPY_API_TOOLS_NAMED */
-	bool parallel_tool_calls;     /* default true */
+	bool parallel_tool_calls;     /* default true; false: a forced call is one call */
 
 	int logprobs;           /* -1: none; else logprobs wanted with this many alternatives
 				 * (chat top_logprobs, completions logprobs, Responses
@@ -178,8 +178,17 @@ struct capy_api_request {
 	int64_t thinking_budget;
 	bool encrypted_reasoning; /* Responses include has "reasoning.encrypted_content" */
 
-	enum capy_api_format response_format; /* accepted, not enforced (docs/serving.md) */
+	/* Structured output, enforced by a grammar (docs/structured-output.md): the format, its
+	 * schema (JSON_SCHEMA; NULL: any JSON), strict (refuse keywords the grammar cannot hold;
+	 * chat json_schema.strict, Responses text.format.strict, always for Anthropic) and where
+	 * the schema is in the body (for errors). */
+	enum capy_api_format response_format;
 	struct capy_tval *response_schema;
+	bool response_strict;
+	const char *response_schema_at;
+	/* Names of the tools marked strict: true (a list of strings, NULL: none): a forced call
+	 * of one has its arguments held to the schema in strict mode, others in relaxed mode. */
+	struct capy_tval *strict_tools;
 
 	/* Responses: the functions the model sees that are not plain function tools, by name:
 	 * {"type":"custom"} for a custom (freeform) tool, rendered as a function of one string

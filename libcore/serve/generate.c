@@ -11,6 +11,10 @@
  * and frees the job. The cancel callback only reads fields fixed before it is set.
  */
 #include "serve-impl.h"
+#include "../constrain/grammar.h"
+#include "../constrain/json-schema.h"
+#include "../text/toolcall-grammar.h"
+#include "../util/json.h"
 
 #include <math.h>
 #include <sys/random.h>
@@ -25,6 +29,7 @@ struct job {
 	struct capy_api_writer *w;
 	char id[32];
 	char *forced;                 /* text the answer was made to start with, or NULL */
+	struct capy_grammar *grammar; /* what the answer is held to (until submitted), or NULL */
 	uint64_t prompt_tokens, cached, generated;
 	int64_t created;
 	const char *echo;             /* completions echo: the prompt text */
@@ -56,6 +61,7 @@ static void job_free(struct job *j)
 		capy_api_request_release(&j->req);
 	capy_buf_release(&j->out);
 	free(j->forced);
+	capy_grammar_free(j->grammar);
 	free(j->echo_buf);
 	pthread_mutex_destroy(&j->mu);
 	pthread_cond_destroy(&j->cv);
@@ -210,6 +216,7 @@ static void end_answer(struct job *j, const struct capy_gen_event *ev)
 		goto broken; /* the text pipeline failed on the way (out of memory): stopped there */
 	switch (ev->finish) {
 	case CAPY_FINISH_STOP_TOKEN:
+	case CAPY_FINISH_GRAMMAR: /* the grammar is complete: the answer ended as a stop id would end it */
 		break;
 	case CAPY_FINISH_STOPPED:
 		stop = capy_textout_stop_string(j->to);
@@ -248,7 +255,7 @@ broken:
 
 static void log_job(struct job *j, struct capy_http_exchange *x)
 {
-	static const char *const why[] = { "stop", "length", "stop_string", "cancelled", "shutdown", "error" };
+	static const char *const why[] = { "stop", "length", "stop_string", "cancelled", "shutdown", "error", "grammar" };
 	const char *f = why[j->finish];
 
 	if (j->finish == CAPY_FINISH_STOPPED && j->gone)
@@ -378,8 +385,9 @@ static bool ends_with(const char *s, size_t n, const char *suffix)
 
 /* tool_choice required or named: the answer is made to start with the model's own tool-call
  * opening (XML for templates that describe <function=...>, else hermes JSON), so it is a call
- * from its first token; an open <think> is closed first. */
-static char *forced_start(const struct job *j, const char *prompt, size_t len)
+ * from its first token; the call grammar continues it. Not where the prompt ends inside
+ * <think>: there the grammar lets the model reason first, and nothing is forced. */
+static char *forced_start(const struct job *j, const char *prompt)
 {
 	const struct capy_api_request *r = &j->req;
 	bool xml = strstr(prompt, "<function=") != NULL;
@@ -387,10 +395,8 @@ static char *forced_start(const struct job *j, const char *prompt, size_t len)
 
 	if (r->tool_choice != CAPY_API_TOOLS_REQUIRED && r->tool_choice != CAPY_API_TOOLS_NAMED)
 		return NULL;
-	if (!r->n_tools)
+	if (!r->n_tools || j->think_open)
 		return NULL;
-	if (ends_with(prompt, len, "<think>\n") || ends_with(prompt, len, "<think>"))
-		capy_buf_puts(&b, "\n</think>\n\n");
 	capy_buf_puts(&b, "<tool_call>\n");
 	if (r->tool_choice == CAPY_API_TOOLS_NAMED && r->tool_choice_name) {
 		if (xml) {
@@ -402,6 +408,81 @@ static char *forced_start(const struct job *j, const char *prompt, size_t len)
 		}
 	}
 	return capy_buf_detach(&b, NULL);
+}
+
+static bool forced_call(const struct capy_api_request *r)
+{
+	return (r->tool_choice == CAPY_API_TOOLS_REQUIRED || r->tool_choice == CAPY_API_TOOLS_NAMED) && r->n_tools &&
+	       r->tools_json;
+}
+
+/* A grammar text compiled for the request, or the refusal (400 for what the request asked,
+ * naming where: a schema the compiler refuses, a tool name XML cannot write). */
+static int compile_answer(struct job *j, char *text, int rc, const struct capy_err *gerr, const char *at,
+			  struct capy_api_error *ae)
+{
+	struct capy_err err = { 0 };
+
+	if (rc < 0)
+		return capy_api_error_set(ae, rc == CAPY_ENOMEM ? 500 : 400, at, "%s: %s", at, gerr->msg);
+	rc = capy_grammar_compile(text, strlen(text), "root", &j->grammar, &err);
+	free(text);
+	if (rc < 0)
+		return capy_api_error_set(ae, rc == CAPY_ENOMEM ? 500 : 400, at, "%s: the grammar made of it: %s", at,
+					  err.msg);
+	return 0;
+}
+
+/* tool_choice required / named: the answer is held to the model's own call syntax for the
+ * tools (toolcall-grammar.h), after free reasoning where the prompt opened <think> (no start
+ * is forced then), else continuing the forced start. */
+static int call_grammar(struct job *j, bool xml, struct capy_api_error *ae)
+{
+	const struct capy_api_request *r = &j->req;
+	size_t n = capy_tval_len(r->strict_tools);
+	const char **strict = n ? calloc(n, sizeof(*strict)) : NULL;
+	struct capy_call_grammar_opts o = { .syntax = xml ? CAPY_CALL_XML : CAPY_CALL_HERMES, .strict = strict,
+					    .n_strict = n, .reasoning = j->think_open, .opened = !j->think_open,
+					    .parallel = r->parallel_tool_calls };
+	struct capy_err err = { 0 };
+	char *text = NULL;
+	int rc;
+
+	if (n && !strict)
+		return capy_api_error_set(ae, 500, NULL, "out of memory");
+	for (size_t i = 0; i < n; i++)
+		strict[i] = capy_tval_strv(capy_tval_at(r->strict_tools, i), NULL);
+	if (r->tool_choice == CAPY_API_TOOLS_NAMED)
+		o.only = r->tool_choice_name;
+	rc = capy_call_grammar(r->tools_json, strlen(r->tools_json), &o, &text, &err);
+	free(strict);
+	return compile_answer(j, text, rc, &err, "tools", ae);
+}
+
+/* response_format json_object / json_schema: the answer is a JSON text of the schema (any
+ * object for json_object), after free reasoning where the prompt opened <think>. */
+static int format_grammar(struct job *j, struct capy_api_error *ae)
+{
+	const struct capy_api_request *r = &j->req;
+	static const char any_object[] = "{\"type\":\"object\",\"additionalProperties\":true}";
+	struct capy_schema_opts so = { .strict = r->response_strict, .prefix = "j-" };
+	const char *at = r->response_schema_at ? r->response_schema_at : "response_format";
+	struct capy_err err = { 0 };
+	char *schema = NULL, *text = NULL, *full = NULL;
+	int rc;
+
+	if (r->response_format == CAPY_API_FORMAT_JSON_SCHEMA && r->response_schema) {
+		struct capy_err e = { 0 };
+		if (capy_tval_to_json(r->response_schema, &schema, NULL, &e) < 0)
+			return capy_api_error_set(ae, 500, NULL, "%s", e.msg);
+	}
+	rc = capy_json_schema_to_gbnf(schema ? schema : any_object, schema ? strlen(schema) : strlen(any_object), &so,
+				      &text, &err);
+	free(schema);
+	if (rc == 0 && (rc = capy_grammar_reasoning_first(text, "j-root", j->think_open, &full, &err)) < 0)
+		full = NULL;
+	free(text);
+	return compile_answer(j, full, rc, &err, at, ae);
 }
 
 /* The prompt of a chat request: rendered, continued or forced; tokenized. */
@@ -425,7 +506,14 @@ static int chat_prompt(struct job *j, struct capy_tokens *ids, char **text, size
 		return rc;
 	}
 	j->think_open = ends_with(prompt, len, "<think>\n") || ends_with(prompt, len, "<think>");
-	if (j->api != CAPY_API_COUNT_TOKENS && (j->forced = forced_start(j, prompt, len))) {
+	if (j->api != CAPY_API_COUNT_TOKENS && (forced_call(&j->req) || j->req.response_format != CAPY_API_FORMAT_TEXT)) {
+		rc = forced_call(&j->req) ? call_grammar(j, strstr(prompt, "<function=") != NULL, ae) : format_grammar(j, ae);
+		if (rc < 0) {
+			free(prompt);
+			return rc;
+		}
+	}
+	if (j->api != CAPY_API_COUNT_TOKENS && (j->forced = forced_start(j, prompt))) {
 		char *p = realloc(prompt, len + strlen(j->forced) + 1);
 		if (!p) {
 			free(prompt);
@@ -565,10 +653,13 @@ static void serve(struct capy_http_exchange *x, struct capy_server *srv, enum ca
 	gr.snapshot_at = api == CAPY_API_COMPLETIONS ? 0 : last_turn_start(srv, &ids);
 	gr.cb = on_gen;
 	gr.ud = j;
+	gr.grammar = j->grammar;
+	gr.trie = srv->trie;
 	if ((rc = capy_sched_submit(srv->sched, &gr, &j->sched_id, &err)) < 0) {
 		respond_error(x, api, rc == CAPY_EBUSY ? 503 : rc == CAPY_EINVAL ? 400 : 500, NULL, "%s", err.msg);
 		goto done;
 	}
+	j->grammar = NULL; /* the scheduler's now */
 	capy_tokens_release(&ids);
 	free(text);
 	text = NULL;

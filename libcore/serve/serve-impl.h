@@ -27,6 +27,9 @@ struct capy_server {
 	struct capy_tdoc *special_doc;   /* the special-tokens map, read-only once built */
 	struct capy_tval *special;
 	int32_t im_start;                /* id of <|im_start|>, or -1 */
+	/* The vocabulary as a byte trie for structured output (constrain/mask.h), built once:
+	 * read-only, shared by every constrained request; the stop tokens are the model's eos. */
+	struct capy_token_trie *trie;
 	struct capy_http *http;
 	int64_t created;                 /* unix seconds at start */
 	pthread_mutex_t mu;              /* the counters below */

@@ -1,6 +1,7 @@
 /* server.c - capy-serve's server: routes on the HTTP layer, error bodies in each API's shape,
  * /health, /v1/models, /metrics (Prometheus text), and request counts from the log lines. */
 #include "serve-impl.h"
+#include "../constrain/mask.h"
 #include "../util/json.h"
 
 #include <math.h>
@@ -184,6 +185,29 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	capy_buf_release(&b);
 }
 
+/* The trie of the vocabulary for constrained requests. Added tokens that are not special
+ * (<tool_call>, <think>, ...) are text: the tool-call grammar writes them, and a model writes
+ * them as those single tokens. */
+static int build_trie(struct capy_server *srv, struct capy_err *err)
+{
+	uint32_t vocab = (uint32_t)capy_engine_config(srv->e)->vocab_size;
+	int32_t *text = malloc(vocab * sizeof(int32_t));
+	size_t n = 0;
+	int rc;
+
+	if (!text)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	for (uint32_t id = 0; id < vocab; id++)
+		if (capy_tokenizer_is_added(srv->as->tok, (int32_t)id) && !capy_tokenizer_is_special(srv->as->tok, (int32_t)id))
+			text[n++] = (int32_t)id;
+	rc = capy_token_trie_from_tokenizer(&srv->trie, srv->as->tok, vocab, srv->as->eos, (size_t)srv->as->n_eos, text,
+					    n, err);
+	free(text);
+	if (rc < 0)
+		capy_err_prefix(err, "the vocabulary's trie for structured output");
+	return rc;
+}
+
 int capy_server_start(struct capy_server **out, const struct capy_server_opts *o, struct capy_engine *e,
 		      struct capy_sched *sched, const struct capy_assets *as, struct capy_err *err)
 {
@@ -221,6 +245,8 @@ int capy_server_start(struct capy_server **out, const struct capy_server_opts *o
 		    (rc = capy_chat_special_tokens(srv->special_doc, cfg, &srv->special, err)) < 0)
 			goto fail;
 	}
+	if ((rc = build_trie(srv, err)) < 0)
+		goto fail;
 	static const char *const gen_post = "POST";
 	const struct capy_http_route routes[] = {
 		{ "/v1/chat/completions", gen_post, serve_chat, srv, false },
@@ -252,6 +278,7 @@ int capy_server_start(struct capy_server **out, const struct capy_server_opts *o
 	*out = srv;
 	return 0;
 fail:
+	capy_token_trie_free(srv->trie);
 	capy_tdoc_free(srv->special_doc);
 	free(srv->model_id);
 	pthread_mutex_destroy(&srv->mu);
@@ -274,6 +301,7 @@ void capy_server_stop(struct capy_server *srv, double timeout_s)
 	if (!srv)
 		return;
 	capy_http_stop(srv->http, timeout_s);
+	capy_token_trie_free(srv->trie);
 	capy_tdoc_free(srv->special_doc);
 	free(srv->model_id);
 	pthread_mutex_destroy(&srv->mu);

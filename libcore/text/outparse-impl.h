@@ -115,6 +115,11 @@ enum op_type {
 	OP_T_ARRAY = 1 << 5,
 	OP_T_NULL = 1 << 6,
 };
+/* The JSON types a schema allows, as the XML parameters are typed (OP_T_*): "type" (a name or
+ * a list), the union of anyOf/oneOf branches, else the types of enum or const; 0 when it
+ * does not say. The tool-call grammar (toolcall-grammar.c) writes values the same way. */
+struct cJSON;
+unsigned op_schema_types(const struct cJSON *schema);
 
 struct op_param {
 	char *name;

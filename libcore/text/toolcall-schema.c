@@ -63,6 +63,11 @@ static unsigned schema_types(const cJSON *s, int depth)
 	return m;
 }
 
+unsigned op_schema_types(const cJSON *schema)
+{
+	return schema_types(schema, 0);
+}
+
 static int add_tool(struct op_tools *t, const char *name, const cJSON *schema)
 {
 	const cJSON *props = cJSON_GetObjectItemCaseSensitive(schema, "properties"), *it;

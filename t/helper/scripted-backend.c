@@ -11,7 +11,9 @@
  *	 "token_delay_ms": 0}
  * The first rule whose text occurs in the prompt's last user turn (the text after its last
  * "<|im_start|>user", or the whole prompt without one) gives the reply, else the default. A
- * reply that starts with "<think>\n" loses that opening when the prompt already ends with it.
+ * reply that starts with "<think>\n" loses that opening when the prompt already ends with it;
+ * one holding the forced start of a tool call that the prompt ends with (tool_choice required
+ * or named) plays on from after it.
  * token_delay_ms slows every step down (tests of disconnects and load).
  *
  * Failure mode (tests of an engine-wide failure): a rule may carry "fail": "message" instead
@@ -219,6 +221,23 @@ static const struct rule *choose(const struct script *sc, const char *text)
 	return NULL;
 }
 
+/* A forced tool-call start (capy-serve wrote "<tool_call>\n..." into the prompt's final
+ * assistant turn, as tool_choice required / named do) is the reply's own too: the reply plays
+ * on from after that text where it holds it (what comes before, reasoning say, was skipped
+ * by the forcing), else whole. */
+static const char *after_forced(const char *text, const char *reply)
+{
+	const char *turn = NULL, *p = text, *call, *hit;
+
+	while ((p = strstr(p, "<|im_start|>assistant"))) {
+		turn = p;
+		p++;
+	}
+	if (!turn || !(call = strstr(turn, "<tool_call>")) || !(hit = strstr(reply, call)))
+		return reply;
+	return hit + strlen(call);
+}
+
 static int plan(struct script *sc, struct play *pl, const int32_t *hist, uint64_t L, struct capy_err *err)
 {
 	struct capy_tokens ids = { 0 };
@@ -238,6 +257,7 @@ static int plan(struct script *sc, struct play *pl, const int32_t *hist, uint64_
 	reply = ru ? ru->reply : sc->fallback;
 	if (len >= 8 && !memcmp(text + len - 8, "<think>\n", 8) && !strncmp(reply, "<think>\n", 8))
 		reply += 8;
+	reply = after_forced(text, reply);
 	free(text);
 	if ((rc = capy_tokenizer_encode(sc->as.tok, reply, strlen(reply), CAPY_TOK_PARSE_ADDED, &ids, err)) < 0)
 		return rc;

@@ -107,6 +107,38 @@ function chatCall(r, name) {
 	return { call, args };
 }
 
+const pickFn = {
+	name: "pick",
+	description: "Pick a color and a digit",
+	parameters: {
+		type: "object",
+		properties: {
+			color: { type: "string", enum: ["red", "green", "blue"] },
+			digit: { type: "integer", minimum: 0, maximum: 9 },
+		},
+		required: ["color", "digit"],
+		additionalProperties: false,
+	},
+};
+
+function checkPick(args) {
+	check(["red", "green", "blue"].includes(args.color), `color ${show(args.color)}`);
+	check(Number.isInteger(args.digit) && args.digit >= 0 && args.digit <= 9, `digit ${show(args.digit)}`);
+	check(Object.keys(args).every((k) => k === "color" || k === "digit"), `arguments ${show(args)}`);
+}
+
+// The arguments of the one function_call item of a Responses answer, which must call name.
+function responsesCall(r, name) {
+	const calls = r.output.filter((it) => it.type === "function_call");
+	check(calls.length === 1, `function_call items: ${show(r.output)}`);
+	check(isId(calls[0].call_id) && calls[0].name === name, `function_call ${show(calls[0])}, wanted ${name}`);
+	try {
+		return JSON.parse(calls[0].arguments);
+	} catch {
+		throw new Failure(`arguments are not JSON: ${show(calls[0].arguments)}`);
+	}
+}
+
 function checkWeatherArgs(args) {
 	check(args.city === "Paris", `city ${show(args.city)}`);
 	check(args.days === undefined || args.days === 3, `days ${show(args.days)} (an integer is wanted)`);
@@ -350,6 +382,68 @@ const cases = {
 		});
 		checkMessage(m2, ["end_turn", "max_tokens"]);
 		messageText(m2);
+	},
+
+	// Forced calls of the other two APIs (the scripted model's get_weather / get_time).
+	async "responses-required"() {
+		const r = checkResponse(await oai.responses.create({
+			model, input: WEATHER, tools: respTools, tool_choice: "required", max_output_tokens: 256,
+		}));
+		checkWeatherArgs(responsesCall(r, "get_weather"));
+	},
+
+	async "responses-named"() {
+		const r = checkResponse(await oai.responses.create({
+			model, input: TIME, tools: respTools, max_output_tokens: 256,
+			tool_choice: { type: "function", name: "get_time" },
+		}));
+		const args = responsesCall(r, "get_time");
+		check(args.timezone === "Asia/Tokyo", `timezone ${show(args.timezone)}`);
+	},
+
+	async "anthropic-any"() {
+		const m = await ant.messages.create({
+			model, max_tokens: 256, tools: antTools, messages: user(WEATHER), tool_choice: { type: "any" },
+		});
+		checkWeatherArgs(antCall(m, "get_weather").input);
+	},
+
+	async "anthropic-tool"() {
+		// streamed: the SDK puts the input_json_delta pieces together
+		const m = await ant.messages.stream({
+			model, max_tokens: 256, tools: antTools, messages: user(TIME),
+			tool_choice: { type: "tool", name: "get_time", disable_parallel_tool_use: true },
+		}).finalMessage();
+		check(antCall(m, "get_time").input.timezone === "Asia/Tokyo", `input ${show(m.content)}`);
+	},
+
+	// Forced calls of a tool with a bounded schema, which any model completes within the
+	// limit: its arguments must hold to the schema (the grammar's work on a random model).
+	async "bounded-chat"() {
+		for (const tool_choice of ["required", { type: "function", function: { name: "pick" } }]) {
+			const r = await oai.chat.completions.create({
+				model, messages: user("Pick one."), tools: [{ type: "function", function: pickFn }], tool_choice,
+				max_tokens: 256, seed: 7, parallel_tool_calls: false,
+			});
+			checkPick(chatCall(r, "pick").args);
+		}
+	},
+
+	async "bounded-responses"() {
+		const r = checkResponse(await oai.responses.create({
+			model, input: "Pick one.", tools: [{ type: "function", ...pickFn, strict: true }], max_output_tokens: 256,
+			tool_choice: { type: "function", name: "pick" }, parallel_tool_calls: false,
+		}));
+		checkPick(responsesCall(r, "pick"));
+	},
+
+	async "bounded-anthropic"() {
+		const m = await ant.messages.create({
+			model, max_tokens: 256, messages: user("Pick one."),
+			tools: [{ name: pickFn.name, description: pickFn.description, input_schema: pickFn.parameters }],
+			tool_choice: { type: "any", disable_parallel_tool_use: true },
+		});
+		checkPick(antCall(m, "pick").input);
 	},
 
 	async errors() {

@@ -7,6 +7,7 @@
 #include "test.h"
 #include "constrain/grammar.h"
 #include "constrain/json-schema.h"
+#include "util/buf.h"
 
 #include <dirent.h>
 
@@ -197,6 +198,45 @@ static void test_whitespace(void)
 	refuses(g, "{\"a\": []}");
 	refuses(g, "{\"a\":[1, 2]}");
 	capy_grammar_free(g);
+}
+
+/* A prefix renames every rule (the root too), so two schemas' grammars embed side by side
+ * in one grammar and each still matches exactly what it did alone. */
+static void test_prefix(void)
+{
+	const char *a = "{\"properties\": {\"n\": {\"type\": \"integer\", \"minimum\": 3}}, \"required\": [\"n\"]}";
+	const char *b = "{\"type\": \"array\", \"items\": {\"enum\": [\"x\", \"y\"]}, \"maxItems\": 2}";
+	struct capy_schema_opts pa = { .strict = true, .prefix = "a-" }, pb = { .strict = true, .prefix = "b-" };
+	char *ga = NULL, *gb = NULL;
+	struct capy_grammar *g = NULL;
+	struct capy_err err = { 0 };
+	struct capy_buf text = { 0 };
+
+	CHECK(capy_json_schema_to_gbnf(a, strlen(a), &pa, &ga, &err) == 0);
+	CHECK(capy_json_schema_to_gbnf(b, strlen(b), &pb, &gb, &err) == 0);
+	if (!ga || !gb)
+		goto out;
+	CHECK(!strncmp(ga, "a-root ::= ", 11));
+	/* every rule defined is a prefixed one */
+	for (const char *line = ga; *line; line = strchr(line, '\n') + 1) {
+		CHECK_MSG(!strncmp(line, "a-", 2), "an unprefixed rule: %.40s", line);
+		if (!strchr(line, '\n'))
+			break;
+	}
+	capy_buf_printf(&text, "root ::= a-root \" \" b-root\n%s%s", ga, gb);
+	CHECK_MSG(capy_grammar_compile(text.data, text.len, "root", &g, &err) == 0, "%s", err.msg);
+	accepts(g, "{\"n\": 3} [\"x\", \"y\"]");
+	accepts(g, "{\"n\":12} []");
+	refuses(g, "{\"n\": 2} []");
+	refuses(g, "{\"n\": 3} [\"x\", \"y\", \"x\"]");
+	capy_grammar_free(g);
+	g = compile_with(a, &pa); /* compiled straight: the root is a-root */
+	accepts(g, "{\"n\": 4}");
+	capy_grammar_free(g);
+out:
+	capy_buf_release(&text);
+	free(ga);
+	free(gb);
 }
 
 static void test_strings(void)
@@ -590,6 +630,7 @@ int main(void)
 	RUN(test_types);
 	RUN(test_objects);
 	RUN(test_whitespace);
+	RUN(test_prefix);
 	RUN(test_strings);
 	RUN(test_formats);
 	RUN(test_patterns);

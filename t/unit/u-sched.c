@@ -1,14 +1,17 @@
 /* u-sched.c - the scheduler on the qwen3_5_moe and qwen4_exp fixtures: a request gives the
  * tokens the engine gives it directly, alone or with seven others at once (greedy and
  * seeded sampling), a cached prefix resumes exactly where the engine would, stop ids,
- * max_new_tokens, the context limit, cancellation, a full queue, shutdown, and the prefix
- * cache's budget. */
+ * max_new_tokens, the context limit, cancellation, a full queue, shutdown, the prefix
+ * cache's budget, and constrained requests (a grammar over a trie of the vocabulary: every
+ * token allowed, the end when the grammar is complete, a dead end reported as an error). */
 #include "test.h"
 #include "test-fixture.h"
 #include "artifact/artifact.h"
 #include "convert/convert.h"
 #include "engine/engine.h"
 #include "sched/sched.h"
+#include "constrain/grammar.h"
+#include "constrain/mask.h"
 
 #include <pthread.h>
 #include <time.h>
@@ -132,7 +135,7 @@ static uint64_t submit(struct capy_sched *s, const int32_t *p, uint64_t n, uint6
 		       const struct capy_sampler_params *sp, struct result *r)
 {
 	struct capy_err err = { 0 };
-	struct capy_gen_request q = { p, n, *sp, max_new, NULL, 0, -1, 0, on_event, r };
+	struct capy_gen_request q = { p, n, *sp, max_new, NULL, 0, -1, 0, on_event, r, NULL, NULL };
 	uint64_t id = 0;
 
 	CHECK_MSG(capy_sched_submit(s, &q, &id, &err) == 0, "%s", err.msg);
@@ -292,7 +295,7 @@ static void test_endings(void)
 	make_prompt(p, 400, 7);
 	reference(p, 20, &cut, 1, 8, &sp, ref);
 	/* A stop id: the fourth token ends the answer and is not delivered. */
-	struct capy_gen_request q = { p, 20, sp, 0, &ref[3], 1, -1, 0, on_event, &r };
+	struct capy_gen_request q = { p, 20, sp, 0, &ref[3], 1, -1, 0, on_event, &r, NULL, NULL };
 	result_init(&r);
 	CHECK_EQ_INT(capy_sched_submit(s, &q, &id, &err), 0);
 	CHECK(wait_end(&r));
@@ -313,15 +316,15 @@ static void test_endings(void)
 	CHECK_EQ_INT(r.finish, CAPY_FINISH_LENGTH);
 	CHECK_EQ_INT(r.n, 5);
 	/* Refused: empty, too long, bad ids, bad top_logprobs. */
-	q = (struct capy_gen_request){ p, 400, sp, 0, NULL, 0, -1, 0, on_event, &r };
+	q = (struct capy_gen_request){ p, 400, sp, 0, NULL, 0, -1, 0, on_event, &r, NULL, NULL };
 	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EINVAL);
 	CHECK_CONTAINS(err.msg, "leaves no room");
 	q.n_prompt = 0;
 	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EINVAL);
 	int32_t bad[2] = { 1, (int32_t)V };
-	q = (struct capy_gen_request){ bad, 2, sp, 0, NULL, 0, -1, 0, on_event, &r };
+	q = (struct capy_gen_request){ bad, 2, sp, 0, NULL, 0, -1, 0, on_event, &r, NULL, NULL };
 	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EINVAL);
-	q = (struct capy_gen_request){ p, 2, sp, 0, NULL, 0, 21, 0, on_event, &r };
+	q = (struct capy_gen_request){ p, 2, sp, 0, NULL, 0, 21, 0, on_event, &r, NULL, NULL };
 	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EINVAL);
 	/* Cancel: a long answer cancelled after it started. */
 	result_init(&r);
@@ -341,7 +344,7 @@ static void test_endings(void)
 	capy_sched_cancel(s, 999999); /* unknown: ignored */
 	/* Logprobs come with the tokens. */
 	result_init(&r2);
-	q = (struct capy_gen_request){ p, 20, sp, 3, NULL, 0, 5, 0, on_event, &r2 };
+	q = (struct capy_gen_request){ p, 20, sp, 3, NULL, 0, 5, 0, on_event, &r2, NULL, NULL };
 	CHECK_EQ_INT(capy_sched_submit(s, &q, &id, &err), 0);
 	CHECK(wait_end(&r2));
 	CHECK(!memcmp(r2.tokens, ref, 3 * sizeof(int32_t)));
@@ -362,7 +365,7 @@ static void test_queue_and_shutdown(void)
 
 	make_prompt(p, 20, 1);
 	for (int i = 0; i < 6; i++) {
-		struct capy_gen_request q = { p, 20, sp, 350, NULL, 0, -1, 0, on_event, &r[i] };
+		struct capy_gen_request q = { p, 20, sp, 350, NULL, 0, -1, 0, on_event, &r[i], NULL, NULL };
 		result_init(&r[i]);
 		accepted[i] = capy_sched_submit(s, &q, &id, &err) == 0;
 		refused += !accepted[i];
@@ -371,7 +374,7 @@ static void test_queue_and_shutdown(void)
 	CHECK_CONTAINS(err.msg, "the queue is full");
 	/* Stopped, the scheduler refuses and still answers stats. */
 	capy_sched_stop(s, 0.05);
-	struct capy_gen_request q = { p, 20, sp, 3, NULL, 0, -1, 0, on_event, &r[0] };
+	struct capy_gen_request q = { p, 20, sp, 3, NULL, 0, -1, 0, on_event, &r[0], NULL, NULL };
 	CHECK(capy_sched_submit(s, &q, &id, &err) == CAPY_EBUSY);
 	CHECK_CONTAINS(err.msg, "shutting down");
 	capy_sched_free(s, 0);
@@ -384,6 +387,87 @@ static void test_queue_and_shutdown(void)
 	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
 }
 
+/* A vocabulary where id b < 256 is the byte b (so every text can be spelled), or, with gap,
+ * all but 'x'; the others no text. */
+static struct capy_token_trie *byte_trie(bool gap, const int32_t *stop, size_t n_stop)
+{
+	struct capy_token_text *t = calloc(V, sizeof(*t));
+	static char bytes[256];
+	struct capy_token_trie *tr = NULL;
+	struct capy_err err = { 0 };
+
+	for (int b = 0; b < 256; b++) {
+		bytes[b] = (char)b;
+		if (b && (!gap || b != 'x'))
+			t[b] = (struct capy_token_text){ &bytes[b], 1 };
+	}
+	CHECK_MSG(capy_token_trie_new(&tr, t, (uint32_t)V, stop, n_stop, &err) == 0, "%s", err.msg);
+	free(t);
+	return tr;
+}
+
+static struct capy_grammar *gbnf(const char *text)
+{
+	struct capy_grammar *g = NULL;
+	struct capy_err err = { 0 };
+
+	CHECK_MSG(capy_grammar_compile(text, strlen(text), "root", &g, &err) == 0, "%s", err.msg);
+	return g;
+}
+
+/* Constrained requests, two at once beside a free one, seeded and with logprobs: the tokens
+ * spell a sentence of the grammar and the request ends with it (CAPY_FINISH_GRAMMAR); an
+ * accepting grammar that could go on ends at a stop id; a state no token continues ends the
+ * request with an error, and the scheduler serves on. */
+static void test_constrained(void)
+{
+	struct capy_sched *s = sched_new(0, 4, 16);
+	struct capy_sampler_params sp = { .temperature = 1.0f, .seed = 3 };
+	int32_t stop = 300, p[40];
+	struct capy_token_trie *tr = byte_trie(false, &stop, 1), *gap = byte_trie(true, &stop, 1);
+	struct capy_err err = { 0 };
+	struct result r[4];
+	uint64_t id;
+	char text[MAXTOK + 1];
+
+	make_prompt(p, 40, 5);
+	for (int i = 0; i < 4; i++)
+		result_init(&r[i]);
+	struct capy_gen_request q[4] = {
+		{ p, 40, sp, 50, &stop, 1, -1, 0, on_event, &r[0], gbnf("root ::= \"ab\" [0-9]{3} (\"!\" | \"?\")"), tr },
+		{ p, 30, sp, 50, &stop, 1, 3, 0, on_event, &r[1], gbnf("root ::= [a-c]+"), tr },
+		{ p, 20, sp, 8, &stop, 1, -1, 0, on_event, &r[2], NULL, NULL },
+		{ p, 10, sp, 50, &stop, 1, -1, 0, on_event, &r[3], gbnf("root ::= \"a\" \"x\""), gap },
+	};
+	for (int i = 0; i < 4; i++)
+		CHECK_MSG(capy_sched_submit(s, &q[i], &id, &err) == 0, "%s", err.msg);
+	for (int i = 0; i < 4; i++)
+		CHECK(wait_end(&r[i]));
+	for (int i = 0; i < r[0].n; i++)
+		text[i] = (char)r[0].tokens[i];
+	text[r[0].n] = 0;
+	CHECK_EQ_INT(r[0].finish, CAPY_FINISH_GRAMMAR);
+	CHECK_MSG(r[0].n == 6 && !strncmp(text, "ab", 2) && strspn(text + 2, "0123456789") == 3 &&
+		  (text[5] == '!' || text[5] == '?'), "'%s'", text);
+	/* [a-c]+ accepts after every letter: it ends at the stop id or max_new_tokens */
+	CHECK(r[1].finish == CAPY_FINISH_STOP_TOKEN || r[1].finish == CAPY_FINISH_LENGTH);
+	CHECK(r[1].n >= 1);
+	for (int i = 0; i < r[1].n; i++)
+		CHECK_MSG(r[1].tokens[i] >= 'a' && r[1].tokens[i] <= 'c', "token %d", r[1].tokens[i]);
+	CHECK_EQ_INT(r[2].finish, CAPY_FINISH_LENGTH);
+	CHECK_EQ_INT(r[2].n, 8);
+	CHECK_EQ_INT(r[3].finish, CAPY_FINISH_ERROR);
+	CHECK_EQ_INT(r[3].n, 1); /* "a", then no token spells "x" */
+	/* without a trie of the vocabulary a grammar is refused, and stays the caller's */
+	struct capy_gen_request bad = { p, 10, sp, 5, NULL, 0, -1, 0, on_event, &r[0], gbnf("root ::= \"a\""), NULL };
+	CHECK_EQ_INT(capy_sched_submit(s, &bad, &id, &err), CAPY_EINVAL);
+	capy_grammar_free(bad.grammar);
+	capy_sched_free(s, 5.0);
+	capy_token_trie_free(tr);
+	capy_token_trie_free(gap);
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+}
+
 int main(void)
 {
 	RUN(setup);
@@ -393,6 +477,7 @@ int main(void)
 		RUN(test_cache_budget);
 		RUN(test_endings);
 		RUN(test_queue_and_shutdown);
+		RUN(test_constrained);
 	}
 	capy_engine_free(eng);
 	capy_artifact_close(art);
