@@ -89,6 +89,18 @@ __device__ __forceinline__ float ck_sigmoid(float x)
 	return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
 }
 
+// Candidate (v2, x2) beats (v1, x1): a valid one (x >= 0) beats none, a larger value beats a
+// smaller, and on equal values the lower index wins (the CPU's first maximum). The router's
+// top k (moe.cu) and the sampler's maximum (sample.cu) both pick by it.
+__device__ __forceinline__ bool ck_beats(float v1, int x1, float v2, int x2)
+{
+	if (x2 < 0)
+		return false;
+	if (x1 < 0)
+		return true;
+	return v2 > v1 || (v2 == v1 && x2 < x1);
+}
+
 // Sum of v over the block (blockDim.x a multiple of 32, at most 1024), the same tree for
 // every block: within warps by shuffles, then the warps' sums by warp 0. Every thread gets
 // the total; it ends with a barrier, so `red` may be reused at once.

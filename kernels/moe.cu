@@ -19,17 +19,6 @@
 
 #define RTHREADS 128
 
-/* Candidate (v2, x2) beats (v1, x1): a valid one (x >= 0) beats none, a larger value beats a
- * smaller, and on equal values the lower index wins (the CPU's first maximum). */
-static __device__ __forceinline__ bool beats(float v1, int x1, float v2, int x2)
-{
-	if (x2 < 0)
-		return false;
-	if (x1 < 0)
-		return true;
-	return v2 > v1 || (v2 == v1 && x2 < x1);
-}
-
 /* A row's chosen experts, in the order they were chosen: their weights renormalized by their
  * sum (when norm), then sorted by ascending expert id (insertion sort, as the CPU). */
 static __device__ void route_finish(int32_t *id, float *w, uint64_t k, bool norm, float top)
@@ -104,7 +93,7 @@ static __global__ void __launch_bounds__(RTHREADS)
 		for (int off = 16; off; off >>= 1) {
 			float ov = __shfl_xor_sync(FULL, bv, off);
 			int ox = __shfl_xor_sync(FULL, bx, off);
-			if (beats(bv, bx, ov, ox)) {
+			if (ck_beats(bv, bx, ov, ox)) {
 				bv = ov;
 				bx = ox;
 			}
@@ -117,7 +106,7 @@ static __global__ void __launch_bounds__(RTHREADS)
 		if (tid == 0) {
 			int best;
 			for (int q = 1; q < RTHREADS / 32; q++)
-				if (beats(bv, bx, s_v[q], s_x[q])) {
+				if (ck_beats(bv, bx, s_v[q], s_x[q])) {
 					bv = s_v[q];
 					bx = s_x[q];
 				}
@@ -200,7 +189,7 @@ static __global__ void __launch_bounds__(32)
 		for (int off = 16; off; off >>= 1) {
 			float ov = __shfl_xor_sync(FULL, bv, off);
 			int ox = __shfl_xor_sync(FULL, bx, off);
-			if (beats(bv, bx, ov, ox)) {
+			if (ck_beats(bv, bx, ov, ox)) {
 				bv = ov;
 				bx = ox;
 			}

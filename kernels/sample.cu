@@ -27,17 +27,7 @@ static __device__ __forceinline__ uint32_t order_key(float v)
 	return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
-/* (v2, x2) beats (v1, x1): larger, or equal and a lower index; x < 0 is nothing. */
-static __device__ __forceinline__ bool first_max(float v1, int x1, float v2, int x2)
-{
-	if (x2 < 0)
-		return false;
-	if (x1 < 0)
-		return true;
-	return v2 > v1 || (v2 == v1 && x2 < x1);
-}
-
-/* The block's best (value, index) by first_max; every thread gets it. */
+/* The block's best (value, index) by ck_beats; every thread gets it. */
 static __device__ void block_best(float *v, int *x, float *sv, int *sx)
 {
 	const unsigned lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
@@ -45,7 +35,7 @@ static __device__ void block_best(float *v, int *x, float *sv, int *sx)
 	for (int o = 16; o; o >>= 1) {
 		float ov = __shfl_xor_sync(CK_FULL, *v, o);
 		int ox = __shfl_xor_sync(CK_FULL, *x, o);
-		if (first_max(*v, *x, ov, ox)) {
+		if (ck_beats(*v, *x, ov, ox)) {
 			*v = ov;
 			*x = ox;
 		}
@@ -58,7 +48,7 @@ static __device__ void block_best(float *v, int *x, float *sv, int *sx)
 	*v = sv[0];
 	*x = sx[0];
 	for (unsigned w = 1; w < blockDim.x / 32; w++)
-		if (first_max(*v, *x, sv[w], sx[w])) {
+		if (ck_beats(*v, *x, sv[w], sx[w])) {
 			*v = sv[w];
 			*x = sx[w];
 		}
@@ -154,7 +144,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 			if (isnan(v))
 				continue;
 			uint32_t key = order_key(v);
-			if (level == 0 && first_max(mx, mxx, v, (int)i)) {
+			if (level == 0 && ck_beats(mx, mxx, v, (int)i)) {
 				mx = v;
 				mxx = (int)i;
 			}

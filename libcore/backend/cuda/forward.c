@@ -194,21 +194,13 @@ static uint64_t sample_plan(struct cuda_engine *e, uint64_t m)
 		int k = 0;
 		enum capy_sample_mode mode = s->row_smp[i] ? capy_sampler_mode(s->row_smp[i], &temp, &k) : CAPY_SAMPLE_HOST;
 		*r = (struct ck_sample_row){ temp, k, CK_SAMPLE_NONE, 0 };
-		if (s->row_smp[i] && mode == CAPY_SAMPLE_GREEDY)
+		if (mode == CAPY_SAMPLE_GREEDY)
 			r->mode = CK_SAMPLE_GREEDY;
-		else if (s->row_smp[i] && mode == CAPY_SAMPLE_TOP_K && k <= CK_SAMPLE_CAP / 2 && m > 1)
+		else if (mode == CAPY_SAMPLE_TOP_K && k <= CK_SAMPLE_CAP / 2 && m > 1)
 			r->mode = CK_SAMPLE_TOP_K; /* one row: copying it is cheaper (sample.cu) */
 		n += r->mode != CK_SAMPLE_NONE;
 	}
 	return n;
-}
-
-/* Whether row i's logits must come to the host: the caller wants them, or its sampler runs
- * there (penalties, no top-k, or too many ties at the cut). */
-static bool row_to_host(const struct cu_scratch *s, uint64_t i)
-{
-	return s->row_dst[i] ||
-	       (s->row_smp[i] && (s->smp_rows_host[i].mode == CK_SAMPLE_NONE || s->smp_out_host[i].status != 0));
 }
 
 /* One chunk of logits rows: gathered residual rows, the final norm (or mixer), lm_head; the
@@ -242,7 +234,9 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 					 e->stream)) != cudaSuccess)
 			return cu_err(err, r, "the sampled tokens");
 	}
-	for (uint64_t i = 0; i < m; i++) /* (a device row's status is known only after the copy) */
+	/* The rows the host needs: the caller's, and those sampled there. (A device row whose ties
+	 * overflow its list is known only after the copy; it comes back on its own below.) */
+	for (uint64_t i = 0; i < m; i++)
 		any_host |= s->row_dst[i] || (s->row_smp[i] && s->smp_rows_host[i].mode == CK_SAMPLE_NONE);
 	if (any_host && (r = cudaMemcpyAsync(s->logits_host, s->logits, m * V * sizeof(float), cudaMemcpyDeviceToHost,
 					     e->stream)) != cudaSuccess)
@@ -252,7 +246,7 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 	for (uint64_t i = 0; i < m; i++) {
 		const struct ck_sample_out *o = &s->smp_out_host[i];
 		float *row = s->logits_host + i * V;
-		if (row_to_host(s, i) && !any_host) { /* ties past the device's list: this row comes back now */
+		if (!any_host && s->row_smp[i] && o->status) { /* ties past the device's list: this row comes now */
 			if ((r = cudaMemcpy(row, s->logits + i * V, V * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess)
 				return cu_err(err, r, "copying the logits");
 		}
