@@ -364,32 +364,38 @@ install: all
 	install -m 644 $(wildcard man/man1/*.1) $(DESTDIR)$(PREFIX)/share/man/man1/
 	install -m 644 $(wildcard man/man7/*.7) $(DESTDIR)$(PREFIX)/share/man/man7/
 
-# `make serve`: the server on a bundled tiny model (random weights: its answers are noise) at
-# SERVE_HOST:SERVE_PORT, after installing and building what it needs.
+# `make serve`: the server on capy-tiny (share/models: a 7M-parameter model trained here; it
+# calls its toy tools and greets, little more) at SERVE_HOST:SERVE_PORT, after installing and
+# building what it needs.
 SERVE_HOST ?= 127.0.0.1
 SERVE_PORT ?= 8080
-SERVE_MODEL = $(O)/serve/capy-demo.capy
+SERVE_MODEL = $(O)/serve/capy-tiny.capy
+
+$(SERVE_MODEL): $(wildcard share/models/capy-tiny/*) | $(O)/bin/capy-convert
+	@mkdir -p $(dir $@)
+	$(QUIET)$(O)/bin/capy-convert -q -m share/models/capy-tiny -o $@
 
 serve: deps
 	$(QUIET)$(MAKE) --no-print-directory all
-	@mkdir -p $(O)/serve
-	$(QUIET)[ -f $(SERVE_MODEL) ] || $(O)/bin/capy-convert -q -m t/fixtures/qwen3_5_moe -o $(SERVE_MODEL)
-	@sh examples/serving/hello.sh $(SERVE_HOST) $(SERVE_PORT) capy-demo
-	exec $(O)/bin/capy-serve $(SERVE_MODEL) --host $(SERVE_HOST) --port $(SERVE_PORT) --model-id capy-demo
+	$(QUIET)$(MAKE) --no-print-directory $(SERVE_MODEL)
+	@sh examples/serving/hello.sh $(SERVE_HOST) $(SERVE_PORT) capy-tiny
+	exec $(O)/bin/capy-serve $(SERVE_MODEL) --host $(SERVE_HOST) --port $(SERVE_PORT) --model-id capy-tiny
 
-# `make demo`: convert a bundled tiny model and chat with it (random weights: the text is noise).
-demo: all
-	$(O)/bin/capy-convert -m t/fixtures/qwen3_5_moe -o $(O)/demo.capy
-	$(O)/bin/capy-convert --inspect $(O)/demo.capy | sed -n '1,5p'
-	@echo "--- capy-gen (the fixture's weights are random, so its answer is noise) ---"
-	$(O)/bin/capy-gen $(O)/demo.capy --chat -p "Tell me about capybaras." -n 48 --seed 1
+# `make demo`: capy-tiny answers a question and calls a tool, through capy-gen.
+demo: all $(SERVE_MODEL)
+	$(O)/bin/capy-convert --inspect $(SERVE_MODEL) | sed -n '1,5p'
+	@echo "--- capy-gen --chat: a greeting ---"
+	$(O)/bin/capy-gen -q $(SERVE_MODEL) --chat --no-think -p "Hello! Who are you?" -n 64 --temp 0
+	@echo "--- capy-gen --chat with the toy tools (examples/tiny-tools.json): a tool call ---"
+	$(O)/bin/capy-gen -q $(SERVE_MODEL) --chat --messages examples/tiny-tools.json -n 96 --temp 0
 
 clean:
 	rm -rf build $(O)
 
 help:
 	@echo "make            build libcore.a and the tools into $(O)/"
-	@echo "make serve      install, build and serve a bundled tiny model on 127.0.0.1:8080"
+	@echo "make serve      install, build and serve the bundled capy-tiny model on 127.0.0.1:8080"
+	@echo "make demo       build, then capy-tiny greets and calls a tool"
 	@echo "make test       install the test dependencies, then unit tests, BATS tests, man pages and headers (CPU only)"
 	@echo "make test-cuda  the GPU tests of t/cuda (a machine with an NVIDIA GPU; docs/testing.md)"
 	@echo "make check      the tests again under ASan + UBSan (build/san/)"

@@ -16,8 +16,14 @@
 // {timezone: "Asia/Tokyo"} when asked for the time in Tokyo, and answers a tool result in
 // text), and the case checks the tool's name and its arguments as JSON.
 //
+// The tiny-* cases are for capy-tiny (share/models), the model trained here, and run only when
+// named: they give it its toy tools (TINY_TOOLS: a JSON file of them in the chat completions
+// shape) and check that the model itself, greedy, calls the right tool with the right argument
+// and answers the tool's result, through each API.
+//
 // Prints "ok CASE" or "FAIL CASE: reason" per case; exits 1 when any case failed, 2 on an
 // unknown case.
+import { readFileSync } from "node:fs";
 import OpenAI from "openai";
 import Anthropic from "@anthropic-ai/sdk";
 
@@ -474,11 +480,102 @@ function withTimeout(p, ms, what) {
 	return Promise.race([p, t]).finally(() => clearTimeout(timer));
 }
 
+// capy-tiny's toy tools, in each API's shape.
+function tinyTools() {
+	const chat = JSON.parse(readFileSync(process.env.TINY_TOOLS, "utf8"));
+	return {
+		chat,
+		resp: chat.map((t) => ({ type: "function", ...t.function })),
+		ant: chat.map((t) => ({ name: t.function.name, description: t.function.description,
+			input_schema: t.function.parameters })),
+	};
+}
+const TINY_CALC = "What is 128 * 46?";
+const TINY_DIR = "/home/user/project";
+const TINY_FILES = ["Makefile", "main.py", "notes.txt"];
+
+const trainedCases = {
+	async "tiny-chat-calculator"() {
+		const { chat: tools } = tinyTools();
+		const messages = user(TINY_CALC);
+		const r1 = await oai.chat.completions.create({ model, messages, tools, temperature: 0, max_tokens: 128 });
+		const c1 = checkChat(r1, ["tool_calls"]);
+		const call = c1.message.tool_calls?.[0];
+		check(call?.function?.name === "calculator", `call ${show(c1.message)}`);
+		check(JSON.parse(call.function.arguments).expression === "128 * 46", `arguments ${show(call.function.arguments)}`);
+		const r2 = await oai.chat.completions.create({
+			model, tools, temperature: 0, max_tokens: 128,
+			messages: [...messages, c1.message, { role: "tool", tool_call_id: call.id, content: "5888" }],
+		});
+		const c2 = checkChat(r2, ["stop"]);
+		check(!c2.message.tool_calls?.length && c2.message.content.includes("5888"), `answer ${show(c2.message)}`);
+	},
+
+	async "tiny-chat-stream-files"() {
+		const { chat: tools } = tinyTools();
+		const messages = user(`What files are in ${TINY_DIR}?`);
+		const stream = await oai.chat.completions.create({ model, messages, tools, temperature: 0, max_tokens: 128,
+			stream: true });
+		let name = "", args = "", id, finish;
+		for await (const ch of stream) {
+			const d = ch.choices[0]?.delta;
+			for (const tc of d?.tool_calls || []) {
+				id ??= tc.id;
+				name += tc.function?.name || "";
+				args += tc.function?.arguments || "";
+			}
+			finish = ch.choices[0]?.finish_reason || finish;
+		}
+		check(finish === "tool_calls" && name === "list_files", `finish ${finish}, tool ${show(name)}`);
+		check(JSON.parse(args).path === TINY_DIR, `arguments ${show(args)}`);
+		const r2 = await oai.chat.completions.create({
+			model, tools, temperature: 0, max_tokens: 128,
+			messages: [...messages,
+				{ role: "assistant", content: null, tool_calls: [{ id, type: "function", function: { name, arguments: args } }] },
+				{ role: "tool", tool_call_id: id, content: JSON.stringify(TINY_FILES) }],
+		});
+		// It counts the files and names the first; copying a whole list is beyond it (it repeats
+		// names: share/models/README.md).
+		const text = checkChat(r2, ["stop"]).message.content;
+		check(text.startsWith(`${TINY_DIR} contains ${TINY_FILES.length} files: ${TINY_FILES[0]}`), `answer ${show(text)}`);
+	},
+
+	async "tiny-responses-calculator"() {
+		const { resp: tools } = tinyTools();
+		const input = [{ role: "user", content: TINY_CALC }];
+		const r1 = checkResponse(await oai.responses.create({ model, input, tools, temperature: 0, max_output_tokens: 128 }));
+		const fc = r1.output.find((it) => it.type === "function_call");
+		check(fc?.name === "calculator" && JSON.parse(fc.arguments).expression === "128 * 46", `output ${show(r1.output)}`);
+		const r2 = checkResponse(await oai.responses.create({
+			model, tools, temperature: 0, max_output_tokens: 128,
+			input: [...input, ...r1.output, { type: "function_call_output", call_id: fc.call_id, output: "5888" }],
+		}));
+		check(!r2.output.some((it) => it.type === "function_call"), "another tool call after the result");
+		check(responseText(r2).includes("5888"), `answer ${show(responseText(r2))}`);
+	},
+
+	async "tiny-anthropic-calculator"() {
+		const { ant: tools } = tinyTools();
+		const messages = user(TINY_CALC);
+		const m1 = await ant.messages.stream({ model, max_tokens: 128, temperature: 0, tools, messages }).finalMessage();
+		const use = antCall(m1, "calculator");
+		check(use.input.expression === "128 * 46", `input ${show(use.input)}`);
+		const m2 = await ant.messages.create({
+			model, max_tokens: 128, temperature: 0, tools,
+			messages: [...messages, { role: "assistant", content: m1.content },
+				{ role: "user", content: [{ type: "tool_result", tool_use_id: use.id, content: "5888" }] }],
+		});
+		checkMessage(m2, ["end_turn"]);
+		check(messageText(m2).includes("5888"), `answer ${show(m2.content)}`);
+	},
+};
+
 async function main() {
 	const names = process.argv.slice(2);
+	Object.assign(cases, Object.fromEntries(Object.entries(trainedCases).filter(([n]) => names.includes(n))));
 	for (const n of names) {
 		if (!(n in cases)) {
-			console.error(`clients.mjs: unknown case ${n}; the cases: ${Object.keys(cases).join(" ")}`);
+			console.error(`clients.mjs: unknown case ${n}; the cases: ${[...Object.keys(cases), ...Object.keys(trainedCases)].join(" ")}`);
 			process.exit(2);
 		}
 	}
