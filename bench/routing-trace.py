@@ -19,6 +19,12 @@ per effect that published routing studies describe:
   consecutive tokens are routed to the same experts more often than chance).
 
 A token's k experts are distinct (top-k). Deterministic for a seed; standard library only.
+
+    bench/routing-trace.py OUT --from-json share/models/train/routing-trace.json
+
+converts a real model's recorded routing instead (capy-tiny's, written by share/models/
+train_tiny.py: {"top_k", "experts", "layers": {router name: [[k ids] per token]}}, layers in
+the order of their names' layer numbers); the knobs are then ignored.
 Format (little-endian): "CAPYRTR1", u32 layers, u32 experts, u32 k, u32 0, u64 tokens, then
 tokens x layers x k int32 expert ids.
 """
@@ -38,7 +44,28 @@ ap.add_argument("--skew", type=float, default=0.0)
 ap.add_argument("--focus", type=float, default=0.0)
 ap.add_argument("--reuse", type=float, default=0.0)
 ap.add_argument("--seed", type=int, default=1)
+ap.add_argument("--from-json", help="a recorded trace (JSON) to convert instead of drawing one")
 a = ap.parse_args()
+
+
+def from_json(path, out):
+    import json
+    import re
+
+    j = json.load(open(path))
+    names = sorted(j["layers"], key=lambda n: int(re.search(r"layers\.(\d+)\.", n).group(1)))
+    layers = [j["layers"][n] for n in names]
+    L, E, K, T = len(layers), j["experts"], j["top_k"], len(layers[0])
+    with open(out, "wb") as f:
+        f.write(b"CAPYRTR1" + struct.pack("<IIIIQ", L, E, K, 0, T))
+        for t in range(T):
+            f.write(struct.pack("<%di" % (L * K), *[e for lay in layers for e in lay[t]]))
+    print("%s: %d tokens x %d layers x top-%d of %d experts (from %s)" % (out, T, L, K, E, path))
+    raise SystemExit(0)
+
+
+if a.from_json:
+    from_json(a.from_json, a.out)
 rng = random.Random(a.seed)
 L, E, K = a.layers, a.experts, a.top_k
 if K > E:
