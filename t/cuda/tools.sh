@@ -15,11 +15,13 @@ pass=0 fail=0
 declare -A got ans
 ok() { pass=$((pass + 1)); echo "ok   $*"; }
 bad() { fail=$((fail + 1)); echo "FAIL $*"; }
-ref() { python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$FIX/$1/ref.json" "$2"; }
+# the checkpoint directory of a fixture or of capy-tiny (share/models, the trained model)
+dir() { case $1 in capy-tiny*) echo "share/models/$1" ;; *) echo "$FIX/$1" ;; esac; }
+ref() { python3 -c 'import json, sys; r = json.load(open(sys.argv[1])); print(eval(sys.argv[2]))' "$(dir "$1")/ref.json" "$2"; }
 
-for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp; do
-	$B/bin/capy-convert -q -m "$FIX/$m" -o "$T/$m.capy" || { bad "$m: convert"; continue; }
-	n=32; [ "$m" = qwen3_5_moe-nvfp4 ] && n=16
+for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp capy-tiny capy-tiny-nvfp4; do
+	$B/bin/capy-convert -q -m "$(dir "$m")" -o "$T/$m.capy" || { bad "$m: convert"; continue; }
+	n=32; [[ $m == *nvfp4 ]] && n=16
 	prompt=$(ref "$m" '" ".join(map(str, r["greedy"]["prompt"]))')
 	want=$(ref "$m" '" ".join(map(str, r["greedy"]["ids_cache"][:'$n']))')
 	for d in cuda cpu; do
@@ -32,7 +34,7 @@ for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp; do
 	for d in cuda cpu; do
 		$B/bin/capy-ppl -q "$T/$m.capy" "$T/$m.ids" --ids --json --ctx 4096 --kv f32 --device $d >"$T/$m.$d.json"
 	done
-	if python3 - "$T/$m.cuda.json" "$T/$m.cpu.json" "$FIX/$m/ref.json" <<'PY'
+	if python3 - "$T/$m.cuda.json" "$T/$m.cpu.json" "$(dir "$m")/ref.json" <<'PY'
 import json, sys
 g, c, r = (json.load(open(p)) for p in sys.argv[1:])
 a, b = abs(g["ppl"] - r["ppl"]) / r["ppl"], abs(g["ppl"] - c["ppl"]) / c["ppl"]
@@ -42,9 +44,15 @@ PY
 	then ok "$m: capy-ppl --device cuda within 1e-3 of transformers and cpu"; else bad "$m: capy-ppl"; fi
 done
 
-# capy-serve on the GPU: one greedy chat completion, the same text as the CPU server's.
-m=qwen3_5_moe
-body='{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":24,"temperature":0}'
+# capy-serve on the GPU: greedy chat completions, the same text as the CPU server's: the random
+# fixture, and capy-tiny's tool call (it must be the calculator call with its expression).
+tools=$(python3 -c 'import json, sys; sys.path.insert(0, "share/models"); import corpus_tiny; print(json.dumps(corpus_tiny.TOOLS))')
+for m in qwen3_5_moe capy-tiny; do
+if [ $m = capy-tiny ]; then
+	body='{"model":"m","messages":[{"role":"user","content":"What is 128 * 46?"}],"max_tokens":96,"temperature":0,"tools":'$tools'}'
+else
+	body='{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":24,"temperature":0}'
+fi
 for d in cuda cpu; do
 	port=$((18000 + RANDOM % 2000))
 	$B/bin/capy-serve "$T/$m.capy" --device $d --port $port --max-concurrency 4 --threads 4 2>"$T/serve.$d.log" &
@@ -59,13 +67,20 @@ for _ in range(150):
     except Exception:
         time.sleep(0.2)
 req = urllib.request.Request(base + "/v1/chat/completions", sys.argv[2].encode(), {"content-type": "application/json"})
-print(json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]["content"])
+m = json.load(urllib.request.urlopen(req, timeout=60))["choices"][0]["message"]
+calls = [c["function"] for c in m.get("tool_calls") or []]  # without the ids, which differ per request
+print(json.dumps([m.get("reasoning_content"), m["content"], calls]))
 PY
 )
 	kill $pid; wait $pid 2>/dev/null
 done
-[ -n "${ans[cuda]}" ] && [ "${ans[cuda]}" = "${ans[cpu]}" ] && ok "capy-serve --device cuda answers as the CPU server (${#ans[cuda]} chars)" ||
-	{ bad "capy-serve: cuda '${ans[cuda]}' cpu '${ans[cpu]}'"; tail -5 "$T/serve.cuda.log"; }
+[ -n "${ans[cuda]}" ] && [ "${ans[cuda]}" = "${ans[cpu]}" ] && ok "$m: capy-serve --device cuda answers as the CPU server (${#ans[cuda]} chars)" ||
+	{ bad "$m: capy-serve: cuda '${ans[cuda]}' cpu '${ans[cpu]}'"; tail -5 "$T/serve.cuda.log"; }
+if [ $m = capy-tiny ]; then
+	[[ ${ans[cuda]} == *'"arguments": "{\"expression\": \"128 * 46\"}"'* ]] && ok "capy-tiny: the calculator call on the GPU" ||
+		bad "capy-tiny: no calculator call on the GPU: ${ans[cuda]}"
+fi
+done
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

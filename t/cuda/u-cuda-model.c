@@ -1,4 +1,5 @@
-/* u-cuda-model.c - the CUDA backend against the CPU backend on every fixture: whole-model
+/* u-cuda-model.c - the CUDA backend against the CPU backend on every fixture and on capy-tiny
+ * (share/models, the trained model, BF16 and NVFP4): whole-model
  * logits within tolerance (prefill, all positions), greedy ids equal for 32 tokens, a batch
  * of 8 sequences bitwise equal to the 8 run alone, chunked prefill against token-by-token
  * decode, and a context that spans several attention-cache pages in small steps. Runs on
@@ -14,7 +15,8 @@
 #define GREEDY 32
 #define NBATCH 8
 
-static const char *const fixtures[] = { "qwen3_5-dense", "qwen3_5_moe", "qwen3_5_moe-nvfp4", "qwen3_next", "qwen4_exp" };
+static const char *const fixtures[] = { "qwen3_5-dense", "qwen3_5_moe", "qwen3_5_moe-nvfp4", "qwen3_next", "qwen4_exp",
+					"share/models/capy-tiny", "share/models/capy-tiny-nvfp4" };
 
 static struct capy_engine *open_engine(const struct capy_artifact *a, const char *dev, enum capy_kv_dtype kv,
 				       uint64_t step_tokens)

@@ -6,6 +6,7 @@
 #include "artifact/artifact.h"
 #include "convert/convert.h"
 
+#include <string.h>
 #include <unistd.h>
 
 static inline struct capy_artifact *test_open_fixture(const char *name)
@@ -17,7 +18,9 @@ static inline struct capy_artifact *test_open_fixture(const char *name)
 	struct capy_artifact *a = NULL;
 
 	test_fixture_path(name, model, sizeof(model));
-	snprintf(out, sizeof(out), "/tmp/capy-unit-%d-%s.capy", (int)getpid(), name);
+	const char *base = strrchr(name, '/');
+
+	snprintf(out, sizeof(out), "/tmp/capy-unit-%d-%s.capy", (int)getpid(), base ? base + 1 : name);
 	o.model_dir = model;
 	o.out_path = out;
 	o.threads = 1;

@@ -68,7 +68,8 @@ static inline const char *test_fixture_path(const char *name, char *buf, size_t 
 {
 	const char *dir = getenv("CAPY_SRCDIR");
 
-	snprintf(buf, size, "%s/t/fixtures/%s", dir ? dir : ".", name);
+	/* a name with a directory in it is a path from the source root (share/models/...) */
+	snprintf(buf, size, strchr(name, '/') ? "%s/%s" : "%s/t/fixtures/%s", dir ? dir : ".", name);
 	return buf;
 }
 
