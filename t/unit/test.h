@@ -68,8 +68,8 @@ static inline const char *test_fixture_path(const char *name, char *buf, size_t 
 {
 	const char *dir = getenv("CAPY_SRCDIR");
 
-	/* a name with a directory in it is a path from the source root (share/models/...) */
-	snprintf(buf, size, strchr(name, '/') ? "%s/%s" : "%s/t/fixtures/%s", dir ? dir : ".", name);
+	/* share/... (the trained models) is a path from the source root; the rest is in t/fixtures */
+	snprintf(buf, size, strncmp(name, "share/", 6) ? "%s/t/fixtures/%s" : "%s/%s", dir ? dir : ".", name);
 	return buf;
 }
 
