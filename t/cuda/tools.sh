@@ -34,8 +34,7 @@ for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp capy-t
 	for d in cuda cpu; do
 		$B/bin/capy-ppl -q "$T/$m.capy" "$T/$m.ids" --ids --json --ctx 4096 --kv f32 --device $d >"$T/$m.$d.json"
 	done
-	# capy-tiny-nvfp4: trained W4A4 activations on the tensor-core prompt paths (u-cuda-model.c)
-	tol=1e-3; [ "$m" = capy-tiny-nvfp4 ] && tol=2e-2
+	tol=1e-3
 	if python3 - "$T/$m.cuda.json" "$T/$m.cpu.json" "$(dir "$m")/ref.json" "$tol" <<'PY'
 import json, sys
 g, c, r = (json.load(open(p)) for p in sys.argv[1:4])
@@ -57,7 +56,7 @@ else
 fi
 for d in cuda cpu; do
 	port=$((18000 + RANDOM % 2000))
-	$B/bin/capy-serve "$T/$m.capy" --device $d --port $port --max-concurrency 4 --threads 4 2>"$T/serve.$d.log" &
+	$B/bin/capy-serve "$T/$m.capy" --device $d --port $port --model-id m --max-concurrency 4 --threads 4 2>"$T/serve.$d.log" &
 	pid=$!
 	ans[$d]=$(python3 - "$port" "$body" <<'PY' 2>&1
 import json, sys, time, urllib.request
