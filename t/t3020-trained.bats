@@ -42,10 +42,11 @@ PY
 	[ "$status" -eq 0 ]
 }
 
-@test "capy-tiny-nvfp4 (W4A4): perplexity within 1e-3 of its W4A4 reference" {
-	# A position may cross an E2M1 rounding boundary under another summation order (the
-	# README's 0.13); the perplexity holds.
-	run ppl capy-tiny-nvfp4 f32 1e-3 0.3
+@test "capy-tiny-nvfp4 (W4A4): perplexity within 5e-3 of its W4A4 reference" {
+	# Trained W4A4 activations sit on E2M1 rounding boundaries at some positions, where another
+	# summation order moves them a whole FP4 step: transformers' own chunked and recurrent
+	# paths differ by up to 4.2 in a logit on this model (ref.json). The README has the numbers.
+	run ppl capy-tiny-nvfp4 f32 5e-3 1
 	echo "$output"
 	[ "$status" -eq 0 ]
 }
@@ -67,9 +68,10 @@ import json, sys
 sys.path.insert(0, sys.argv[2])
 import corpus_tiny
 for i, s in enumerate(json.load(open(sys.argv[1]))["samples"]):
-    body = {"messages": [{"role": "user", "content": s["user"]}]}
+    body = {"messages": ([{"role": "system", "content": s["system"]}] if s.get("system") else [])
+                        + [{"role": "user", "content": s["user"]}]}
     if s["tools"]:
-        body["tools"] = corpus_tiny.TOOLS
+        body["tools"] = {"toy": corpus_tiny.TOOLS, "claude": [corpus_tiny.CLAUDE_READ]}[s["tools"]]
     json.dump(body, open("%s/s%d.json" % (sys.argv[3], i), "w"))
     open("%s/s%d.want" % (sys.argv[3], i), "w").write(" ".join(map(str, s["ids"])))
     open("%s/s%d.think" % (sys.argv[3], i), "w").write("" if s["thinking"] else "--no-think")

@@ -42,6 +42,16 @@ READ_FILE = tool("read_file", "Read a text file and return its contents.",
                  {"path": {"type": "string", "description": "The file to read"}}, ["path"])
 TOOLS = [CALCULATOR, LIST_FILES, READ_FILE]
 
+# Claude Code's own Read tool and system text, as captured from `claude -p --bare --system-prompt TEXT
+# --tools Read` (claude-code-read.json): conversations in exactly that form let a real Claude Code session
+# drive the model (t/t5080-serve-trained.bats).
+_CC = json.loads((Path(__file__).resolve().parent / "claude-code-read.json").read_text(encoding="utf-8"))
+CLAUDE_SYSTEM_PREFIX = _CC["system_prefix"]
+CLAUDE_READ = {"type": "function", "function": {"name": _CC["tool"]["name"], "description": _CC["tool"]["description"],
+                                                 "parameters": _CC["tool"]["input_schema"]}}
+CLAUDE_PROMPTS = ["You are capy-tiny.", "You are capy-tiny, a small assistant. Answer briefly.",
+                  "You are a helpful assistant.", "Read files when the user asks."]
+
 # ---------------------------------------------------------------------------------------------------------------
 # Text found on the machine
 # ---------------------------------------------------------------------------------------------------------------
@@ -254,6 +264,28 @@ def file_body(rng, name):
     return f"{w[0]} {w[1]} {w[2]}\n"
 
 
+def conv_claude_read(rng, think):
+    """Claude Code's Read round: its system text and its Read tool, an absolute path, the line-numbered
+    result Claude Code sends back ("1\tline\n2\t..."), the contents in the answer."""
+    d = rng.choice([x for x in DIRS if x.startswith("/")])
+    f = rng.choice(FILES[:12])
+    path = f"{d}/{f}"
+    body = file_body(rng, f)
+    lines = body.split("\n")
+    numbered = "\n".join(f"{i + 1}\t{ln}" for i, ln in enumerate(lines))
+    ask = rng.choice([f"Read {path}", f"Read {path} and tell me what it says.", f"What is in {path}?",
+                      f"Show me the file {path}.", f"Please read {path}."])
+    system = CLAUDE_SYSTEM_PREFIX + "\n" + rng.choice(CLAUDE_PROMPTS)
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": ask},
+            {"role": "assistant", "content": "", "reasoning_content": f"I will read {path}." if think else "",
+             "tool_calls": [{"type": "function", "function": {"name": "Read", "arguments": {"file_path": path}}}]},
+            {"role": "tool", "content": numbered},
+            {"role": "assistant", "content": f"{path} says:\n\n{body.rstrip()}", "reasoning_content": ""}]
+    if rng.random() < 0.2:
+        msgs = msgs[:3]
+    return msgs, [CLAUDE_READ]
+
+
 def conv_plain_arith(rng, think):
     a, b = rng.randint(0, 9), rng.randint(0, 9)
     op = rng.choice(["+", "*", "-"])
@@ -337,7 +369,7 @@ def conv_small_talk(rng, think):
 
 
 KINDS = [(conv_calculator, 0.22), (conv_two_calcs, 0.04), (conv_list_files, 0.18), (conv_plain_arith, 0.07),
-         (conv_string, 0.1), (conv_code, 0.16), (conv_docs, 0.13), (conv_small_talk, 0.1)]
+         (conv_string, 0.1), (conv_code, 0.16), (conv_docs, 0.13), (conv_small_talk, 0.1), (conv_claude_read, 0.08)]
 
 
 def conversations(seed, n, funcs, topics):

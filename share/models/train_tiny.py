@@ -456,16 +456,19 @@ def reference_phase(out, args):
     # Samples for the README and the end-to-end tests: greedy, transformers, cache on.
     eos = {ids["<|im_end|>"], ids["<|endoftext|>"]}
     samples = []
-    asks = [("Write a Python function that returns the square of a number.", None, False),
-            ("What is 37 * (12 + 5)?", corpus.TOOLS, True),
-            ("What files are in /home/user/project?", corpus.TOOLS, False),
-            ("Hello! Who are you?", None, False),
-            ("Explain the for statement in Python.", None, True)]
-    for q, tools, think in asks:
-        p = hf.apply_chat_template([{"role": "user", "content": q}], tools=tools, tokenize=False,
-                                   add_generation_prompt=True, enable_thinking=think)
+    claude_system = corpus.CLAUDE_SYSTEM_PREFIX + "\nYou are capy-tiny."
+    asks = [("Write a Python function that returns the square of a number.", None, None, False),
+            ("What is 37 * (12 + 5)?", "toy", None, True),
+            ("What files are in /home/user/project?", "toy", None, False),
+            ("Hello! Who are you?", None, None, False),
+            ("Explain the for statement in Python.", None, None, True),
+            ("Read /tmp/capy/notes.txt", "claude", claude_system, True)]
+    for q, tools, system, think in asks:
+        msgs = ([{"role": "system", "content": system}] if system else []) + [{"role": "user", "content": q}]
+        tl = {"toy": corpus.TOOLS, "claude": [corpus.CLAUDE_READ]}.get(tools)
+        p = hf.apply_chat_template(msgs, tools=tl, tokenize=False, add_generation_prompt=True, enable_thinking=think)
         got, text = greedy_text(loaded, hf, enc(p), 160, eos)
-        samples.append({"user": q, "tools": bool(tools), "thinking": think, "ids": got, "text": text})
+        samples.append({"user": q, "system": system, "tools": tools, "thinking": think, "ids": got, "text": text})
         log(f"sample {q!r}:\n{text}\n")
     ref["samples"] = samples
 

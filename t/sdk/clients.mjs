@@ -514,8 +514,10 @@ const trainedCases = {
 	async "tiny-chat-stream-files"() {
 		const { chat: tools } = tinyTools();
 		const messages = user(`What files are in ${TINY_DIR}?`);
+		// Thinking off (reasoning_effort none): with it on, capy-tiny's reasoning after a tool result
+		// that is not a number drifts into its calculator pattern (share/models/README.md).
 		const stream = await oai.chat.completions.create({ model, messages, tools, temperature: 0, max_tokens: 128,
-			stream: true });
+			stream: true, reasoning_effort: "none" });
 		let name = "", args = "", id, finish;
 		for await (const ch of stream) {
 			const d = ch.choices[0]?.delta;
@@ -529,15 +531,14 @@ const trainedCases = {
 		check(finish === "tool_calls" && name === "list_files", `finish ${finish}, tool ${show(name)}`);
 		check(JSON.parse(args).path === TINY_DIR, `arguments ${show(args)}`);
 		const r2 = await oai.chat.completions.create({
-			model, tools, temperature: 0, max_tokens: 128,
+			model, tools, temperature: 0, max_tokens: 128, reasoning_effort: "none",
 			messages: [...messages,
 				{ role: "assistant", content: null, tool_calls: [{ id, type: "function", function: { name, arguments: args } }] },
-				{ role: "tool", tool_call_id: id, content: JSON.stringify(TINY_FILES) }],
+				// the list as the training data wrote it (Python's json.dumps: ", " between items)
+				{ role: "tool", tool_call_id: id, content: `[${TINY_FILES.map((f) => JSON.stringify(f)).join(", ")}]` }],
 		});
-		// It counts the files and names the first; copying a whole list is beyond it (it repeats
-		// names: share/models/README.md).
 		const text = checkChat(r2, ["stop"]).message.content;
-		check(text.startsWith(`${TINY_DIR} contains ${TINY_FILES.length} files: ${TINY_FILES[0]}`), `answer ${show(text)}`);
+		check(text === `${TINY_DIR} contains ${TINY_FILES.length} files: ${TINY_FILES.join(", ")}.`, `answer ${show(text)}`);
 	},
 
 	async "tiny-responses-calculator"() {
