@@ -21,7 +21,8 @@
  * tensor-core paths (grouped expert GEMMs summing in fp32, flash attention), and a sum that
  * lands an activation on the other side of an E2M1 rounding boundary moves it a whole FP4
  * step, which every later W4A4 linear carries on (docs/cuda.md). Measured on the H200 at
- * 0845d0e: prefill 0.112 / 0.114, 6 and 2 of 40 argmaxes, decode 2.2e-2 (BF16 KV). */
+ * 0845d0e with capy-tiny's first weights: prefill 0.112 / 0.114, 6 and 2 of 40 argmaxes,
+ * decode 2.2e-2 (BF16 KV); the retrained weights (6f52f14) have not run on a GPU yet. */
 static const struct {
 	const char *name;
 	double prefill_rel, decode_rel;
