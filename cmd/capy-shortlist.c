@@ -200,7 +200,10 @@ int cmd_main(int argc, char **argv)
 	}
 	fprintf(f, "# capy-shortlist %s: %zu ids in priority order\n", CAPY_VERSION, n);
 	fprintf(f, "# tokenizer: %s (%" PRId32 " ids); added tokens: %zu\n", opt_tokenizer, limit, added);
-	fprintf(f, "# prefix: ids 0..%" PRId64 ": %zu\n", opt_prefix - 1, from_prefix);
+	if (opt_prefix > 0)
+		fprintf(f, "# prefix: ids 0..%" PRId64 ": %zu\n", opt_prefix - 1, from_prefix);
+	else
+		fprintf(f, "# prefix: none\n");
 	fprintf(f, "# ranking: %s sha256 %s; count-top %" PRId64 ": %zu; ids without a token skipped: %zu\n",
 		opt_ranking, main_r.sha, opt_top, from_top, main_r.skipped);
 	if (opt_extra)
