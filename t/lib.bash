@@ -33,3 +33,19 @@ assert_one_error_line() {
 	[ "${#stderr_lines[@]}" -eq 1 ] || { printf 'stderr has %d lines:\n%s\n' "${#stderr_lines[@]}" "$stderr" >&2; return 1; }
 	[[ "$stderr" == "$tool: error: "* ]] || { echo "stderr: $stderr" >&2; return 1; }
 }
+
+# ppl_check ARTIFACT IDS REF_JSON KV PPL_REL NLL_ABS: capy-ppl over the ids against a ref.json's
+# perplexity (relative bound) and per-position NLL (absolute bound); t3000 on the fixtures,
+# t3020 on capy-tiny.
+ppl_check() {
+	capy-ppl -q "$1" "$2" --ids --json --per-token --ctx 4096 --kv "$4" >"$BATS_TEST_TMPDIR/p.json"
+	python3 - "$BATS_TEST_TMPDIR/p.json" "$3" "$5" "$6" <<'PY'
+import json, sys
+got, ref = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
+assert len(got["token_nll"]) == len(ref["nll"]), (len(got["token_nll"]), len(ref["nll"]))
+rel = abs(got["ppl"] - ref["ppl"]) / ref["ppl"]
+worst = max(abs(a - b) for a, b in zip(got["token_nll"], ref["nll"]))
+print("ppl %.6g ref %.6g rel %.2g, worst NLL error %.2g" % (got["ppl"], ref["ppl"], rel, worst))
+sys.exit(0 if rel < float(sys.argv[3]) and worst < float(sys.argv[4]) else 1)
+PY
+}

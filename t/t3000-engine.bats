@@ -17,15 +17,7 @@ setup_file() {
 
 # check_ppl MODEL KV PPL_REL NLL_ABS: capy-ppl over the reference ids against ref.json.
 check_ppl() {
-	capy-ppl -q "$ART/$1.capy" "$ART/$1.ids" --ids --json --per-token --ctx 4096 --kv "$2" >"$BATS_TEST_TMPDIR/p.json"
-	python3 - "$BATS_TEST_TMPDIR/p.json" "$FIX/$1/ref.json" "$3" "$4" <<'PY'
-import json, sys
-got, ref = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-rel, worst = abs(got["ppl"] - ref["ppl"]) / ref["ppl"], max(abs(a - b) for a, b in zip(got["token_nll"], ref["nll"]))
-assert len(got["token_nll"]) == len(ref["nll"]), (len(got["token_nll"]), len(ref["nll"]))
-print("ppl %.6g ref %.6g rel %.2g, worst NLL error %.2g" % (got["ppl"], ref["ppl"], rel, worst))
-sys.exit(0 if rel < float(sys.argv[3]) and worst < float(sys.argv[4]) else 1)
-PY
+	ppl_check "$ART/$1.capy" "$ART/$1.ids" "$FIX/$1/ref.json" "$2" "$3" "$4"
 }
 
 @test "BF16 fixtures: perplexity within 1e-3 and per-position NLL within 2e-2 of transformers (F32 KV)" {

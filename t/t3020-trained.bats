@@ -19,16 +19,7 @@ setup_file() {
 
 # ppl MODEL KV PPL_REL NLL_ABS
 ppl() {
-	capy-ppl -q "$ART/$1.capy" "$ART/$1.ids" --ids --json --per-token --ctx 4096 --kv "$2" >"$BATS_TEST_TMPDIR/p.json"
-	python3 - "$BATS_TEST_TMPDIR/p.json" "$MODELS/$1/ref.json" "$3" "$4" <<'PY'
-import json, sys
-got, ref = json.load(open(sys.argv[1])), json.load(open(sys.argv[2]))
-assert len(got["token_nll"]) == len(ref["nll"]), (len(got["token_nll"]), len(ref["nll"]))
-rel = abs(got["ppl"] - ref["ppl"]) / ref["ppl"]
-worst = max(abs(a - b) for a, b in zip(got["token_nll"], ref["nll"]))
-print("ppl %.6g ref %.6g rel %.2g, worst NLL error %.2g" % (got["ppl"], ref["ppl"], rel, worst))
-sys.exit(0 if rel < float(sys.argv[3]) and worst < float(sys.argv[4]) else 1)
-PY
+	ppl_check "$ART/$1.capy" "$ART/$1.ids" "$MODELS/$1/ref.json" "$2" "$3" "$4"
 }
 
 @test "capy-tiny: perplexity within 1e-4 and every position's NLL within 1e-3 of transformers" {
