@@ -75,6 +75,7 @@ LIBCORE_OBJS += libcore/constrain/json-schema-merge.o
 LIBCORE_OBJS += libcore/constrain/json-schema-num.o
 LIBCORE_OBJS += libcore/constrain/json-schema-regex.o
 LIBCORE_OBJS += libcore/constrain/json-schema.o
+LIBCORE_OBJS += libcore/constrain/mask-ahead.o
 LIBCORE_OBJS += libcore/constrain/mask.o
 LIBCORE_OBJS += libcore/cpu/isa.o
 LIBCORE_OBJS += libcore/cpu/linear.o

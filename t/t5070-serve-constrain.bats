@@ -61,6 +61,7 @@ setup() {
 }
 
 teardown() {
+	serve_kill_all "$BATS_TEST_TMPDIR"
 	PORT=$HPORT
 	health_ok
 	PORT=$XPORT
@@ -279,6 +280,30 @@ EOF
 	[ "$(jv .finish "$R.sum")" = tool_calls ]
 	[ "$(jv '.tool_calls[0].name' "$R.sum")" = pick ]
 	jv '.tool_calls[0].arguments' "$R.sum" | python3 -c 'import json, sys; a = json.load(sys.stdin); assert 1 <= a["id"] <= 9, a'
+}
+
+@test "token masks computed during the steps (--mask-threads 2, the default) give the answers computed after them give (--mask-threads 0); /metrics and the log count and time them" {
+	local s=$SCH/own-discriminated.json seed body a b
+	serve_start capy-serve "$ART" --threads 1 --cache-mib 0 --mask-threads 0
+	local SPORT=$PORT SLOG=$SERVER_LOG
+	for seed in $(seeds 3); do
+		body=$(jq -nc --slurpfile sc "$s" --argjson seed "$seed" \
+			'{messages: [{role: "user", content: "answer in JSON"}], max_tokens: 200, seed: $seed, temperature: 1.0,
+			  response_format: {type: "json_schema", json_schema: {name: "out", strict: true, schema: $sc[0]}}}')
+		PORT=$HPORT api POST /v1/chat/completions "$body"
+		[ "$CODE" = 200 ]
+		a=$(jq -c '.choices[0] | [.message.content, .finish_reason]' "$R")
+		PORT=$SPORT api POST /v1/chat/completions "$body"
+		[ "$CODE" = 200 ]
+		b=$(jq -c '.choices[0] | [.message.content, .finish_reason]' "$R")
+		[ "$a" = "$b" ] || { echo "ahead: $a"; echo "after: $b"; false; }
+	done
+	PORT=$HPORT api GET /metrics
+	[ "$CODE" = 200 ]
+	[ "$(awk '$1 == "capy_token_masks_total" { print ($2 > 0) }' "$R")" = 1 ]
+	grep -q '^capy_token_mask_wait_seconds_total ' "$R"
+	grep -q '"mask_us":[0-9]*,"mask_wait_us":[0-9]*,"mask_wait_max_us":[0-9]*' "$HLOG"
+	grep -q '"mask_wait_us"' "$SLOG"
 }
 
 @test "bad schemas are refused with 400 in each API's shape, naming the place; the server serves on" {

@@ -47,7 +47,7 @@ struct job {
 	uint64_t reasoning_tokens;    /* tokens generated before the answer left its reasoning */
 	int status;                   /* of a non-streamed answer */
 	enum capy_gen_finish finish;
-	double queue_s, prefill_s, decode_s;
+	double queue_s, prefill_s, decode_s, mask_s, mask_wait_s, mask_wait_max_s;
 	struct capy_err err;
 };
 
@@ -210,6 +210,9 @@ static void end_answer(struct job *j, const struct capy_gen_event *ev)
 	j->queue_s = ev->queue_s;
 	j->prefill_s = ev->prefill_s;
 	j->decode_s = ev->decode_s;
+	j->mask_s = ev->mask_s;
+	j->mask_wait_s = ev->mask_wait_s;
+	j->mask_wait_max_s = ev->mask_wait_max_s;
 	if (!j->w && (rc = begin_answer(j, ev->cached_tokens)) < 0)
 		goto broken;
 	if (j->failed && ev->finish != CAPY_FINISH_CANCELLED)
@@ -269,6 +272,11 @@ static void log_job(struct job *j, struct capy_http_exchange *x)
 	log_ms(x, "queue_ms", j->queue_s);
 	log_ms(x, "prefill_ms", j->prefill_s);
 	log_ms(x, "decode_ms", j->decode_s);
+	if (j->mask_s > 0) { /* constrained: the masks' time, and what of it the answer waited for */
+		log_u64(x, "mask_us", (uint64_t)(j->mask_s * 1e6));
+		log_u64(x, "mask_wait_us", (uint64_t)(j->mask_wait_s * 1e6));
+		log_u64(x, "mask_wait_max_us", (uint64_t)(j->mask_wait_max_s * 1e6));
+	}
 	if (j->prefill_s > 0) {
 		char n[32];
 		snprintf(n, sizeof(n), "%.1f", (double)(j->prompt_tokens - j->cached) / j->prefill_s);
