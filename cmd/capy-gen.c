@@ -27,7 +27,7 @@ static const char *const usage[] = {
 };
 
 static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg, *opt_tokenizer,
-	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema;
+	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema, *opt_regex;
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos, opt_plan;
 static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu, opt_max_context, opt_mask_threads = 1;
@@ -49,6 +49,7 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_FLAG(0, "ignore-eos", &opt_ignore_eos, "do not stop at end-of-sequence tokens"),
 	CAPY_OPT_STRING(0, "grammar", &opt_grammar, "file", "generate only text of this GBNF grammar"),
 	CAPY_OPT_STRING(0, "json-schema", &opt_schema, "file", "generate only JSON valid against this JSON Schema"),
+	CAPY_OPT_STRING(0, "regex", &opt_regex, "pattern", "generate only text this regular expression matches whole"),
 	CAPY_OPT_INT(0, "mask-threads", &opt_mask_threads, "n",
 		     "threads computing the next token mask during the step (default 1; 0: after it)", 0, 64),
 	CAPY_OPT_GROUP("Sampling (defaults: the model's generation_config.json; greedy without one)"),
@@ -344,6 +345,27 @@ static struct capy_grammar *load_schema(const char *path)
 	return g;
 }
 
+/* A regular expression as a grammar of the texts it matches whole. */
+static struct capy_grammar *load_regex(const char *re)
+{
+	struct capy_grammar *g;
+	struct capy_err err = { 0 };
+	char *text;
+
+	if (capy_regex_to_gbnf(re, strlen(re), &text, &err) < 0)
+		capy_die("%s", err.msg); /* "regex: <what> at offset N" */
+	if (capy_grammar_compile(text, strlen(text), "root", &g, &err) < 0)
+		capy_die("--regex: the grammar it made: %s", err.msg);
+	free(text);
+	return g;
+}
+
+/* The constraint's name in messages. */
+static const char *constraint_name(void)
+{
+	return opt_grammar ? opt_grammar : opt_schema ? opt_schema : "--regex";
+}
+
 /* End-of-sequence tokens are the grammar's stop tokens (allowed where it is complete), unless
  * --ignore-eos: then only the grammar's end or -n stops generation. */
 static void constraint_init(struct constraint *c, struct capy_grammar *g, const struct capy_assets *as, uint32_t vocab)
@@ -385,7 +407,7 @@ static int32_t next_token(struct capy_sampler *smp, float *logits, struct constr
 	if (!c->g)
 		return capy_sampler_next(smp, logits);
 	if (capy_mask_ahead_wait(c->ahead, &bits, &t, &err) < 0)
-		capy_die("%s: %s", opt_grammar ? opt_grammar : opt_schema, err.msg);
+		capy_die("%s: %s", constraint_name(), err.msg);
 	if (c->n == c->cap) {
 		c->cap = c->cap ? 2 * c->cap : 256;
 		if (!(c->compute_us = realloc(c->compute_us, c->cap * sizeof(double))) ||
@@ -514,11 +536,12 @@ static int generate(const char *model)
 	logits = malloc(capy_engine_config(e)->vocab_size * sizeof(float));
 	if (!logits)
 		capy_die("out of memory");
-	if (opt_grammar && opt_schema)
-		capy_die("--grammar and --json-schema: one constraint at a time");
-	if (opt_grammar || opt_schema)
-		constraint_init(&con, opt_grammar ? load_grammar(opt_grammar) : load_schema(opt_schema), &as,
-				(uint32_t)capy_engine_config(e)->vocab_size);
+	if (!!opt_grammar + !!opt_schema + !!opt_regex > 1)
+		capy_die("--grammar, --json-schema and --regex: one constraint at a time");
+	if (opt_grammar || opt_schema || opt_regex)
+		constraint_init(&con, opt_grammar ? load_grammar(opt_grammar) : opt_schema ? load_schema(opt_schema)
+										      : load_regex(opt_regex),
+				&as, (uint32_t)capy_engine_config(e)->vocab_size);
 
 	t0 = capy_now();
 	if (capy_engine_forward(e, s, prompt.ids, prompt.n, logits, false, &err) < 0)
@@ -538,7 +561,7 @@ static int generate(const char *model)
 			break;
 		}
 		if (con.g && capy_mask_advance(con.trie, con.state, id, &err) < 0)
-			capy_die("%s: %s", opt_grammar ? opt_grammar : opt_schema, err.msg);
+			capy_die("%s: %s", constraint_name(), err.msg);
 		if (con.g && produced < (uint64_t)opt_n && !capy_grammar_finished(con.state))
 			capy_mask_ahead_start(con.ahead, con.state); /* during the step below */
 		if (opt_ids) {

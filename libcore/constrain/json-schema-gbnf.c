@@ -32,7 +32,10 @@ static int fail_va(struct js_ctx *c, int code, const char *ptr, const char *fmt,
 	vsnprintf(msg, sizeof(msg), fmt, ap);
 	one_line(clean_msg, sizeof(clean_msg), msg);
 	one_line(clean_ptr, sizeof(clean_ptr), *ptr ? ptr : "(root)");
-	c->rc = capy_err_set(c->err, code, "schema: %s: %s", clean_ptr, clean_msg);
+	if (c->regex)
+		c->rc = capy_err_set(c->err, code, "regex: %s", clean_msg);
+	else
+		c->rc = capy_err_set(c->err, code, "schema: %s: %s", clean_ptr, clean_msg);
 	return c->rc;
 }
 
@@ -65,7 +68,7 @@ const char *js_oom_null(struct js_ctx *c)
 int js_oom(struct js_ctx *c)
 {
 	if (!c->rc)
-		c->rc = capy_err_set(c->err, CAPY_ENOMEM, "schema: out of memory");
+		c->rc = capy_err_set(c->err, CAPY_ENOMEM, "%s: out of memory", c->regex ? "regex" : "schema");
 	return c->rc;
 }
 
@@ -457,6 +460,24 @@ const char *js_prim(struct js_ctx *c, enum js_prim p)
 	for (unsigned i = 0; i < ARRAY_SIZE(pr->uses) && pr->uses[i]; i++)
 		js_prim(c, pr->uses[i]);
 	return c->rc ? NULL : pr->name;
+}
+
+const char *js_string_char(struct js_ctx *c)
+{
+	struct capy_buf body = { 0 };
+
+	if (!c->opts->raw)
+		return js_prim(c, P_CHAR);
+	if (c->raw_stop_cp) {
+		capy_buf_puts(&body, "[^");
+		js_class_char(&body, c->raw_stop_cp);
+		capy_buf_putc(&body, ']');
+	} else {
+		capy_buf_putc(&body, '.');
+	}
+	const char *name = js_rule(c, "raw-char", &body);
+	capy_buf_release(&body);
+	return name;
 }
 
 /* --- text ------------------------------------------------------------------------------------- */
