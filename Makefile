@@ -207,6 +207,7 @@ FUZZERS += fuzz-outparse
 FUZZERS += fuzz-safetensors
 FUZZERS += fuzz-template
 FUZZERS += fuzz-tokenizer
+FUZZERS += fuzz-toolcall-grammar
 
 # GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one source file each in t/cuda/.
 CUDA_TESTS += u-cuda-model

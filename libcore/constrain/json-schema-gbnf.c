@@ -7,22 +7,6 @@
 #define REPEAT_DIRECT 128     /* optional copies written as x{m,n}: grammar.c makes a rule per copy */
 #define REPEAT_BLOCK 64       /* longer runs are counted in blocks of this many */
 
-/* s with its control characters written as \n, \t or \xHH: a message stays one line whatever
- * the schema's names hold. */
-static void one_line(char *out, size_t cap, const char *s)
-{
-	size_t n = 0;
-
-	for (; *s && n + 5 < cap; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch >= 0x20)
-			out[n++] = (char)ch;
-		else
-			n += (size_t)snprintf(out + n, cap - n, ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : "\\x%02x", ch);
-	}
-	out[n] = 0;
-}
-
 static int fail_va(struct js_ctx *c, int code, const char *ptr, const char *fmt, va_list ap)
 {
 	char msg[512], clean_msg[700], clean_ptr[700];
@@ -30,8 +14,8 @@ static int fail_va(struct js_ctx *c, int code, const char *ptr, const char *fmt,
 	if (c->rc)
 		return c->rc;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	one_line(clean_msg, sizeof(clean_msg), msg);
-	one_line(clean_ptr, sizeof(clean_ptr), *ptr ? ptr : "(root)");
+	capy_err_one_line(clean_msg, sizeof(clean_msg), msg); /* a schema's names may hold newlines */
+	capy_err_one_line(clean_ptr, sizeof(clean_ptr), *ptr ? ptr : "(root)");
 	if (c->regex)
 		c->rc = capy_err_set(c->err, code, "regex: %s", clean_msg);
 	else

@@ -4,6 +4,7 @@
  */
 #include "toolcall-grammar.h"
 #include "outparse-impl.h"
+#include "tokenizer-impl.h"
 #include "constrain/json-schema.h"
 #include "util/buf.h"
 #include "util/json.h"
@@ -80,11 +81,18 @@ static void reasoning_rule(struct capy_buf *b)
 	no_tags_rule(b, "think-raw", tags, ARRAY_SIZE(tags));
 }
 
+/* Names go into the grammar as literals, which must be UTF-8 (the parser would repair them
+ * anyway, and then read another name). */
+static bool utf8_ok(const char *s)
+{
+	return tok_utf8_valid_prefix(s, strlen(s)) == strlen(s);
+}
+
 static bool xml_name_ok(const char *s)
 {
 	size_t n = strlen(s);
 
-	if (!n || n > NAME_MAX_BYTES)
+	if (!n || n > NAME_MAX_BYTES || !utf8_ok(s))
 		return false;
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
@@ -361,6 +369,10 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 			rc = capy_err_set(err, CAPY_EINVAL, "tools[%d]: no function name", ti);
 			goto out;
 		}
+		if (!utf8_ok(nm->valuestring)) {
+			rc = capy_err_set(err, CAPY_EINVAL, "tools[%d]: the function name is not valid UTF-8", ti);
+			goto out;
+		}
 		if (o->only && strcmp(o->only, nm->valuestring))
 			continue;
 		if (xml && !xml_name_ok(nm->valuestring)) {
@@ -414,6 +426,11 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 	*gbnf_out = capy_buf_detach(&G.g, NULL);
 	rc = 0;
 out:
+	if (rc < 0 && err) { /* the request's names are in it: one line, whatever they hold */
+		char line[CAPY_ERR_MSG_MAX];
+		capy_err_one_line(line, sizeof(line), err->msg);
+		memcpy(err->msg, line, sizeof(line));
+	}
 	capy_buf_release(&G.g);
 	capy_buf_release(&alts);
 	cJSON_Delete(tools);

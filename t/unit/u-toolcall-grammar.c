@@ -146,6 +146,10 @@ static void test_errors(void)
 	free(text);
 	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", &xml, "tool 'a b': the name cannot");
 	error_with("{}", &xml, "tools: not a list");
+	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"get_\xff\"}}]", &hermes,
+		   "tools[0]: the function name is not valid UTF-8"); /* (found by fuzz-toolcall-grammar) */
+	struct capy_call_grammar_opts nl = { .syntax = CAPY_CALL_XML, .only = "a\nb" };
+	error_with(TOOLS, &nl, "tools: no function 'a\\nb'"); /* one line (found by fuzz-toolcall-grammar) */
 	struct capy_call_grammar_opts only = { .syntax = CAPY_CALL_XML, .only = "zzz" };
 	error_with(TOOLS, &only, "no function 'zzz'");
 	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":"
