@@ -306,6 +306,56 @@ EOF
 	grep -q '"mask_wait_us"' "$SLOG"
 }
 
+@test "tool_choice allowed_tools (Responses and chat): required calls only listed tools, auto answers freely or calls a listed one; bad lists get 400" {
+	local seed temp body n_auto_calls=0
+	# required: Responses' flat form, two of the five tools; every call one of them, valid
+	TOOLMAP=$BATS_TEST_TMPDIR/toolmap
+	grep -E '^(bash|glob|Read) ' "$BATS_FILE_TMPDIR/toolmap" >"$TOOLMAP"
+	for seed in $(seeds 4); do
+		for temp in 0.6 1.0; do
+			body="{\"input\":\"use a tool\",\"max_output_tokens\":800,\"seed\":$seed,\"temperature\":$temp,\"parallel_tool_calls\":false,\"tools\":$(cat "$BATS_FILE_TMPDIR/resp-tools.json"),\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"name\":\"bash\"},{\"type\":\"function\",\"name\":\"glob\"},{\"type\":\"web_search\"}]}}"
+			api POST /v1/responses "$body"
+			[ "$CODE" = 200 ]
+			TOTAL=$((TOTAL + 1))
+			tool_call_ok responses
+			[ "$(jv .status)" = incomplete ] || [[ "$(jv '.output[] | select(.type == "function_call") | .name')" =~ ^(bash|glob)$ ]]
+			# chat's nested form, one tool
+			body="{\"messages\":[{\"role\":\"user\",\"content\":\"use a tool\"}],\"max_tokens\":800,\"seed\":$seed,\"temperature\":$temp,\"parallel_tool_calls\":false,\"tools\":$(cat "$BATS_FILE_TMPDIR/chat-tools.json"),\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"Read\"}}]}}}"
+			api POST /v1/chat/completions "$body"
+			[ "$CODE" = 200 ]
+			TOTAL=$((TOTAL + 1))
+			tool_call_ok chat Read
+		done
+	done
+	most_complete
+	validate_all
+	# auto: a free answer or a call of glob only, and the answer was held by a grammar
+	for seed in $(seeds 6); do
+		body="{\"input\":\"list the files\",\"max_output_tokens\":120,\"seed\":$seed,\"temperature\":1.0,\"tools\":$(cat "$BATS_FILE_TMPDIR/resp-tools.json"),\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":[{\"type\":\"function\",\"name\":\"glob\"}]}}"
+		api POST /v1/responses "$body"
+		[ "$CODE" = 200 ]
+		[ "$(jv '[.output[] | select(.type == "function_call") | .name | select(. != "glob")] | length')" = 0 ]
+		n_auto_calls=$((n_auto_calls + $(jv '[.output[] | select(.type == "function_call")] | length')))
+	done
+	echo "auto: $n_auto_calls calls of glob" >&3
+	[ "$(grep -c '"path":"/v1/responses".*"mask_us"' "$HLOG")" -ge 6 ]
+	# bad lists: 400 in the API's shape, naming the place
+	local tools
+	tools=$(cat "$BATS_FILE_TMPDIR/resp-tools.json")
+	api POST /v1/responses "{\"input\":\"x\",\"tools\":$tools,\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"maybe\",\"tools\":[{\"type\":\"function\",\"name\":\"glob\"}]}}"
+	[ "$CODE" = 400 ]
+	[ "$(jq -r '[.error.type, .error.param, .error.message] | join("|")' "$R")" = "invalid_request_error|tool_choice.mode|tool_choice.mode must be auto or required, not 'maybe'" ]
+	api POST /v1/responses "{\"input\":\"x\",\"tools\":$tools,\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":[]}}"
+	[ "$CODE" = 400 ]
+	[ "$(jv .error.param)" = tool_choice.tools ]
+	api POST /v1/responses "{\"input\":\"x\",\"tools\":$tools,\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"name\":\"glob\"},{\"type\":\"function\",\"name\":\"nope\"}]}}"
+	[ "$CODE" = 400 ]
+	[ "$(jq -r '[.error.param, .error.message] | join("|")' "$R")" = "tool_choice.tools[1]|tool_choice.tools[1] names 'nope', which is not among the tools" ]
+	api POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":$(cat "$BATS_FILE_TMPDIR/chat-tools.json"),\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"required\"}}}"
+	[ "$CODE" = 400 ]
+	[ "$(jq -r '[.error.type, .error.param] | join(" ")' "$R")" = "invalid_request_error tool_choice.allowed_tools.tools" ]
+}
+
 @test "bad schemas are refused with 400 in each API's shape, naming the place; the server serves on" {
 	local bad='{"type":"object","properties":{"a":{"type":"integer","not":{"const":1}}}}'
 	local malformed='{"type":"object","properties":{"a":{"type":"integer","minimum":"x"}}}'

@@ -215,6 +215,16 @@ static cJSON *param_schema(const cJSON *root, const cJSON *ps)
 	return s;
 }
 
+static bool allowed(const struct capy_call_grammar_opts *o, const char *name)
+{
+	if (o->only && strcmp(o->only, name))
+		return false;
+	for (size_t i = 0; o->allowed && i < o->n_allowed; i++)
+		if (o->allowed[i] && !strcmp(o->allowed[i], name))
+			return true;
+	return !o->allowed;
+}
+
 static bool listed(const cJSON *list, const char *key)
 {
 	const cJSON *v;
@@ -373,7 +383,7 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 			rc = capy_err_set(err, CAPY_EINVAL, "tools[%d]: the function name is not valid UTF-8", ti);
 			goto out;
 		}
-		if (o->only && strcmp(o->only, nm->valuestring))
+		if (!allowed(o, nm->valuestring))
 			continue;
 		if (xml && !xml_name_ok(nm->valuestring)) {
 			rc = capy_err_set(err, CAPY_EUNSUPPORTED, "tool '%s': the name cannot be written in the XML call "
@@ -393,20 +403,25 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 			only_ti = ti;
 	}
 	if (!alts.len) {
-		rc = o->only ? capy_err_set(err, CAPY_EINVAL, "tools: no function '%s'", o->only)
-			     : capy_err_set(err, CAPY_EINVAL, "tools: none");
+		rc = o->only	  ? capy_err_set(err, CAPY_EINVAL, "tools: no function '%s'", o->only)
+		     : o->allowed ? capy_err_set(err, CAPY_EINVAL, "tools: none of the allowed tools is defined")
+				  : capy_err_set(err, CAPY_EINVAL, "tools: none");
 		goto out;
 	}
 	/* the frame: [reasoning] call ("\n" call)* */
 	capy_buf_printf(&G.g, "call ::= \"<tool_call>\\n\" ( %s )\n", alts.data);
 	no_tag_rule(&G.g, "xml-raw", "/parameter>");
+	if (o->free_text) /* content as the parser reads it: a <tool_call> there would be a call */
+		no_tag_rule(&G.g, "content-raw", "tool_call>");
 	reasoning_rule(&G.g);
 	{
 		struct capy_buf root = { 0 };
 		capy_buf_puts(&root, "root ::= ");
-		if (o->reasoning && !o->opened) /* a call ends reasoning too, as the parser has it */
+		if (o->free_text) /* text, then calls if any; a call ends reasoning too */
+			capy_buf_puts(&root, o->reasoning ? "think-raw ( \"</think>\" content-raw )? ( " : "content-raw ( ");
+		else if (o->reasoning && !o->opened) /* a call ends reasoning too, as the parser has it */
 			capy_buf_puts(&root, "think-raw ( \"</think>\" \"\\n\"{0,2} )? ");
-		if (!o->opened)
+		if (!o->opened || o->free_text)
 			capy_buf_puts(&root, "call");
 		else if (o->only)
 			capy_buf_printf(&root, "t%d-body", only_ti);
@@ -414,7 +429,7 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 			capy_buf_printf(&root, "( %s )", alts.data);
 		if (o->parallel)
 			capy_buf_puts(&root, " ( \"\\n\" call )*");
-		capy_buf_puts(&root, "\n");
+		capy_buf_puts(&root, o->free_text ? " )?\n" : "\n");
 		capy_buf_add(&root, G.g.data, G.g.len);
 		capy_buf_release(&G.g);
 		G.g = root;

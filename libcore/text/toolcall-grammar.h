@@ -19,6 +19,9 @@
  * and definitions kept in reach of its $refs).
  * Hermes (other templates): <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>,
  * ARGS JSON that the parameters schema accepts. Calls are separated by "\n".
+ * With free_text (tool_choice allowed_tools in mode auto) the calls are optional and may
+ * follow free text: [reasoning] content [calls], where neither holds "<tool_call>" (the
+ * parser would read a call there), so that a call, if any, is of an allowed tool.
  *
  * Errors (one line; nothing printed): "tools: ..." for tools JSON that is not a list of
  * functions, "tool 'NAME': schema: <JSON pointer>: <what>" for a schema the compiler refuses
@@ -49,6 +52,11 @@ struct capy_call_grammar_opts {
 	 * function's own opening too ("<function=NAME>\n", or {"name": "NAME", "arguments": ). */
 	bool opened;
 	bool parallel;       /* more calls may follow the first */
+	/* The tools that may be called, by name (tool_choice allowed_tools); NULL: every one. */
+	const char *const *allowed;
+	size_t n_allowed;
+	/* Free text first, calls optional (allowed_tools in mode auto; not with opened). */
+	bool free_text;
 };
 
 /* tools_json: [{"type":"function","function":{"name":..., "parameters":{...}}}, ...] (the

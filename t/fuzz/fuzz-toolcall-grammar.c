@@ -3,15 +3,16 @@
  *
  * Input: a byte of options (bit 0 the XML syntax, else hermes; 1 parallel calls; 2 the start
  * is forced, "opened"; 3 the output begins inside <think>; 4 every tool strict; 5 the first
- * tool strict), the tools JSON, then after a NUL byte the one tool that may be called (as
- * tool_choice names it; empty: any), then after a second NUL bytes that steer a walk through
- * the grammar. Checks, aborting otherwise:
+ * tool strict; 6 free text first, calls optional, as allowed_tools in mode auto; 7 only the
+ * first tool allowed, as an allowed_tools list), the tools JSON, then after a NUL byte the one
+ * tool that may be called (as tool_choice names it; empty: any), then after a second NUL bytes
+ * that steer a walk through the grammar. Checks, aborting otherwise:
  * - the builder makes a grammar or refuses in one line, never crashing, hanging or leaking;
  * - a grammar it makes compiles, or is refused only by the grammar compiler's size limits;
  * - a text the walk completes, after the start capy-serve forces, parses back (the output
- *   parser, toolcall.c) into well-formed calls of known tools, of the named one where one is,
- *   one call unless parallel ones are allowed, each with a JSON object of arguments, and no
- *   content beside them.
+ *   parser, toolcall.c) into well-formed calls of known tools, of the named or allowed ones
+ *   where those are given, one call unless parallel ones are allowed, each with a JSON object
+ *   of arguments, and no content beside them (with free text: content, and no call, too).
  *
  *	make fuzz && t/fuzz/run.sh 300 toolcall-grammar
  *
@@ -117,12 +118,13 @@ static void parses_back(const char *tools, size_t tools_len, const struct capy_c
 	if (o->reasoning && !o->opened)
 		po.flags |= CAPY_OUTPARSE_THINK_OPEN;
 	check(capy_outparse_parse(text, strlen(text), &po, &r, &err) == 0);
-	check(r.n_calls >= 1 && (o->parallel || r.n_calls == 1) && r.content_len == 0);
+	check((r.n_calls >= 1 || o->free_text) && (o->parallel || r.n_calls <= 1) && (r.content_len == 0 || o->free_text));
 	for (size_t c = 0; c < r.n_calls; c++) {
 		const struct capy_outparse_call *call = &r.calls[c];
 		cJSON *args = cJSON_ParseWithLength(call->arguments, call->arguments_len);
 		check(!call->unknown && call->status == CAPY_OUTPARSE_CALL_OK && cJSON_IsObject(args));
 		check(!o->only || !strcmp(call->name, o->only));
+		check(!o->allowed || !strcmp(call->name, o->allowed[0]));
 		cJSON_Delete(args);
 	}
 	capy_outparse_result_release(&r);
@@ -141,20 +143,25 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	const uint8_t *steer = nul2 ? (const uint8_t *)nul2 + 1 : (const uint8_t *)end;
 	char *only = nul && nul2 && nul2 > name ? strndup(name, (size_t)(nul2 - name)) : NULL;
 	char *first = NULL;
-	const char *strict[1] = { NULL };
+	const char *strict[1] = { NULL }, *allowed[1] = { NULL };
 	struct capy_call_grammar_opts o = { .syntax = data[0] & 1 ? CAPY_CALL_XML : CAPY_CALL_HERMES,
 					    .parallel = data[0] & 2, .opened = data[0] & 4, .reasoning = data[0] & 8,
-					    .all_strict = data[0] & 16, .only = only, .strict = strict };
+					    .all_strict = data[0] & 16, .only = only, .strict = strict,
+					    .free_text = (data[0] & 64) && !(data[0] & 4) };
 	struct capy_err err = { 0 };
 	struct capy_grammar *g = NULL;
 	char *gbnf = NULL;
 
-	if (data[0] & 32) { /* the first tool's name among the strict ones */
+	if (data[0] & (32 | 128)) { /* the first tool's name: strict, the one allowed */
 		cJSON *t = cJSON_ParseWithLength(tools, tools_len);
 		const cJSON *nm = cJSON_GetObjectItemCaseSensitive(
 			cJSON_GetObjectItemCaseSensitive(cJSON_GetArrayItem(t, 0), "function"), "name");
-		if (cJSON_IsString(nm) && (first = strdup(nm->valuestring)))
-			strict[0] = first, o.n_strict = 1;
+		if (cJSON_IsString(nm) && (first = strdup(nm->valuestring))) {
+			if (data[0] & 32)
+				strict[0] = first, o.n_strict = 1;
+			if (data[0] & 128)
+				allowed[0] = first, o.allowed = allowed, o.n_allowed = 1;
+		}
 		cJSON_Delete(t);
 	}
 	if (capy_call_grammar(tools, tools_len, &o, &gbnf, &err) < 0) {
@@ -169,8 +176,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	if (o.opened)
 		forced_start(&text, &o);
 	size_t start = text.len;
-	if (walk(g, steer, (size_t)((const uint8_t *)end - steer), &text) && text.len > start && !text.oom)
-		parses_back(tools, tools_len, &o, text.data);
+	if (walk(g, steer, (size_t)((const uint8_t *)end - steer), &text) && (text.len > start || o.free_text) &&
+	    !text.oom)
+		parses_back(tools, tools_len, &o, text.data ? text.data : ""); /* free text may be empty */
 	capy_buf_release(&text);
 out:
 	capy_grammar_free(g);

@@ -1,7 +1,8 @@
 /* u-toolcall-grammar.c - the tool-call grammar (libcore/text/toolcall-grammar.h): the exact
  * bytes the templates write are accepted, other names, missing required parameters, values
  * against their schemas and values holding the closing tag are refused; the named, opened,
- * reasoning and parallel shapes; errors naming the tool and the place in its schema; and
+ * reasoning and parallel shapes; allowed tools, with free text (tool_choice allowed_tools);
+ * errors naming the tool and the place in its schema; and
  * random walks over each grammar parse back (output parser, toolcall.c) into calls of an
  * allowed tool with JSON arguments holding the required keys. */
 #include "test.h"
@@ -156,6 +157,52 @@ static void test_errors(void)
 		   "{\"type\":\"integer\",\"minimum\":\"x\"}}}}}]", &relaxed, "tool 'f': schema: /properties/a");
 }
 
+#define TIME_CALL "<tool_call>\n<function=get_time>\n</function>\n</tool_call>"
+#define WEATHER_CALL "<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n</function>\n</tool_call>"
+
+/* allowed_tools: calls of the listed tools only; with free_text (its mode auto) the answer may
+ * be text with no call at all, reasoning first, and a call (or parallel ones) may end it,
+ * "<tool_call>" appearing only as the start of an allowed call. */
+static void test_allowed(void)
+{
+	static const char *const time_only[] = { "get_time" }, *const nothing[] = { "get_stock" };
+	struct capy_call_grammar_opts o = { .syntax = CAPY_CALL_XML, .allowed = time_only, .n_allowed = 1 };
+	struct capy_grammar *g = grammar(&o);
+
+	ACCEPTS(g, TIME_CALL);
+	REFUSES(g, WEATHER_CALL);
+	REFUSES(g, "an answer");
+	capy_grammar_free(g);
+	o.free_text = true;
+	g = grammar(&o);
+	ACCEPTS(g, "");
+	ACCEPTS(g, "Just an answer: <b>bold</b>, a < sign, </think> and <tool_cal x");
+	REFUSES(g, "an answer ending in <tool_cal"); /* never inside a tag's start: stricter than the parser */
+	ACCEPTS(g, "Let me look.\n\n" TIME_CALL);
+	ACCEPTS(g, TIME_CALL);
+	REFUSES(g, "Let me look.\n\n" WEATHER_CALL);
+	REFUSES(g, "a <tool_call> b");
+	REFUSES(g, TIME_CALL " and text after it");
+	REFUSES(g, TIME_CALL "\n" TIME_CALL); /* one call without parallel */
+	capy_grammar_free(g);
+	o.parallel = o.reasoning = true;
+	g = grammar(&o);
+	ACCEPTS(g, "hmm</think>\n\nThe answer.");
+	ACCEPTS(g, "hmm, cut short");
+	ACCEPTS(g, "hmm</think>\n\n" TIME_CALL "\n" TIME_CALL);
+	ACCEPTS(g, "hmm\n\n" TIME_CALL); /* a call ends reasoning too */
+	REFUSES(g, "hmm</think>\n\n" WEATHER_CALL);
+	capy_grammar_free(g);
+	o = (struct capy_call_grammar_opts){ .syntax = CAPY_CALL_HERMES, .allowed = time_only, .n_allowed = 1,
+					     .free_text = true };
+	g = grammar(&o);
+	ACCEPTS(g, "Sure.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+	REFUSES(g, "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>");
+	capy_grammar_free(g);
+	o.allowed = nothing;
+	error_with(TOOLS, &o, "tools: none of the allowed tools is defined");
+}
+
 /* A random text of grammar g: printable ASCII and newlines; past 40 bytes it leans to
  * writing a closer whole (a tag, a quote, a bracket) where one fits, so that walks end. NULL
  * when one runs past the limit. */
@@ -275,6 +322,7 @@ int main(void)
 	RUN(test_xml);
 	RUN(test_hermes);
 	RUN(test_errors);
+	RUN(test_allowed);
 	RUN(test_walks);
 	return test_summary();
 }
