@@ -88,7 +88,9 @@ static bool utf8_ok(const char *s)
 	return tok_utf8_valid_prefix(s, strlen(s)) == strlen(s);
 }
 
-static bool xml_name_ok(const char *s)
+/* A name the output parser reads (toolcall.c, in either syntax): 1..256 bytes of UTF-8, no
+ * whitespace, controls or <>"'{}=. */
+static bool name_ok(const char *s)
 {
 	size_t n = strlen(s);
 
@@ -263,7 +265,7 @@ static int xml_tool(struct gen *G, int ti, const char *name, const cJSON *params
 		bool required = listed(req, key);
 		unsigned types = op_schema_types(ps);
 
-		if (!xml_name_ok(key)) {
+		if (!name_ok(key)) {
 			if (!required)
 				continue; /* optional: left out, since it cannot be written */
 			rc = capy_err_set(G->err, CAPY_EUNSUPPORTED, "tool '%s': schema: /properties/%s: the parameter "
@@ -385,9 +387,9 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 		}
 		if (!allowed(o, nm->valuestring))
 			continue;
-		if (xml && !xml_name_ok(nm->valuestring)) {
-			rc = capy_err_set(err, CAPY_EUNSUPPORTED, "tool '%s': the name cannot be written in the XML call "
-					  "syntax", nm->valuestring);
+		if (!name_ok(nm->valuestring)) { /* the parser would not read the call back */
+			rc = capy_err_set(err, CAPY_EUNSUPPORTED, "tool '%s': the name cannot be written in the %s call "
+					  "syntax", nm->valuestring, xml ? "XML" : "hermes");
 			goto out;
 		}
 		if (!params && !(params = empty = cJSON_Parse("{\"type\":\"object\",\"properties\":{}}"))) {

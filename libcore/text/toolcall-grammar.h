@@ -25,8 +25,9 @@
  *
  * Errors (one line; nothing printed): "tools: ..." for tools JSON that is not a list of
  * functions, "tool 'NAME': schema: <JSON pointer>: <what>" for a schema the compiler refuses
- * (strict mode for the tools named in strict, relaxed for the others), or a name the XML syntax
- * cannot write.
+ * (strict mode for the tools named in strict, relaxed for the others), or a name the call
+ * syntax cannot write so that the parser reads it back (either syntax: whitespace, controls,
+ * <>"'{}=, more than 256 bytes, invalid UTF-8).
  */
 #ifndef CAPY_TEXT_TOOLCALL_GRAMMAR_H
 #define CAPY_TEXT_TOOLCALL_GRAMMAR_H

@@ -146,6 +146,8 @@ static void test_errors(void)
 	CHECK(capy_call_grammar(bad, strlen(bad), &relaxed, &text, &err) == 0); /* relaxed: ignored */
 	free(text);
 	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", &xml, "tool 'a b': the name cannot");
+	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"a\\u0001b\"}}]", &hermes,
+		   "tool 'a\\x01b': the name cannot be written in the hermes call syntax"); /* the parser would not read it */
 	error_with("{}", &xml, "tools: not a list");
 	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"get_\xff\"}}]", &hermes,
 		   "tools[0]: the function name is not valid UTF-8"); /* (found by fuzz-toolcall-grammar) */
