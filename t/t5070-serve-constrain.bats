@@ -247,7 +247,7 @@ tool_call_ok() {
 	validate_all
 }
 
-@test "tool_choice required and named with the XML template: calls in <function=...> syntax validate (bounded parameters), streamed too" {
+@test "tool_choice required and named with the XML template: calls in <function=...> syntax validate (bounded parameters; raw string values held to pattern, format, enum and lengths), streamed too" {
 	PORT=$XPORT SERVER_LOG=$XLOG
 	cat >"$BATS_TEST_TMPDIR/x-set.json" <<'EOF'
 {"type": "object", "properties": {"mode": {"type": "string", "enum": ["fast", "slow"]}, "level": {"type": "integer", "minimum": 0, "maximum": 3}, "label": {"type": "string", "maxLength": 6}, "flags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}, "dry": {"type": "boolean"}}, "required": ["mode", "level"]}
@@ -255,14 +255,20 @@ EOF
 	cat >"$BATS_TEST_TMPDIR/x-pick.json" <<'EOF'
 {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 9}, "opt": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}, "required": ["id"]}
 EOF
+	# string parameters whose keywords the raw XML value must hold
+	cat >"$BATS_TEST_TMPDIR/x-book.json" <<'EOF'
+{"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}, "day": {"type": "string", "format": "date"}, "id": {"type": "string", "format": "uuid"}, "kind": {"type": "string", "enum": ["a<b>", "x y"]}, "note": {"type": "string", "minLength": 1, "maxLength": 5}}, "required": ["code", "day", "kind", "note"]}
+EOF
 	TOOLMAP=$BATS_TEST_TMPDIR/toolmap
-	printf 'set %s\npick %s\n' "$BATS_TEST_TMPDIR/x-set.json" "$BATS_TEST_TMPDIR/x-pick.json" >"$TOOLMAP"
+	printf 'set %s\npick %s\nbook %s\n' "$BATS_TEST_TMPDIR/x-set.json" "$BATS_TEST_TMPDIR/x-pick.json" \
+		"$BATS_TEST_TMPDIR/x-book.json" >"$TOOLMAP"
 	local tools seed temp named choice
 	tools=$(jq -nc --slurpfile a "$BATS_TEST_TMPDIR/x-set.json" --slurpfile b "$BATS_TEST_TMPDIR/x-pick.json" \
-		'[{type: "function", function: {name: "set", parameters: $a[0]}}, {type: "function", function: {name: "pick", parameters: $b[0]}}]')
+		--slurpfile c "$BATS_TEST_TMPDIR/x-book.json" \
+		'[{type: "function", function: {name: "set", parameters: $a[0]}}, {type: "function", function: {name: "pick", parameters: $b[0]}}, {type: "function", function: {name: "book", parameters: $c[0]}}]')
 	for seed in $(seeds 6); do
 		for temp in 0.6 1.0; do
-			for choice in required set pick; do
+			for choice in required set pick book; do
 				local oc='"required"' want=""
 				[ $choice = required ] || { oc="{\"type\":\"function\",\"function\":{\"name\":\"$choice\"}}"; want=$choice; }
 				api POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"use a tool\"}],\"max_tokens\":300,\"seed\":$seed,\"temperature\":$temp,\"parallel_tool_calls\":false,\"chat_template_kwargs\":{\"enable_thinking\":false},\"tools\":$tools,\"tool_choice\":$oc}"

@@ -206,6 +206,17 @@ static const struct format *format_of(const cJSON *s)
 	return NULL; /* other formats are annotations (as JSON Schema's default says) */
 }
 
+bool capy_json_schema_any_string(const cJSON *s)
+{
+	static const char *const holding[] = { "enum", "const", "pattern", "minLength", "maxLength",
+						"anyOf", "oneOf", "allOf", "$ref" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(holding); i++)
+		if (get(s, holding[i]))
+			return false;
+	return !format_of(s);
+}
+
 /* Two string keywords that we cannot hold together: strict refuses, relaxed keeps the first. */
 static int string_conflict(struct js_ctx *c, const cJSON *s, const char *ptr, const char *kept)
 {

@@ -76,6 +76,12 @@ int capy_json_schema_tree_to_gbnf(const struct cJSON *schema, const struct capy_
 int capy_json_schema_compile(const char *schema_json, size_t len, const struct capy_schema_opts *opts,
 			     struct capy_grammar **out, struct capy_err *err);
 
+/* Whether the schema leaves every string valid as far as the compiler holds strings: none of
+ * enum, const, pattern, a format it enforces, minLength, maxLength, anyOf, oneOf, allOf, $ref
+ * at its top. A caller that writes strings its own way (raw XML text, opts.raw) need not
+ * compile such a schema: any string will do. */
+bool capy_json_schema_any_string(const struct cJSON *schema);
+
 /* A regular expression of the subset `pattern` takes (ECMA-262: docs/structured-output.md) as
  * GBNF text with a rule `root` matching the texts the regex matches whole, as they are (not
  * JSON): as if every alternative were anchored at both ends, so ^ and $ there change

@@ -10,7 +10,7 @@
 #include "util/json.h"
 
 #define NAME_MAX_BYTES 256 /* what the parser takes as a function or parameter name */
-#define LEN_MAX 4096       /* counted repetitions the grammar compiler takes */
+#define VALUE_END "</parameter>" /* where an XML value ends: never inside one */
 
 struct gen {
 	const struct capy_call_grammar_opts *o;
@@ -136,10 +136,13 @@ static int schema_error(struct gen *G, int rc, const char *name, const char *und
 	return capy_err_set(G->err, rc, "tool '%s': schema: %s%s: %s", name, under, ptr, m);
 }
 
-/* The GBNF of schema with every rule prefixed (its root `<prefix>root`), appended. */
-static int add_schema(struct gen *G, const cJSON *schema, const char *prefix, const char *tool, const char *under)
+/* The GBNF of schema with every rule prefixed (its root `<prefix>root`), appended; raw: its
+ * strings as XML values carry them (the characters themselves, never the value's end). */
+static int add_schema(struct gen *G, const cJSON *schema, const char *prefix, const char *tool, const char *under,
+		      bool raw)
 {
-	struct capy_schema_opts so = { .strict = is_strict(G, tool), .prefix = prefix };
+	struct capy_schema_opts so = { .strict = is_strict(G, tool), .prefix = prefix, .raw = raw,
+				       .raw_stop = raw ? VALUE_END : NULL };
 	struct capy_err e = { 0 };
 	char *text = NULL;
 	int rc = capy_json_schema_tree_to_gbnf(schema, &so, &text, &e);
@@ -149,55 +152,6 @@ static int add_schema(struct gen *G, const cJSON *schema, const char *prefix, co
 	capy_buf_puts(&G->g, text);
 	free(text);
 	return 0;
-}
-
-static bool only_strings(const cJSON *list)
-{
-	const cJSON *v;
-
-	cJSON_ArrayForEach(v, list)
-		if (!cJSON_IsString(v))
-			return false;
-	return true;
-}
-
-/* A raw (XML) string value of a parameter typed exactly "string": its enum or const values,
- * a length-bounded run without '<', or free text; the body of the rule is appended to b. */
-static void raw_string(struct capy_buf *b, const cJSON *ps)
-{
-	const cJSON *en = cJSON_GetObjectItemCaseSensitive(ps, "enum");
-	const cJSON *cn = cJSON_GetObjectItemCaseSensitive(ps, "const");
-	const cJSON *lo = cJSON_GetObjectItemCaseSensitive(ps, "minLength");
-	const cJSON *hi = cJSON_GetObjectItemCaseSensitive(ps, "maxLength");
-	const cJSON *v;
-	bool first = true;
-
-	if (cJSON_IsString(cn)) {
-		litz(b, cn->valuestring);
-		return;
-	}
-	if (cJSON_IsArray(en) && cJSON_GetArraySize(en) > 0 && only_strings(en)) {
-		capy_buf_puts(b, "( ");
-		cJSON_ArrayForEach(v, en) {
-			if (strstr(v->valuestring, "</parameter>"))
-				continue; /* the parser would cut it there */
-			capy_buf_puts(b, first ? "" : " | ");
-			litz(b, v->valuestring);
-			first = false;
-		}
-		capy_buf_puts(b, first ? "\"\" )" : " )");
-		return;
-	}
-	double l = cJSON_IsNumber(lo) && lo->valuedouble > 0 ? lo->valuedouble : 0;
-	double h = cJSON_IsNumber(hi) && hi->valuedouble >= 0 ? hi->valuedouble : -1;
-	if ((l > 0 || h >= 0) && l <= LEN_MAX && h <= LEN_MAX) {
-		if (h >= 0)
-			capy_buf_printf(b, "[^<]{%.0f,%.0f}", l, h < l ? l : h);
-		else
-			capy_buf_printf(b, "[^<]{%.0f,}", l);
-		return;
-	}
-	capy_buf_puts(b, "xml-raw");
 }
 
 /* The schema of one parameter with the tool's $defs and definitions beside it, so that its
@@ -278,15 +232,13 @@ static int xml_tool(struct gen *G, int ti, const char *name, const cJSON *params
 		capy_buf_puts(&G->g, " ");
 		litz(&G->g, key);
 		capy_buf_puts(&G->g, " \">\\n\" ");
-		if (types & OP_T_STRING) {
-			/* read back raw (a union with string: whatever parses as another allowed
-			 * type becomes that, the rest a string) */
-			if (types == OP_T_STRING)
-				raw_string(&G->g, ps);
-			else
-				capy_buf_puts(&G->g, "xml-raw");
-			capy_buf_puts(&G->g, " \"\\n</parameter>\\n\"\n");
+		if ((types & OP_T_STRING) && (types != OP_T_STRING || capy_json_schema_any_string(ps))) {
+			/* raw text, read back as a string (in a union with string: whatever parses
+			 * as another allowed type becomes that, the rest a string); the other
+			 * branches' keywords are not held */
+			capy_buf_puts(&G->g, "xml-raw \"\\n</parameter>\\n\"\n");
 		} else {
+			/* JSON by the schema, or a string's keywords held on its raw text */
 			cJSON *sch = param_schema(params, ps);
 			if (!sch) {
 				rc = capy_err_set(G->err, CAPY_ENOMEM, "out of memory");
@@ -295,7 +247,7 @@ static int xml_tool(struct gen *G, int ti, const char *name, const cJSON *params
 			capy_buf_printf(&G->g, "t%d-p%d-root \"\\n</parameter>\\n\"\n", ti, k);
 			snprintf(pre, sizeof(pre), "t%d-p%d-", ti, k);
 			snprintf(under, sizeof(under), "/properties/%s", key);
-			rc = add_schema(G, sch, pre, name, under);
+			rc = add_schema(G, sch, pre, name, under, types == OP_T_STRING);
 			cJSON_Delete(sch);
 			if (rc < 0)
 				break;
@@ -323,7 +275,7 @@ static int hermes_tool(struct gen *G, int ti, const char *name, const cJSON *par
 	int rc;
 
 	snprintf(pre, sizeof(pre), "t%d-", ti);
-	if ((rc = add_schema(G, params, pre, name, "")) < 0)
+	if ((rc = add_schema(G, params, pre, name, "", false)) < 0)
 		return rc;
 	capy_buf_printf(&G->g, "t%d-body ::= t%d-root \"}\\n</tool_call>\"\n", ti, ti);
 	capy_buf_puts(&js, "{\"name\": ");

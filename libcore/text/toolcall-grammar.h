@@ -12,10 +12,10 @@
  *	<tool_call>\n<function=NAME>\n{<parameter=KEY>\nVALUE\n</parameter>\n}</function>\n</tool_call>
  * with the parameters in the schema's order, required ones present, optional ones each may be
  * absent, no others. A value is raw text where the parameter's types are exactly "string" (as
- * the parser reads it): its enum/const values, or text of minLength..maxLength characters
- * without '<' when it has those (pattern and format are not held there), else any text without
- * "</parameter>"; raw text as well where a union holds "string" (the other branches' bounds
- * are not held). Other values are JSON that the parameter's schema accepts (the tool's $defs
+ * the parser reads it), held to its string keywords (pattern, format, enum/const, lengths:
+ * the schema compiled with capy_schema_opts.raw, so no '<' but in enum/const values), else
+ * any text without "</parameter>"; raw text as well where a union holds "string" (the other
+ * branches' bounds are not held). Other values are JSON that the parameter's schema accepts (the tool's $defs
  * and definitions kept in reach of its $refs).
  * Hermes (other templates): <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>,
  * ARGS JSON that the parameters schema accepts. Calls are separated by "\n".

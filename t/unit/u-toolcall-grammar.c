@@ -205,6 +205,65 @@ static void test_allowed(void)
 	error_with(TOOLS, &o, "tools: none of the allowed tools is defined");
 }
 
+/* XML string parameters written raw hold their string keywords: pattern (a search, as
+ * JSON Schema reads it, or anchored), format, enum, minLength/maxLength; never the value's
+ * end "</parameter>" inside, and "<" only where an enum value has it. */
+static void test_xml_raw_keywords(void)
+{
+	static const char tools[] =
+		"[{\"type\":\"function\",\"function\":{\"name\":\"book\",\"parameters\":{\"type\":\"object\","
+		"\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{2}$\"},"
+		"\"day\":{\"type\":\"string\",\"format\":\"date\"},\"mail\":{\"type\":\"string\",\"format\":\"email\"},"
+		"\"tag\":{\"type\":\"string\",\"enum\":[\"a<b>\",\"x y\",\"no</parameter>\"]},"
+		"\"note\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},"
+		"\"any\":{\"type\":\"string\",\"pattern\":\"ab\"},"
+		"\"free\":{\"type\":\"string\",\"format\":\"uri\",\"description\":\"d\"}},"
+		"\"required\":[\"code\"]}}}]";
+	struct capy_call_grammar_opts o = { .syntax = CAPY_CALL_XML };
+	struct capy_err err = { 0 };
+	struct capy_grammar *g = NULL;
+	char *text = NULL;
+
+	CHECK_MSG(capy_call_grammar(tools, strlen(tools), &o, &text, &err) == 0, "%s", err.msg);
+	if (text)
+		CHECK_MSG(capy_grammar_compile(text, strlen(text), "root", &g, &err) == 0, "%s", err.msg);
+	free(text);
+#define CALL(params) "<tool_call>\n<function=book>\n<parameter=code>\nABC-12\n</parameter>\n" params \
+		     "</function>\n</tool_call>"
+#define P(k, v) "<parameter=" k ">\n" v "\n</parameter>\n"
+	ACCEPTS(g, CALL(""));
+	REFUSES(g, "<tool_call>\n<function=book>\n<parameter=code>\nabc-12\n</parameter>\n</function>\n</tool_call>");
+	REFUSES(g, "<tool_call>\n<function=book>\n<parameter=code>\nABC-123\n</parameter>\n</function>\n</tool_call>");
+	ACCEPTS(g, CALL(P("day", "2024-02-29")));
+	REFUSES(g, CALL(P("day", "2023-02-29")));
+	REFUSES(g, CALL(P("day", "\"2024-02-29\""))); /* raw: no quotes */
+	ACCEPTS(g, CALL(P("mail", "a.b@example.org")));
+	REFUSES(g, CALL(P("mail", "a.b")));
+	ACCEPTS(g, CALL(P("tag", "a<b>")));
+	ACCEPTS(g, CALL(P("tag", "x y")));
+	REFUSES(g, CALL(P("tag", "x")));
+	REFUSES(g, CALL(P("tag", "no</parameter>")));
+	ACCEPTS(g, CALL(P("note", "\"q\"")));
+	REFUSES(g, CALL(P("note", "q")));
+	REFUSES(g, CALL(P("note", "qqqqq")));
+	REFUSES(g, CALL(P("note", "q<")));
+	ACCEPTS(g, CALL(P("any", "xx ab yy\nzz"))); /* unanchored: a search */
+	REFUSES(g, CALL(P("any", "a b")));
+	REFUSES(g, CALL(P("any", "ab </parameter> ab")));
+	ACCEPTS(g, CALL(P("free", "http://x/?a=<b>"))); /* a format the compiler does not hold: free text */
+#undef P
+#undef CALL
+	capy_grammar_free(g);
+	/* strict: pattern with a length is refused, naming the place */
+	struct capy_call_grammar_opts strict = { .syntax = CAPY_CALL_XML, .all_strict = true };
+	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+		   "\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}}}}}]",
+		   &strict, "tool 'f': schema: /properties/s: \"maxLength\" together with \"pattern\" is not supported");
+	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+		   "\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^<$\"}}}}}]",
+		   &strict, "tool 'f': schema: /properties/s/pattern: pattern: a class of characters that cannot be written here at offset 1");
+}
+
 /* A random text of grammar g: printable ASCII and newlines; past 40 bytes it leans to
  * writing a closer whole (a tag, a quote, a bracket) where one fits, so that walks end. NULL
  * when one runs past the limit. */
@@ -325,6 +384,7 @@ int main(void)
 	RUN(test_hermes);
 	RUN(test_errors);
 	RUN(test_allowed);
+	RUN(test_xml_raw_keywords);
 	RUN(test_walks);
 	return test_summary();
 }
