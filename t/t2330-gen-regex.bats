@@ -7,10 +7,7 @@
 load lib
 
 setup_file() {
-	export ART=$BATS_FILE_TMPDIR
-	for m in qwen3_5_moe qwen3_5-dense; do
-		capy-convert -q -m "$FIX/$m" -o "$ART/$m.capy"
-	done
+	convert_fixtures qwen3_5_moe qwen3_5-dense
 }
 
 # fullmatch REGEX FILE: the whole file matches the regular expression.
