@@ -75,6 +75,7 @@ LIBCORE_OBJS += libcore/constrain/json-schema-merge.o
 LIBCORE_OBJS += libcore/constrain/json-schema-num.o
 LIBCORE_OBJS += libcore/constrain/json-schema-regex.o
 LIBCORE_OBJS += libcore/constrain/json-schema.o
+LIBCORE_OBJS += libcore/constrain/mask-ahead.o
 LIBCORE_OBJS += libcore/constrain/mask.o
 LIBCORE_OBJS += libcore/cpu/isa.o
 LIBCORE_OBJS += libcore/cpu/linear.o
@@ -206,6 +207,7 @@ FUZZERS += fuzz-outparse
 FUZZERS += fuzz-safetensors
 FUZZERS += fuzz-template
 FUZZERS += fuzz-tokenizer
+FUZZERS += fuzz-toolcall-grammar
 
 # GPU tests (make test-cuda, on a machine with an NVIDIA GPU): one source file each in t/cuda/.
 CUDA_TESTS += u-cuda-model

@@ -19,10 +19,20 @@
  * --vocab N grows the vocabulary to N ids with tokens made by joining two random word-like
  * tokens of it (letters, spaces, whole characters from U+0080 on; at most 32 bytes): a stand-in for a
  * larger BPE vocabulary such as Qwen3.5's 248k, which is not available here, whose new tokens
- * are mostly words and other scripts. One thread; pin it with taskset. */
+ * are mostly words and other scripts. One thread; pin it with taskset.
+ *
+ *	mask-bench TOKENIZER.json --compile FILE... [--vocab N] [--rounds R]
+ *
+ * The compile time of each FILE, a JSON Schema (strict, relaxed where strict refuses it) or,
+ * when it is a JSON list, a request's normalized tools (the XML tool-call grammar of them all,
+ * as tool_choice required makes it): schema to GBNF text, the text compiled to the automaton,
+ * and the first mask from the start state with a new masker (nothing known yet): what a new
+ * request pays before its first token. Medians over R rounds (default 5), each from scratch. */
 #include "constrain/grammar.h"
+#include "constrain/json-schema.h"
 #include "constrain/mask.h"
 #include "text/tokenizer.h"
+#include "text/toolcall-grammar.h"
 #include "tool/tool.h"
 #include "util/file.h"
 #include "util/rng.h"
@@ -209,6 +219,102 @@ static void steady(const char *what, const struct capy_token_trie *t, const stru
 	capy_mask_free(m);
 }
 
+/* FILE as GBNF text: a tools list's call grammar, else a schema's (strict when it can). */
+static char *file_gbnf(const char *name, const char *text, size_t len, const char **how)
+{
+	static const struct capy_schema_opts strict = { .strict = true }, relaxed = { 0 };
+	struct capy_err err = { 0 };
+	char *gbnf = NULL;
+	size_t i = 0;
+
+	while (i < len && strchr(" \t\r\n", text[i]))
+		i++;
+	if (i < len && text[i] == '[') {
+		struct capy_call_grammar_opts o = { .syntax = CAPY_CALL_XML };
+		*how = "tools";
+		if (capy_call_grammar(text, len, &o, &gbnf, &err) < 0)
+			capy_die("%s: %s", name, err.msg);
+		return gbnf;
+	}
+	*how = "strict";
+	if (capy_json_schema_to_gbnf(text, len, &strict, &gbnf, &err) == CAPY_EUNSUPPORTED) {
+		*how = "relaxed";
+		capy_json_schema_to_gbnf(text, len, &relaxed, &gbnf, &err);
+	}
+	if (!gbnf)
+		capy_die("%s: %s", name, err.msg);
+	return gbnf;
+}
+
+static double median(double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	return v[n / 2];
+}
+
+/* --compile: per file, the three steps from its text to a first mask, timed. */
+static void compile_bench(const struct capy_token_trie *t, char **files, size_t nfiles, long rounds)
+{
+	double *step[4], *total = malloc(nfiles * sizeof(double));
+	uint32_t *bits = malloc(capy_mask_words(capy_token_trie_ids(t)) * sizeof(uint32_t));
+	struct capy_err err = { 0 };
+
+	for (int k = 0; k < 4; k++)
+		if (!(step[k] = malloc((size_t)rounds * sizeof(double))))
+			capy_die("out of memory");
+	if (!bits || !total)
+		capy_die("out of memory");
+	printf("%-44s %8s %8s %10s %10s %10s %10s %7s\n", "file", "bytes", "gbnf", "to gbnf us", "compile us",
+	       "1st mask", "total us", "allowed");
+	for (size_t f = 0; f < nfiles; f++) {
+		const char *how = "";
+		size_t len, glen = 0;
+		char *text;
+		int allowed = 0;
+		if (capy_read_file(files[f], 1u << 26, &text, &len, &err) < 0)
+			capy_die("%s", err.msg);
+		for (long r = 0; r < rounds; r++) {
+			struct capy_grammar *g;
+			struct capy_grammar_state *s;
+			struct capy_mask *m;
+			double t0 = now_us();
+			char *gbnf = file_gbnf(files[f], text, len, &how);
+			double t1 = now_us();
+			if (capy_grammar_compile(gbnf, strlen(gbnf), "root", &g, &err) < 0)
+				capy_die("%s: the grammar: %s", files[f], err.msg);
+			double t2 = now_us();
+			if (capy_mask_new(&m, t, g, NULL, &err) < 0 || capy_grammar_state_new(g, &s, &err) < 0 ||
+			    (allowed = capy_mask_compute(m, s, bits, &err)) < 0)
+				capy_die("%s: %s", files[f], err.msg);
+			double t3 = now_us();
+			step[0][r] = t1 - t0, step[1][r] = t2 - t1, step[2][r] = t3 - t2, step[3][r] = t3 - t0;
+			glen = strlen(gbnf);
+			capy_grammar_state_free(s);
+			capy_mask_free(m);
+			capy_grammar_free(g);
+			free(gbnf);
+		}
+		const char *base = strrchr(files[f], '/');
+		char name[64];
+		if (strcmp(how, "strict"))
+			snprintf(name, sizeof(name), "%s (%s)", base ? base + 1 : files[f], how);
+		else
+			snprintf(name, sizeof(name), "%s", base ? base + 1 : files[f]);
+		double m0 = median(step[0], (size_t)rounds), m1 = median(step[1], (size_t)rounds);
+		double m2 = median(step[2], (size_t)rounds), m3 = median(step[3], (size_t)rounds);
+		printf("%-44s %8zu %8zu %10.1f %10.1f %10.1f %10.1f %7d\n", name, len, glen, m0, m1, m2, m3, allowed);
+		total[f] = m3;
+		free(text);
+	}
+	qsort(total, nfiles, sizeof(double), cmp_double);
+	printf("%zu files: total median %.1f us, p90 %.1f, max %.1f\n", nfiles, total[nfiles / 2], total[nfiles * 9 / 10],
+	       total[nfiles - 1]);
+	for (int k = 0; k < 4; k++)
+		free(step[k]);
+	free(total);
+	free(bits);
+}
+
 int cmd_main(int argc, char **argv)
 {
 	struct capy_err err = { 0 };
@@ -221,10 +327,11 @@ int cmd_main(int argc, char **argv)
 	struct vocab v = { 0 };
 	struct doc docs[64];
 	const char *files[3] = { 0 };
-	size_t ndocs = 0, nfiles = 0, ntok = 0;
-	char *text;
+	size_t ndocs = 0, nfiles = 0, ntok = 0, ncompile = 0;
+	char *text, **compile = calloc((size_t)argc, sizeof(char *));
 	size_t len;
-	long vocab = 0, rounds = 3;
+	long vocab = 0, rounds = 0;
+	bool compiling = false;
 	double t0;
 
 	for (int i = 1; i < argc; i++) {
@@ -236,18 +343,41 @@ int cmd_main(int argc, char **argv)
 			opt_cache = (uint32_t)strtoul(argv[++i], NULL, 10);
 		else if (!strcmp(argv[i], "--states") && i + 1 < argc)
 			opt_states = (uint32_t)strtoul(argv[++i], NULL, 10);
+		else if (!strcmp(argv[i], "--compile"))
+			compiling = true;
+		else if (compiling && nfiles == 1 && compile)
+			compile[ncompile++] = argv[i];
 		else if (nfiles < 2)
 			files[nfiles++] = argv[i];
 		else if (ndocs < ARRAY_SIZE(docs))
 			docs[ndocs++] = (struct doc){ argv[i], { 0 } };
 	}
-	if (nfiles < 2 || !ndocs || rounds < 2 || vocab < 0 || vocab > INT32_MAX) {
-		fprintf(stderr, "usage: mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R>=2] [--cache M] [--states S]\n");
+	if (!rounds)
+		rounds = compiling ? 5 : 3;
+	if ((compiling ? nfiles != 1 || !ncompile : nfiles < 2 || !ndocs) || rounds < 2 || vocab < 0 || vocab > INT32_MAX) {
+		fprintf(stderr, "usage: mask-bench TOKENIZER.json GRAMMAR.gbnf DOC... [--vocab N] [--rounds R>=2] [--cache M] [--states S]\n"
+			"   or: mask-bench TOKENIZER.json --compile FILE... [--vocab N] [--rounds R>=2]\n");
 		return CAPY_EXIT_USAGE;
 	}
 	if (capy_read_file(files[0], 1u << 30, &text, &len, &err) < 0 || capy_tokenizer_new(&tok, text, len, &err) < 0)
 		capy_die("%s", err.msg);
 	free(text);
+	if (compiling) {
+		make_vocab(tok, (uint32_t)vocab, &v);
+		t0 = now_us();
+		if (capy_token_trie_new(&t, v.text, v.n_ids, v.stop, v.n_stop, &err) < 0)
+			capy_die("%s", err.msg);
+		printf("vocabulary %" PRIu32 " ids, trie built in %.1f ms; %zu files, %ld rounds\n", v.n_ids,
+		       (now_us() - t0) / 1e3, ncompile, rounds);
+		compile_bench(t, compile, ncompile, rounds);
+		capy_token_trie_free(t);
+		free(v.text);
+		free(v.grown);
+		free(compile);
+		capy_tokenizer_free(tok);
+		return CAPY_EXIT_OK;
+	}
+	free(compile);
 	if (capy_read_file(files[1], 1u << 24, &text, &len, &err) < 0 ||
 	    capy_grammar_compile_named(text, len, "root", files[1], &g, &err) < 0)
 		capy_die("%s", err.msg);

@@ -4,6 +4,7 @@
 #include "constrain/grammar.h"
 #include "constrain/json-schema.h"
 #include "constrain/mask.h"
+#include "constrain/mask-ahead.h"
 #include "engine/engine.h"
 #include "model/assets.h"
 #include "offload/plan.h"
@@ -25,11 +26,11 @@ static const char *const usage[] = {
 	NULL,
 };
 
-static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg,
-	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema;
+static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg, *opt_tokenizer,
+	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema, *opt_regex;
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos, opt_plan;
-static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu, opt_max_context;
+static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu, opt_max_context, opt_mask_threads = 1;
 static uint64_t opt_gpu_mem;
 static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_presence, opt_frequency;
 
@@ -48,6 +49,9 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_FLAG(0, "ignore-eos", &opt_ignore_eos, "do not stop at end-of-sequence tokens"),
 	CAPY_OPT_STRING(0, "grammar", &opt_grammar, "file", "generate only text of this GBNF grammar"),
 	CAPY_OPT_STRING(0, "json-schema", &opt_schema, "file", "generate only JSON valid against this JSON Schema"),
+	CAPY_OPT_STRING(0, "regex", &opt_regex, "pattern", "generate only text this regular expression matches whole"),
+	CAPY_OPT_INT(0, "mask-threads", &opt_mask_threads, "n",
+		     "threads computing the next token mask during the step (default 1; 0: after it)", 0, 64),
 	CAPY_OPT_GROUP("Sampling (defaults: the model's generation_config.json; greedy without one)"),
 	CAPY_OPT_DOUBLE(0, "temp", &opt_temp, "t", "temperature; 0 is greedy", 0, 100),
 	CAPY_OPT_INT(0, "top-k", &opt_top_k, "k", "keep the k most likely tokens (0: off)", 0, 1e9),
@@ -71,6 +75,7 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_FLAG(0, "detokenize", &opt_detokenize, "read ids on stdin, print their text"),
 	CAPY_OPT_FLAG(0, "render", &opt_render, "print the rendered chat prompt and stop"),
 	CAPY_OPT_STRING(0, "template", &opt_template, "file", "chat template file (instead of the model's)"),
+	CAPY_OPT_STRING(0, "tokenizer", &opt_tokenizer, "file", "tokenizer.json (instead of the model's)"),
 	CAPY_OPT_STRING(0, "tokenizer-config", &opt_tokcfg, "file", "tokenizer_config.json for special tokens"),
 	CAPY_OPT_FLAG('q', "quiet", &opt_quiet, "no statistics on stderr"),
 	CAPY_OPT_END(),
@@ -136,9 +141,9 @@ static void load_assets(const char *model, struct capy_artifact **a, struct capy
 	if (model && is_artifact(model)) {
 		if (capy_artifact_open(a, model, &err) < 0 || capy_assets_from_artifact(as, *a, &err) < 0)
 			capy_die("%s", err.msg);
-		if (opt_template || opt_tokcfg) {
+		if (opt_template || opt_tokcfg || opt_tokenizer) {
 			struct capy_assets extra;
-			if (capy_assets_from_files(&extra, NULL, opt_template, opt_tokcfg, &err) < 0)
+			if (capy_assets_from_files(&extra, opt_tokenizer, opt_template, opt_tokcfg, &err) < 0)
 				capy_die("%s", err.msg);
 			capy_assets_override(as, &extra);
 		}
@@ -295,13 +300,18 @@ static enum capy_kv_dtype parse_kv(void)
 }
 
 /* Structured output: a grammar (from --grammar; any compiler's struct capy_grammar fits), the
- * masker over the model's vocabulary, the state of what was generated, and the mask. */
+ * masker over the model's vocabulary, the state of what was generated, the job computing the
+ * mask of that state while the engine computes the logits it will mask, and each token's
+ * mask times (compute, waited), in microseconds. */
 struct constraint {
 	struct capy_grammar *g;
 	struct capy_token_trie *trie;
 	struct capy_mask *mask;
 	struct capy_grammar_state *state;
-	uint32_t *bits;
+	struct capy_mask_pool *pool;
+	struct capy_mask_ahead *ahead;
+	double *compute_us, *wait_us;
+	size_t n, cap;
 };
 
 static struct capy_grammar *load_grammar(const char *path)
@@ -335,6 +345,27 @@ static struct capy_grammar *load_schema(const char *path)
 	return g;
 }
 
+/* A regular expression as a grammar of the texts it matches whole. */
+static struct capy_grammar *load_regex(const char *re)
+{
+	struct capy_grammar *g;
+	struct capy_err err = { 0 };
+	char *text;
+
+	if (capy_regex_to_gbnf(re, strlen(re), &text, &err) < 0)
+		capy_die("%s", err.msg); /* "regex: <what> at offset N" */
+	if (capy_grammar_compile(text, strlen(text), "root", &g, &err) < 0)
+		capy_die("--regex: the grammar it made: %s", err.msg);
+	free(text);
+	return g;
+}
+
+/* The constraint's name in messages. */
+static const char *constraint_name(void)
+{
+	return opt_grammar ? opt_grammar : opt_schema ? opt_schema : "--regex";
+}
+
 /* End-of-sequence tokens are the grammar's stop tokens (allowed where it is complete), unless
  * --ignore-eos: then only the grammar's end or -n stops generation. */
 static void constraint_init(struct constraint *c, struct capy_grammar *g, const struct capy_assets *as, uint32_t vocab)
@@ -346,31 +377,76 @@ static void constraint_init(struct constraint *c, struct capy_grammar *g, const 
 		capy_die("a grammar needs the model's tokenizer, and this model has none");
 	if (capy_token_trie_from_tokenizer(&c->trie, as->tok, vocab, as->eos, opt_ignore_eos ? 0 : (size_t)as->n_eos,
 					   NULL, 0, &err) < 0 ||
-	    capy_mask_new(&c->mask, c->trie, g, NULL, &err) < 0 || capy_grammar_state_new(g, &c->state, &err) < 0)
+	    capy_mask_new(&c->mask, c->trie, g, NULL, &err) < 0 || capy_grammar_state_new(g, &c->state, &err) < 0 ||
+	    capy_mask_pool_new(&c->pool, (int)opt_mask_threads, &err) < 0 ||
+	    capy_mask_ahead_new(&c->ahead, c->pool, c->mask, vocab, &err) < 0)
 		capy_die("%s", err.msg);
-	if (!(c->bits = malloc(capy_mask_words(vocab) * sizeof(uint32_t))))
-		capy_die("out of memory");
+	capy_mask_ahead_start(c->ahead, c->state); /* the first mask, while the prompt is read */
 }
 
 static void constraint_release(struct constraint *c)
 {
-	free(c->bits);
+	capy_mask_ahead_free(c->ahead); /* first: it may be computing from the state */
+	capy_mask_pool_free(c->pool);
+	free(c->compute_us);
+	free(c->wait_us);
 	capy_grammar_state_free(c->state);
 	capy_mask_free(c->mask);
 	capy_token_trie_free(c->trie);
 	capy_grammar_free(c->g);
 }
 
-/* The next token: drawn among those the grammar allows, when there is one. */
+/* The next token: drawn among those the grammar allows, when there is one (the mask waited
+ * for: it was started when the state was reached). */
 static int32_t next_token(struct capy_sampler *smp, float *logits, struct constraint *c)
 {
 	struct capy_err err = { 0 };
+	struct capy_mask_timing t;
+	const uint32_t *bits;
 
 	if (!c->g)
 		return capy_sampler_next(smp, logits);
-	if (capy_mask_compute(c->mask, c->state, c->bits, &err) < 0)
-		capy_die("%s: %s", opt_grammar ? opt_grammar : opt_schema, err.msg);
-	return capy_sampler_next_masked(smp, logits, c->bits);
+	if (capy_mask_ahead_wait(c->ahead, &bits, &t, &err) < 0)
+		capy_die("%s: %s", constraint_name(), err.msg);
+	if (c->n == c->cap) {
+		c->cap = c->cap ? 2 * c->cap : 256;
+		if (!(c->compute_us = realloc(c->compute_us, c->cap * sizeof(double))) ||
+		    !(c->wait_us = realloc(c->wait_us, c->cap * sizeof(double))))
+			capy_die("out of memory");
+	}
+	c->compute_us[c->n] = t.compute_s * 1e6;
+	c->wait_us[c->n++] = t.wait_s * 1e6;
+	return capy_sampler_next_masked(smp, logits, bits);
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* "median M us, p99 P, max X" of n values (sorted here). */
+static void quantiles(char *out, size_t cap, double *v, size_t n)
+{
+	qsort(v, n, sizeof(*v), cmp_double);
+	snprintf(out, cap, "median %.1f us, p99 %.1f, max %.1f", v[n / 2], v[n * 99 / 100], v[n - 1]);
+}
+
+/* What the masks cost per token, and how much of it generation waited for. */
+static void mask_stats(struct constraint *c)
+{
+	char comp[96], wait[96];
+	double total = 0;
+
+	if (!c->n)
+		return;
+	for (size_t i = 0; i < c->n; i++)
+		total += c->wait_us[i];
+	quantiles(comp, sizeof(comp), c->compute_us, c->n);
+	quantiles(wait, sizeof(wait), c->wait_us, c->n);
+	fprintf(stderr, "%s: token masks: %zu, computed in %s; waited for %s (%.1f us in all); %d mask thread%s\n",
+		capy_tool_name, c->n, comp, wait, total, (int)opt_mask_threads, opt_mask_threads == 1 ? "" : "s");
 }
 
 static double pick(double opt, double model_default, double fallback)
@@ -460,11 +536,12 @@ static int generate(const char *model)
 	logits = malloc(capy_engine_config(e)->vocab_size * sizeof(float));
 	if (!logits)
 		capy_die("out of memory");
-	if (opt_grammar && opt_schema)
-		capy_die("--grammar and --json-schema: one constraint at a time");
-	if (opt_grammar || opt_schema)
-		constraint_init(&con, opt_grammar ? load_grammar(opt_grammar) : load_schema(opt_schema), &as,
-				(uint32_t)capy_engine_config(e)->vocab_size);
+	if (!!opt_grammar + !!opt_schema + !!opt_regex > 1)
+		capy_die("--grammar, --json-schema and --regex: one constraint at a time");
+	if (opt_grammar || opt_schema || opt_regex)
+		constraint_init(&con, opt_grammar ? load_grammar(opt_grammar) : opt_schema ? load_schema(opt_schema)
+										      : load_regex(opt_regex),
+				&as, (uint32_t)capy_engine_config(e)->vocab_size);
 
 	t0 = capy_now();
 	if (capy_engine_forward(e, s, prompt.ids, prompt.n, logits, false, &err) < 0)
@@ -484,7 +561,9 @@ static int generate(const char *model)
 			break;
 		}
 		if (con.g && capy_mask_advance(con.trie, con.state, id, &err) < 0)
-			capy_die("%s: %s", opt_grammar ? opt_grammar : opt_schema, err.msg);
+			capy_die("%s: %s", constraint_name(), err.msg);
+		if (con.g && produced < (uint64_t)opt_n && !capy_grammar_finished(con.state))
+			capy_mask_ahead_start(con.ahead, con.state); /* during the step below */
 		if (opt_ids) {
 			printf(produced > 1 ? " %" PRId32 : "%" PRId32, id);
 		} else if (dt) {
@@ -546,6 +625,7 @@ static int generate(const char *model)
 			capy_engine_describe(e, d, sizeof(d));
 			fprintf(stderr, "%s: %s\n", capy_tool_name, d);
 		}
+		mask_stats(&con);
 	}
 	constraint_release(&con);
 	free(stop_buf);

@@ -39,7 +39,7 @@ static const char *opt_host = "127.0.0.1", *opt_model_id, *opt_api_key, *opt_api
 		  *opt_template, *opt_tokenizer, *opt_tokcfg, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg;
 static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, opt_queue = 256, opt_chunk = 256,
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
-	       opt_max_tokens, opt_gpu;
+	       opt_max_tokens, opt_gpu, opt_mask_threads = 2;
 static uint64_t opt_gpu_mem;
 static double opt_cache_mib = 1024, opt_request_timeout = 30, opt_idle_timeout = 75, opt_shutdown = 10;
 static uint64_t opt_max_body = 32u << 20;
@@ -87,6 +87,8 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "attention cache type (default bf16)"),
+	CAPY_OPT_INT(0, "mask-threads", &opt_mask_threads, "n",
+		     "threads computing constrained requests' token masks during the step (default 2; 0: after it)", 0, 64),
 	CAPY_OPT_FLAG(0, "log-prompts", &opt_log_prompts, "put rendered prompts into the request log"),
 	CAPY_OPT_GROUP("Profiles (--profile NAME puts these flags where it stands; later flags override):\n"
 		       "    agent                     --max-context 65536 --max-concurrency 4 --cache-mib 4096\n"
@@ -280,6 +282,7 @@ int cmd_main(int argc, char **argv)
 	sco.prefill_chunk = (uint64_t)opt_chunk;
 	sco.cache_bytes = (uint64_t)(opt_cache_mib * 1048576.0);
 	sco.snapshot_interval = (uint64_t)opt_snapshot;
+	sco.mask_threads = opt_mask_threads ? (int)opt_mask_threads : -1;
 	if (capy_sched_new(&sched, e, &sco, &err) < 0)
 		capy_die("%s", err.msg);
 	model_id = opt_model_id ? strdup(opt_model_id) : default_model_id(args[0]);

@@ -16,6 +16,16 @@ copy_fixture() {
 	echo "$BATS_TEST_TMPDIR/$1"
 }
 
+# convert_fixtures MODEL...: each fixture converted to $ART/MODEL.capy, ART being the file's
+# temporary directory (for setup_file).
+convert_fixtures() {
+	export ART=$BATS_FILE_TMPDIR
+	local m
+	for m in "$@"; do
+		capy-convert -q -m "$FIX/$m" -o "$ART/$m.capy"
+	done
+}
+
 # The output directory must hold nothing but what the test put there.
 assert_no_leftovers() {
 	local dir=$1

@@ -7,10 +7,7 @@
 load lib
 
 setup_file() {
-	export ART=$BATS_FILE_TMPDIR
-	for m in qwen3_5_moe qwen3_5-dense; do
-		capy-convert -q -m "$FIX/$m" -o "$ART/$m.capy"
-	done
+	convert_fixtures qwen3_5_moe qwen3_5-dense
 	# JSON two levels deep with short strings and arrays: a random walk through it ends soon.
 	cat >"$ART/json2.gbnf" <<'EOF'
 root   ::= obj1
@@ -126,4 +123,23 @@ matches() {
 	[ "$status" -eq 0 ]
 	[[ "$output" == abc* ]]
 	[[ "$stderr" == *"warning: the output is incomplete: stopped by length before the grammar was complete"* ]]
+}
+
+@test "--grammar: the same tokens with the next mask computed during the step (--mask-threads 1, 3) as after it (0), and the masks' times on stderr" {
+	for seed in 1 2 3; do
+		for t in 0.8 1.5; do
+			for mt in 0 1 3; do
+				capy-gen "$ART/qwen3_5_moe.capy" -p "Write it:" --grammar "$FIX/grammars/json.gbnf" -n 120 \
+					--seed "$seed" --temp "$t" --ids --mask-threads "$mt" >"$BATS_TEST_TMPDIR/ids-$mt" \
+					2>"$BATS_TEST_TMPDIR/err-$mt"
+			done
+			cmp "$BATS_TEST_TMPDIR/ids-0" "$BATS_TEST_TMPDIR/ids-1"
+			cmp "$BATS_TEST_TMPDIR/ids-0" "$BATS_TEST_TMPDIR/ids-3"
+		done
+	done
+	grep -Eq '^capy-gen: token masks: [0-9]+, computed in median [0-9.]+ us, p99 [0-9.]+, max [0-9.]+; waited for median [0-9.]+ us, p99 [0-9.]+, max [0-9.]+ \([0-9.]+ us in all\); 3 mask threads$' "$BATS_TEST_TMPDIR/err-3" ||
+		{ cat "$BATS_TEST_TMPDIR/err-3"; false; }
+	# without a grammar there are no masks to report
+	capy-gen "$ART/qwen3_5_moe.capy" -p x -n 4 --seed 1 2>"$BATS_TEST_TMPDIR/plain.err" >/dev/null
+	! grep -q 'token masks' "$BATS_TEST_TMPDIR/plain.err"
 }

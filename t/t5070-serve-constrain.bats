@@ -61,6 +61,7 @@ setup() {
 }
 
 teardown() {
+	serve_kill_all "$BATS_TEST_TMPDIR"
 	PORT=$HPORT
 	health_ok
 	PORT=$XPORT
@@ -246,7 +247,7 @@ tool_call_ok() {
 	validate_all
 }
 
-@test "tool_choice required and named with the XML template: calls in <function=...> syntax validate (bounded parameters), streamed too" {
+@test "tool_choice required and named with the XML template: calls in <function=...> syntax validate (bounded parameters; raw string values held to pattern, format, enum and lengths), streamed too" {
 	PORT=$XPORT SERVER_LOG=$XLOG
 	cat >"$BATS_TEST_TMPDIR/x-set.json" <<'EOF'
 {"type": "object", "properties": {"mode": {"type": "string", "enum": ["fast", "slow"]}, "level": {"type": "integer", "minimum": 0, "maximum": 3}, "label": {"type": "string", "maxLength": 6}, "flags": {"type": "array", "items": {"enum": ["a", "b"]}, "maxItems": 2}, "dry": {"type": "boolean"}}, "required": ["mode", "level"]}
@@ -254,14 +255,20 @@ EOF
 	cat >"$BATS_TEST_TMPDIR/x-pick.json" <<'EOF'
 {"type": "object", "properties": {"id": {"type": "integer", "minimum": 1, "maximum": 9}, "opt": {"anyOf": [{"type": "integer"}, {"type": "null"}]}}, "required": ["id"]}
 EOF
+	# string parameters whose keywords the raw XML value must hold
+	cat >"$BATS_TEST_TMPDIR/x-book.json" <<'EOF'
+{"type": "object", "properties": {"code": {"type": "string", "pattern": "^[A-Z]{3}-[0-9]{2}$"}, "day": {"type": "string", "format": "date"}, "id": {"type": "string", "format": "uuid"}, "kind": {"type": "string", "enum": ["a<b>", "x y"]}, "note": {"type": "string", "minLength": 1, "maxLength": 5}}, "required": ["code", "day", "kind", "note"]}
+EOF
 	TOOLMAP=$BATS_TEST_TMPDIR/toolmap
-	printf 'set %s\npick %s\n' "$BATS_TEST_TMPDIR/x-set.json" "$BATS_TEST_TMPDIR/x-pick.json" >"$TOOLMAP"
+	printf 'set %s\npick %s\nbook %s\n' "$BATS_TEST_TMPDIR/x-set.json" "$BATS_TEST_TMPDIR/x-pick.json" \
+		"$BATS_TEST_TMPDIR/x-book.json" >"$TOOLMAP"
 	local tools seed temp named choice
 	tools=$(jq -nc --slurpfile a "$BATS_TEST_TMPDIR/x-set.json" --slurpfile b "$BATS_TEST_TMPDIR/x-pick.json" \
-		'[{type: "function", function: {name: "set", parameters: $a[0]}}, {type: "function", function: {name: "pick", parameters: $b[0]}}]')
+		--slurpfile c "$BATS_TEST_TMPDIR/x-book.json" \
+		'[{type: "function", function: {name: "set", parameters: $a[0]}}, {type: "function", function: {name: "pick", parameters: $b[0]}}, {type: "function", function: {name: "book", parameters: $c[0]}}]')
 	for seed in $(seeds 6); do
 		for temp in 0.6 1.0; do
-			for choice in required set pick; do
+			for choice in required set pick book; do
 				local oc='"required"' want=""
 				[ $choice = required ] || { oc="{\"type\":\"function\",\"function\":{\"name\":\"$choice\"}}"; want=$choice; }
 				api POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"use a tool\"}],\"max_tokens\":300,\"seed\":$seed,\"temperature\":$temp,\"parallel_tool_calls\":false,\"chat_template_kwargs\":{\"enable_thinking\":false},\"tools\":$tools,\"tool_choice\":$oc}"
@@ -279,6 +286,80 @@ EOF
 	[ "$(jv .finish "$R.sum")" = tool_calls ]
 	[ "$(jv '.tool_calls[0].name' "$R.sum")" = pick ]
 	jv '.tool_calls[0].arguments' "$R.sum" | python3 -c 'import json, sys; a = json.load(sys.stdin); assert 1 <= a["id"] <= 9, a'
+}
+
+@test "token masks computed during the steps (--mask-threads 2, the default) give the answers computed after them give (--mask-threads 0); /metrics and the log count and time them" {
+	local s=$SCH/own-discriminated.json seed body a b
+	serve_start capy-serve "$ART" --threads 1 --cache-mib 0 --mask-threads 0
+	local SPORT=$PORT SLOG=$SERVER_LOG
+	for seed in $(seeds 3); do
+		body=$(jq -nc --slurpfile sc "$s" --argjson seed "$seed" \
+			'{messages: [{role: "user", content: "answer in JSON"}], max_tokens: 200, seed: $seed, temperature: 1.0,
+			  response_format: {type: "json_schema", json_schema: {name: "out", strict: true, schema: $sc[0]}}}')
+		PORT=$HPORT api POST /v1/chat/completions "$body"
+		[ "$CODE" = 200 ]
+		a=$(jq -c '.choices[0] | [.message.content, .finish_reason]' "$R")
+		PORT=$SPORT api POST /v1/chat/completions "$body"
+		[ "$CODE" = 200 ]
+		b=$(jq -c '.choices[0] | [.message.content, .finish_reason]' "$R")
+		[ "$a" = "$b" ] || { echo "ahead: $a"; echo "after: $b"; false; }
+	done
+	PORT=$HPORT api GET /metrics
+	[ "$CODE" = 200 ]
+	[ "$(awk '$1 == "capy_token_masks_total" { print ($2 > 0) }' "$R")" = 1 ]
+	grep -q '^capy_token_mask_wait_seconds_total ' "$R"
+	grep -q '"mask_us":[0-9]*,"mask_wait_us":[0-9]*,"mask_wait_max_us":[0-9]*' "$HLOG"
+	grep -q '"mask_wait_us"' "$SLOG"
+}
+
+@test "tool_choice allowed_tools (Responses and chat): required calls only listed tools, auto answers freely or calls a listed one; bad lists get 400" {
+	local seed temp body n_auto_calls=0
+	# required: Responses' flat form, two of the five tools; every call one of them, valid
+	TOOLMAP=$BATS_TEST_TMPDIR/toolmap
+	grep -E '^(bash|glob|Read) ' "$BATS_FILE_TMPDIR/toolmap" >"$TOOLMAP"
+	for seed in $(seeds 4); do
+		for temp in 0.6 1.0; do
+			body="{\"input\":\"use a tool\",\"max_output_tokens\":800,\"seed\":$seed,\"temperature\":$temp,\"parallel_tool_calls\":false,\"tools\":$(cat "$BATS_FILE_TMPDIR/resp-tools.json"),\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"name\":\"bash\"},{\"type\":\"function\",\"name\":\"glob\"},{\"type\":\"web_search\"}]}}"
+			api POST /v1/responses "$body"
+			[ "$CODE" = 200 ]
+			TOTAL=$((TOTAL + 1))
+			tool_call_ok responses
+			[ "$(jv .status)" = incomplete ] || [[ "$(jv '.output[] | select(.type == "function_call") | .name')" =~ ^(bash|glob)$ ]]
+			# chat's nested form, one tool
+			body="{\"messages\":[{\"role\":\"user\",\"content\":\"use a tool\"}],\"max_tokens\":800,\"seed\":$seed,\"temperature\":$temp,\"parallel_tool_calls\":false,\"tools\":$(cat "$BATS_FILE_TMPDIR/chat-tools.json"),\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"Read\"}}]}}}"
+			api POST /v1/chat/completions "$body"
+			[ "$CODE" = 200 ]
+			TOTAL=$((TOTAL + 1))
+			tool_call_ok chat Read
+		done
+	done
+	most_complete
+	validate_all
+	# auto: a free answer or a call of glob only, and the answer was held by a grammar
+	for seed in $(seeds 6); do
+		body="{\"input\":\"list the files\",\"max_output_tokens\":120,\"seed\":$seed,\"temperature\":1.0,\"tools\":$(cat "$BATS_FILE_TMPDIR/resp-tools.json"),\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":[{\"type\":\"function\",\"name\":\"glob\"}]}}"
+		api POST /v1/responses "$body"
+		[ "$CODE" = 200 ]
+		[ "$(jv '[.output[] | select(.type == "function_call") | .name | select(. != "glob")] | length')" = 0 ]
+		n_auto_calls=$((n_auto_calls + $(jv '[.output[] | select(.type == "function_call")] | length')))
+	done
+	echo "auto: $n_auto_calls calls of glob" >&3
+	[ "$(grep -c '"path":"/v1/responses".*"mask_us"' "$HLOG")" -ge 6 ]
+	# bad lists: 400 in the API's shape, naming the place
+	local tools
+	tools=$(cat "$BATS_FILE_TMPDIR/resp-tools.json")
+	api POST /v1/responses "{\"input\":\"x\",\"tools\":$tools,\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"maybe\",\"tools\":[{\"type\":\"function\",\"name\":\"glob\"}]}}"
+	[ "$CODE" = 400 ]
+	[ "$(jq -r '[.error.type, .error.param, .error.message] | join("|")' "$R")" = "invalid_request_error|tool_choice.mode|tool_choice.mode must be auto or required, not 'maybe'" ]
+	api POST /v1/responses "{\"input\":\"x\",\"tools\":$tools,\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":[]}}"
+	[ "$CODE" = 400 ]
+	[ "$(jv .error.param)" = tool_choice.tools ]
+	api POST /v1/responses "{\"input\":\"x\",\"tools\":$tools,\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"name\":\"glob\"},{\"type\":\"function\",\"name\":\"nope\"}]}}"
+	[ "$CODE" = 400 ]
+	[ "$(jq -r '[.error.param, .error.message] | join("|")' "$R")" = "tool_choice.tools[1]|tool_choice.tools[1] names 'nope', which is not among the tools" ]
+	api POST /v1/chat/completions "{\"messages\":[{\"role\":\"user\",\"content\":\"x\"}],\"tools\":$(cat "$BATS_FILE_TMPDIR/chat-tools.json"),\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":{\"mode\":\"required\"}}}"
+	[ "$CODE" = 400 ]
+	[ "$(jq -r '[.error.type, .error.param] | join(" ")' "$R")" = "invalid_request_error tool_choice.allowed_tools.tools" ]
 }
 
 @test "bad schemas are refused with 400 in each API's shape, naming the place; the server serves on" {

@@ -7,22 +7,6 @@
 #define REPEAT_DIRECT 128     /* optional copies written as x{m,n}: grammar.c makes a rule per copy */
 #define REPEAT_BLOCK 64       /* longer runs are counted in blocks of this many */
 
-/* s with its control characters written as \n, \t or \xHH: a message stays one line whatever
- * the schema's names hold. */
-static void one_line(char *out, size_t cap, const char *s)
-{
-	size_t n = 0;
-
-	for (; *s && n + 5 < cap; s++) {
-		unsigned char ch = (unsigned char)*s;
-		if (ch >= 0x20)
-			out[n++] = (char)ch;
-		else
-			n += (size_t)snprintf(out + n, cap - n, ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : "\\x%02x", ch);
-	}
-	out[n] = 0;
-}
-
 static int fail_va(struct js_ctx *c, int code, const char *ptr, const char *fmt, va_list ap)
 {
 	char msg[512], clean_msg[700], clean_ptr[700];
@@ -30,9 +14,12 @@ static int fail_va(struct js_ctx *c, int code, const char *ptr, const char *fmt,
 	if (c->rc)
 		return c->rc;
 	vsnprintf(msg, sizeof(msg), fmt, ap);
-	one_line(clean_msg, sizeof(clean_msg), msg);
-	one_line(clean_ptr, sizeof(clean_ptr), *ptr ? ptr : "(root)");
-	c->rc = capy_err_set(c->err, code, "schema: %s: %s", clean_ptr, clean_msg);
+	capy_err_one_line(clean_msg, sizeof(clean_msg), msg); /* a schema's names may hold newlines */
+	capy_err_one_line(clean_ptr, sizeof(clean_ptr), *ptr ? ptr : "(root)");
+	if (c->regex)
+		c->rc = capy_err_set(c->err, code, "regex: %s", clean_msg);
+	else
+		c->rc = capy_err_set(c->err, code, "schema: %s: %s", clean_ptr, clean_msg);
 	return c->rc;
 }
 
@@ -65,7 +52,7 @@ const char *js_oom_null(struct js_ctx *c)
 int js_oom(struct js_ctx *c)
 {
 	if (!c->rc)
-		c->rc = capy_err_set(c->err, CAPY_ENOMEM, "schema: out of memory");
+		c->rc = capy_err_set(c->err, CAPY_ENOMEM, "%s: out of memory", c->regex ? "regex" : "schema");
 	return c->rc;
 }
 
@@ -457,6 +444,24 @@ const char *js_prim(struct js_ctx *c, enum js_prim p)
 	for (unsigned i = 0; i < ARRAY_SIZE(pr->uses) && pr->uses[i]; i++)
 		js_prim(c, pr->uses[i]);
 	return c->rc ? NULL : pr->name;
+}
+
+const char *js_string_char(struct js_ctx *c)
+{
+	struct capy_buf body = { 0 };
+
+	if (!c->opts->raw)
+		return js_prim(c, P_CHAR);
+	if (c->raw_stop_cp) {
+		capy_buf_puts(&body, "[^");
+		js_class_char(&body, c->raw_stop_cp);
+		capy_buf_putc(&body, ']');
+	} else {
+		capy_buf_putc(&body, '.');
+	}
+	const char *name = js_rule(c, "raw-char", &body);
+	capy_buf_release(&body);
+	return name;
 }
 
 /* --- text ------------------------------------------------------------------------------------- */

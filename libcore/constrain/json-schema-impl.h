@@ -48,6 +48,8 @@ struct js_ctx {
 	cJSON **temps;     /* schemas made by merging, freed at the end */
 	uint32_t ntemps, tempcap;
 	unsigned depth, level, work, merge_nest;
+	uint32_t raw_stop_cp; /* opts->raw: the character raw strings never hold, 0 none */
+	bool regex;           /* capy_regex_to_gbnf: errors "regex: ..." without a pointer */
 };
 
 /* --- json-schema-gbnf.c: rules and text ------------------------------------------------------ */
@@ -87,6 +89,9 @@ enum js_prim {
 };
 /* The primitive's rule (written with those it uses on first use); its name. */
 const char *js_prim(struct js_ctx *c, enum js_prim p);
+/* One character of a string as the grammar writes it: JSON's (an escape or a character a
+ * string holds raw), or with opts->raw any character but raw_stop_cp. A rule name. */
+const char *js_string_char(struct js_ctx *c);
 
 /* s (n bytes of UTF-8) as a GBNF literal "..." */
 void js_literal(struct capy_buf *b, const char *s, size_t n);
@@ -131,8 +136,9 @@ bool js_keyword_is_annotation(const char *key);
 
 /* --- json-schema-regex.c: pattern ------------------------------------------------------------- */
 
-/* The rule of the JSON strings (quotes included) whose content the ECMA regex matches
- * (search semantics: unanchored ends match anything); NULL after an error naming ptr. */
-const char *js_pattern_rule(struct js_ctx *c, const char *pattern, const char *ptr);
+/* The rule of the strings whose content the ECMA regex matches: JSON strings (quotes
+ * included), or with opts->raw the characters themselves; search semantics (unanchored ends
+ * match anything) unless whole (every alternative anchored). NULL after an error naming ptr. */
+const char *js_pattern_rule(struct js_ctx *c, const char *pattern, const char *ptr, bool whole);
 
 #endif

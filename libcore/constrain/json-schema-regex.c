@@ -13,7 +13,9 @@
  * classes differ there, and the narrower choice satisfies both.
  *
  * The regex matches the decoded string, the grammar reads JSON text: a `"`, a `\` or a
- * control character the regex allows is written as its JSON escape. */
+ * control character the regex allows is written as its JSON escape. With opts->raw the
+ * grammar reads the characters themselves (no quotes, no escapes; never the raw stop's
+ * first character), and capy_regex_to_gbnf gives a regex alone that grammar, matched whole. */
 #include "json-schema-impl.h"
 
 #define RX_MAX_NODES 20000
@@ -29,6 +31,7 @@ struct rx_node {
 	int32_t kid, next;    /* first child, next sibling (-1: none) */
 	uint64_t m, n;        /* RX_REPEAT */
 	bool anchor_start, anchor_end; /* a top-level alternative's anchors */
+	size_t at;            /* where it starts in the source (errors found when writing) */
 };
 
 struct rx {
@@ -42,9 +45,14 @@ struct rx {
 	unsigned nest;
 };
 
+static int rx_fail_at(struct rx *x, int code, const char *what, size_t at)
+{
+	return js_fail(x->c, code, x->ptr, "%s%s at offset %zu", x->c->regex ? "" : "pattern: ", what, at);
+}
+
 static int rx_fail(struct rx *x, int code, const char *what)
 {
-	return js_fail(x->c, code, x->ptr, "pattern: %s at offset %zu", what, x->pos);
+	return rx_fail_at(x, code, what, x->pos);
 }
 
 static int32_t new_node(struct rx *x, int type)
@@ -53,7 +61,7 @@ static int32_t new_node(struct rx *x, int type)
 		return rx_fail(x, CAPY_EUNSUPPORTED, "too large");
 	if (!js_grow(&x->nodes, &x->ncap, x->nnodes, sizeof(*x->nodes)))
 		return js_oom(x->c);
-	x->nodes[x->nnodes] = (struct rx_node){ .type = type, .kid = -1, .next = -1 };
+	x->nodes[x->nnodes] = (struct rx_node){ .type = type, .kid = -1, .next = -1, .at = x->pos };
 	return (int32_t)x->nnodes++;
 }
 
@@ -342,7 +350,7 @@ static int32_t parse_group(struct rx *x)
 	return n;
 }
 
-static int32_t parse_atom(struct rx *x)
+static int32_t parse_atom_at(struct rx *x)
 {
 	int ch = peek(x);
 	uint32_t cp;
@@ -387,6 +395,17 @@ static int32_t parse_atom(struct rx *x)
 			return -1;
 		return chars_node(x, cp, cp);
 	}
+}
+
+/* An atom, its place in the source where it begins (a literal's node is made after it). */
+static int32_t parse_atom(struct rx *x)
+{
+	size_t at = x->pos;
+	int32_t n = parse_atom_at(x);
+
+	if (n >= 0)
+		x->nodes[n].at = at;
+	return n;
 }
 
 /* {m}, {m,}, {m,n} at pos: 1 and the counts if there is one (else pos unchanged, 0: a
@@ -447,6 +466,7 @@ static int32_t parse_quantified(struct rx *x)
 	if (rep < 0)
 		return -1;
 	x->nodes[rep].kid = atom;
+	x->nodes[rep].at = x->nodes[atom].at;
 	x->nodes[rep].m = m;
 	x->nodes[rep].n = n;
 	return rep;
@@ -572,10 +592,16 @@ static unsigned put_escapes(const struct rx *x, const struct rx_node *d, struct 
 }
 
 /* A set of characters as JSON text: a class of those a string holds raw, and escapes for
- * the others. */
-static void put_set(const struct rx *x, const struct rx_node *d, struct capy_buf *b)
+ * the others; with opts->raw, a class of them all (less the surrogates, which are not
+ * characters, and the raw stop's first character). False when nothing is left of the set. */
+static bool put_set(const struct rx *x, const struct rx_node *d, struct capy_buf *b)
 {
-	static const uint32_t gaps[][2] = { { 0, 0x1f }, { '"', '"' }, { '\\', '\\' }, { 0xd800, 0xdfff } };
+	static const uint32_t json_gaps[][2] = { { 0, 0x1f }, { '"', '"' }, { '\\', '\\' }, { 0xd800, 0xdfff } };
+	const bool raw = x->c->opts->raw;
+	const uint32_t stop = x->c->raw_stop_cp ? x->c->raw_stop_cp : 0xd800;
+	const uint32_t raw_gaps[][2] = { { 0xd800, 0xdfff }, { stop, stop } };
+	const uint32_t(*gaps)[2] = raw ? raw_gaps : json_gaps;
+	const size_t ngaps = raw ? ARRAY_SIZE(raw_gaps) : ARRAY_SIZE(json_gaps);
 	struct capy_buf cls = { 0 }, esc = { 0 };
 	uint32_t nraw = 0, raw_cp = 0;
 
@@ -583,7 +609,7 @@ static void put_set(const struct rx *x, const struct rx_node *d, struct capy_buf
 		uint32_t a = x->ranges[i][0], hi = x->ranges[i][1];
 		while (a <= hi) {
 			bool skipped = false;
-			for (size_t g = 0; g < ARRAY_SIZE(gaps); g++)
+			for (size_t g = 0; g < ngaps; g++)
 				if (a >= gaps[g][0] && a <= gaps[g][1]) {
 					a = gaps[g][1] + 1;
 					skipped = true;
@@ -591,7 +617,7 @@ static void put_set(const struct rx *x, const struct rx_node *d, struct capy_buf
 			if (skipped || a > hi)
 				continue;
 			uint32_t e = hi;
-			for (size_t g = 0; g < ARRAY_SIZE(gaps); g++)
+			for (size_t g = 0; g < ngaps; g++)
 				if (gaps[g][0] > a && gaps[g][0] - 1 < e)
 					e = gaps[g][0] - 1;
 			js_class_char(&cls, a);
@@ -604,7 +630,7 @@ static void put_set(const struct rx *x, const struct rx_node *d, struct capy_buf
 			a = e + 1;
 		}
 	}
-	unsigned nesc = put_escapes(x, d, &esc);
+	unsigned nesc = raw ? 0 : put_escapes(x, d, &esc);
 	bool group = (nraw > 0) + nesc > 1;
 	capy_buf_puts(b, group ? " (" : "");
 	if (nraw == 1 && raw_cp < 0x80) {
@@ -619,6 +645,7 @@ static void put_set(const struct rx *x, const struct rx_node *d, struct capy_buf
 	capy_buf_puts(b, group ? " )" : "");
 	capy_buf_release(&cls);
 	capy_buf_release(&esc);
+	return nraw + nesc > 0;
 }
 
 static int put_node(struct rx *x, int32_t n, struct capy_buf *b);
@@ -640,14 +667,14 @@ static int put_node(struct rx *x, int32_t n, struct capy_buf *b)
 
 	switch (d->type) {
 	case RX_CHARS:
-		if (!d->nr)
-			return rx_fail(x, CAPY_EUNSUPPORTED, "a class that matches nothing");
-		put_set(x, d, b);
+		if (!d->nr || !put_set(x, d, b))
+			return rx_fail_at(x, CAPY_EUNSUPPORTED, d->nr ? "a class of characters that cannot be written here"
+							       : "a class that matches nothing", d->at);
 		return 0;
 	case RX_REPEAT: {
 		if (d->n > 1 && nullable(x, d->kid))
-			return js_fail(x->c, CAPY_EUNSUPPORTED, x->ptr,
-				       "pattern: a repetition of something that can match the empty string is not supported");
+			return rx_fail_at(x, CAPY_EUNSUPPORTED,
+					  "a repetition of something that can match the empty string is not supported", d->at);
 		struct capy_buf tmp = { 0 };
 		const char *atom = node_atom(x, d->kid, &tmp);
 		int rc = atom ? js_repeat(x->c, b, atom, d->m, d->n) : x->c->rc;
@@ -678,11 +705,11 @@ static int put_node(struct rx *x, int32_t n, struct capy_buf *b)
 	}
 }
 
-const char *js_pattern_rule(struct js_ctx *c, const char *pattern, const char *ptr)
+const char *js_pattern_rule(struct js_ctx *c, const char *pattern, const char *ptr, bool whole)
 {
 	struct rx x = { .c = c, .src = pattern, .ptr = ptr, .len = strlen(pattern) };
 	struct capy_buf body = { 0 };
-	const char *name = NULL, *any = js_prim(c, P_CHAR);
+	const char *name = NULL, *any = js_string_char(c), *quote = c->opts->raw ? "" : "\"\\\"\" ";
 	int32_t top = parse_alt(&x, true);
 
 	if (top < 0 || !any)
@@ -692,22 +719,45 @@ const char *js_pattern_rule(struct js_ctx *c, const char *pattern, const char *p
 		goto out;
 	}
 	/* "\"" ( each alternative, with anything before and after where it is not anchored ) "\"" */
-	capy_buf_puts(&body, "\"\\\"\" (");
+	capy_buf_printf(&body, "%s(", quote);
 	for (int32_t k = x.nodes[top].kid; k >= 0; k = x.nodes[k].next) {
 		if (k != x.nodes[top].kid)
 			capy_buf_puts(&body, " |");
-		if (!x.nodes[k].anchor_start)
+		if (!x.nodes[k].anchor_start && !whole)
 			capy_buf_printf(&body, " %s*", any);
 		if (put_node(&x, k, &body))
 			goto out;
-		if (!x.nodes[k].anchor_end)
+		if (!x.nodes[k].anchor_end && !whole)
 			capy_buf_printf(&body, " %s*", any);
 	}
-	capy_buf_puts(&body, " ) \"\\\"\"");
+	capy_buf_printf(&body, " )%s%s", *quote ? " " : "", *quote ? "\"\\\"\"" : "");
 	name = js_rule(c, "pattern", &body);
 out:
 	capy_buf_release(&body);
 	free(x.nodes);
 	free(x.ranges);
 	return name;
+}
+
+int capy_regex_to_gbnf(const char *re, size_t len, char **gbnf_out, struct capy_err *err)
+{
+	static const struct capy_schema_opts raw = { .raw = true };
+	struct js_ctx c = { .opts = &raw, .err = err, .regex = true };
+	const char *nul = memchr(re, 0, len), *root;
+	char *src;
+
+	*gbnf_out = NULL;
+	if (nul)
+		return capy_err_set(err, CAPY_EFORMAT, "regex: a NUL byte at offset %zu", (size_t)(nul - re));
+	if (len > JS_MAX_INPUT)
+		return capy_err_set(err, CAPY_EUNSUPPORTED, "regex: too large: %zu bytes (the limit is %u)", len, JS_MAX_INPUT);
+	if (!(src = malloc(len + 1)))
+		return capy_err_set(err, CAPY_ENOMEM, "regex: out of memory");
+	memcpy(src, re, len);
+	src[len] = 0;
+	if ((root = js_pattern_rule(&c, src, "", true)))
+		*gbnf_out = js_text(&c, root);
+	js_ctx_release(&c);
+	free(src);
+	return *gbnf_out ? 0 : c.rc ? c.rc : CAPY_ENOMEM;
 }

@@ -190,10 +190,10 @@ static const char *hint_of(const char *ptr)
 
 static const struct format {
 	const char *name;
-	enum js_prim rule;
+	enum js_prim rule, raw; /* as a JSON string, as raw text */
 } formats[] = {
-	{ "date", P_DATE_STR }, { "time", P_TIME_STR }, { "date-time", P_DATE_TIME_STR },
-	{ "uuid", P_UUID_STR }, { "email", P_EMAIL_STR }, { "ipv4", P_IPV4_STR },
+	{ "date", P_DATE_STR, P_DATE }, { "time", P_TIME_STR, P_TIME }, { "date-time", P_DATE_TIME_STR, P_DATE_TIME },
+	{ "uuid", P_UUID_STR, P_UUID }, { "email", P_EMAIL_STR, P_EMAIL }, { "ipv4", P_IPV4_STR, P_IPV4 },
 };
 
 static const struct format *format_of(const cJSON *s)
@@ -204,6 +204,17 @@ static const struct format *format_of(const cJSON *s)
 		if (!strcmp(f->valuestring, formats[i].name))
 			return &formats[i];
 	return NULL; /* other formats are annotations (as JSON Schema's default says) */
+}
+
+bool capy_json_schema_any_string(const cJSON *s)
+{
+	static const char *const holding[] = { "enum", "const", "pattern", "minLength", "maxLength",
+						"anyOf", "oneOf", "allOf", "$ref" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(holding); i++)
+		if (get(s, holding[i]))
+			return false;
+	return !format_of(s);
 }
 
 /* Two string keywords that we cannot hold together: strict refuses, relaxed keeps the first. */
@@ -217,17 +228,35 @@ static int string_conflict(struct js_ctx *c, const cJSON *s, const char *ptr, co
 	return 0;
 }
 
+/* Any string: JSON's, or any raw text (without the raw stop's first character). */
+static const char *any_string(struct js_ctx *c)
+{
+	struct capy_buf body = { 0 };
+
+	if (!c->opts->raw)
+		return js_prim(c, P_STRING);
+	const char *ch = js_string_char(c);
+	if (!ch)
+		return NULL;
+	capy_buf_printf(&body, "%s*", ch);
+	const char *name = js_rule(c, "raw-string", &body);
+	capy_buf_release(&body);
+	return name;
+}
+
+/* A string's rule: JSON text with its quotes, or with opts->raw the characters themselves. */
 static const char *string_rule(struct js_ctx *c, const cJSON *s, const char *ptr)
 {
 	const struct format *f = format_of(s);
 	const cJSON *pattern = get(s, "pattern");
+	const char *quote = c->opts->raw ? "" : "\"\\\"\"";
 	uint64_t lo = 0, hi = JS_UNBOUNDED;
 	int a, b;
 
 	if (f && (pattern && c->opts->strict))
 		return js_fail_null(c, CAPY_EUNSUPPORTED, ptr, "\"format\" together with \"pattern\" is not supported");
 	if (f)
-		return string_conflict(c, s, ptr, "format") ? NULL : js_prim(c, f->rule);
+		return string_conflict(c, s, ptr, "format") ? NULL : js_prim(c, c->opts->raw ? f->raw : f->rule);
 	if (pattern) {
 		char at[JS_PTR_MAX];
 		js_ptr_push(at, sizeof(at), ptr, "pattern");
@@ -235,27 +264,27 @@ static const char *string_rule(struct js_ctx *c, const cJSON *s, const char *ptr
 			return js_fail_null(c, CAPY_EFORMAT, at, "\"pattern\" must be a string");
 		if (string_conflict(c, s, ptr, "pattern"))
 			return NULL;
-		const char *r = js_pattern_rule(c, pattern->valuestring, at);
+		const char *r = js_pattern_rule(c, pattern->valuestring, at, false);
 		if (r || c->opts->strict || c->rc != CAPY_EUNSUPPORTED)
 			return r;
 		/* relaxed: a pattern we cannot translate leaves any string */
 		c->rc = 0;
 		capy_err_clear(c->err);
-		return js_prim(c, P_STRING);
+		return any_string(c);
 	}
 	if ((a = get_count(c, s, "minLength", ptr, &lo)) < 0 || (b = get_count(c, s, "maxLength", ptr, &hi)) < 0)
 		return NULL;
 	if (a && b)
-		return js_prim(c, P_STRING);
+		return any_string(c);
 	if (lo > hi)
 		return js_fail_null(c, CAPY_EFORMAT, ptr, "minLength is above maxLength");
 	struct capy_buf body = { 0 };
-	capy_buf_puts(&body, "\"\\\"\"");
-	if (js_repeat(c, &body, js_prim(c, P_CHAR), lo, hi)) {
+	capy_buf_puts(&body, quote);
+	if (js_repeat(c, &body, js_string_char(c), lo, hi)) {
 		capy_buf_release(&body);
 		return NULL;
 	}
-	capy_buf_puts(&body, " \"\\\"\"");
+	capy_buf_printf(&body, " %s", *quote || hi ? quote : "\"\""); /* raw and empty: a rule needs a body */
 	return rule_of(c, "string", &body);
 }
 
@@ -766,6 +795,11 @@ static const char *typed_rule(struct js_ctx *c, const cJSON *s, const char *ptr)
 
 	if (types_of(c, s, ptr, &bits))
 		return NULL;
+	if (c->opts->raw) { /* only its strings can be written raw */
+		if (!(bits & T_STRING))
+			return js_fail_null(c, CAPY_EUNSUPPORTED, ptr, "a value written as raw text must be a string");
+		return string_rule(c, s, ptr);
+	}
 	if (bits == T_ALL && !get(s, "type"))
 		return js_prim(c, P_VALUE); /* no keyword of any type */
 	if (bits & T_NUMBER)
@@ -818,9 +852,23 @@ static const char *values_rule(struct js_ctx *c, const cJSON *s, const char *ptr
 		return js_fail_null(c, CAPY_EFORMAT, ptr, "\"enum\" must be an array");
 	if (get(s, "type") && types_of(c, s, ptr, &bits))
 		return NULL;
+	if (c->opts->raw)
+		bits &= T_STRING;
 	for (const cJSON *v = one ? one : list->child; v; v = one ? NULL : v->next) {
 		if (!(value_type(v) & bits))
 			continue;
+		if (c->opts->raw) { /* the string itself, unless it holds the raw text's end */
+			if (c->opts->raw_stop && *c->opts->raw_stop && strstr(v->valuestring, c->opts->raw_stop))
+				continue;
+			if (!js_utf8_valid(v->valuestring, strlen(v->valuestring))) {
+				capy_buf_release(&body);
+				return js_fail_null(c, CAPY_EFORMAT, ptr, "a value of %s is not valid UTF-8", one ? "const" : "enum");
+			}
+			capy_buf_puts(&body, sep);
+			js_literal(&body, v->valuestring, strlen(v->valuestring));
+			sep = " | ";
+			continue;
+		}
 		char *text = cJSON_PrintUnformatted(v);
 		if (!text) {
 			capy_buf_release(&body);
@@ -947,6 +995,9 @@ int capy_json_schema_tree_to_gbnf(const cJSON *schema, const struct capy_schema_
 	struct js_ctx c = { .opts = opts ? opts : &defaults, .err = err, .root = schema };
 
 	*gbnf_out = NULL;
+	if (c.opts->raw && c.opts->raw_stop && *c.opts->raw_stop &&
+	    !js_utf8_next(c.opts->raw_stop, strlen(c.opts->raw_stop), &c.raw_stop_cp))
+		return capy_err_set(err, CAPY_EINVAL, "schema: raw_stop is not valid UTF-8");
 	const char *root = visit(&c, schema, "");
 	if (root)
 		*gbnf_out = js_text(&c, root);

@@ -53,6 +53,15 @@ struct capy_schema_opts {
 	 * text can be embedded in a larger grammar beside others; NULL or "": none. A prefix
 	 * of letters, digits and '-' ending in '-' keeps the names valid and apart. */
 	const char *prefix;
+	/* Strings written raw, not as JSON: the grammar reads a string's characters themselves,
+	 * without quotes or escapes, as a call syntax that carries string parameters as plain
+	 * text does (Qwen's XML). Only strings can be written so: a schema that allows no string
+	 * is refused, one that allows other types too is held to its strings. */
+	bool raw;
+	/* With raw: text that never appears inside a string (XML: "</parameter>", where the
+	 * value would end). enum/const values holding it are left out, and elsewhere (lengths,
+	 * patterns, any string) its first character is never written; NULL: none. */
+	const char *raw_stop;
 };
 
 /* The schema (JSON text of len bytes) as GBNF text with a rule `root`; *gbnf_out is
@@ -66,5 +75,19 @@ int capy_json_schema_tree_to_gbnf(const struct cJSON *schema, const struct capy_
 /* The schema compiled to an automaton (capy_grammar_compile of the text above, root `root`). */
 int capy_json_schema_compile(const char *schema_json, size_t len, const struct capy_schema_opts *opts,
 			     struct capy_grammar **out, struct capy_err *err);
+
+/* Whether the schema leaves every string valid as far as the compiler holds strings: none of
+ * enum, const, pattern, a format it enforces, minLength, maxLength, anyOf, oneOf, allOf, $ref
+ * at its top. A caller that writes strings its own way (raw XML text, opts.raw) need not
+ * compile such a schema: any string will do. */
+bool capy_json_schema_any_string(const struct cJSON *schema);
+
+/* A regular expression of the subset `pattern` takes (ECMA-262: docs/structured-output.md) as
+ * GBNF text with a rule `root` matching the texts the regex matches whole, as they are (not
+ * JSON): as if every alternative were anchored at both ends, so ^ and $ there change
+ * nothing. Errors are one line, "regex: <what> at offset N" (N the byte offset in re):
+ * CAPY_EFORMAT for a malformed regex, CAPY_EUNSUPPORTED for what the subset refuses
+ * (lookaround, backreferences, \b, \p{...}, anchors inside, repeating what can be empty). */
+int capy_regex_to_gbnf(const char *re, size_t len, char **gbnf_out, struct capy_err *err);
 
 #endif

@@ -4,6 +4,7 @@
 #include "sched-impl.h"
 #include "../constrain/grammar.h"
 #include "../constrain/mask.h"
+#include "../constrain/mask-ahead.h"
 #include "../util/log.h"
 
 #include <math.h>
@@ -28,10 +29,12 @@ struct req {
 	uint64_t generated, cached, max_new;
 	struct prefix_entry *entry;
 	/* constrained (r.grammar): this request's masker (its caches are per grammar and not
-	 * thread-safe, so never shared), the grammar state of the output so far, the mask */
+	 * thread-safe, so never shared), the grammar state of the output so far, and the job
+	 * computing the mask of that state while the step runs (it owns the masker meanwhile) */
 	struct capy_mask *mask;
 	struct capy_grammar_state *gstate;
-	uint32_t *bits;
+	struct capy_mask_ahead *ahead;
+	double mask_s, mask_wait_s, mask_wait_max_s;
 	bool cancel;                  /* asked for (under the mutex) */
 	double t_submit, t_start, t_prefilled;
 	bool cancel_seen;             /* the engine thread's copy of cancel */
@@ -53,6 +56,7 @@ struct capy_sched {
 	double deadline;
 	uint64_t next_id;
 	struct capy_sched_stats st;   /* under the mutex */
+	struct capy_mask_pool *masks; /* the workers of the requests' mask jobs */
 	/* engine thread only */
 	struct req **active;
 	size_t n_active;
@@ -80,10 +84,10 @@ static void free_req(struct req *q)
 		return;
 	capy_seq_free(q->seq);
 	capy_sampler_free(q->smp);
+	capy_mask_ahead_free(q->ahead); /* first: it may be computing with the masker and the state */
 	capy_mask_free(q->mask);
 	capy_grammar_state_free(q->gstate);
 	capy_grammar_free(q->r.grammar);
-	free(q->bits);
 	free(q->logits);
 	free(q->prompt);
 	free(q);
@@ -121,6 +125,9 @@ static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why
 	ev.queue_s = (q->t_start ? q->t_start : t) - q->t_submit;
 	ev.prefill_s = q->t_start ? (q->t_prefilled ? q->t_prefilled : t) - q->t_start : 0;
 	ev.decode_s = q->t_prefilled ? t - q->t_prefilled : 0;
+	ev.mask_s = q->mask_s;
+	ev.mask_wait_s = q->mask_wait_s;
+	ev.mask_wait_max_s = q->mask_wait_max_s;
 	q->r.cb(q->r.ud, &ev);
 	pthread_mutex_lock(&s->mu);
 	unlink_all(s, q);
@@ -160,10 +167,10 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	if (q->r.grammar) {
 		if ((rc = capy_mask_new(&q->mask, q->r.trie, q->r.grammar, NULL, err)) < 0 ||
-		    (rc = capy_grammar_state_new(q->r.grammar, &q->gstate, err)) < 0)
+		    (rc = capy_grammar_state_new(q->r.grammar, &q->gstate, err)) < 0 ||
+		    (rc = capy_mask_ahead_new(&q->ahead, s->masks, q->mask, (uint32_t)s->vocab, err)) < 0)
 			return rc;
-		if (!(q->bits = malloc(capy_mask_words((uint32_t)s->vocab) * sizeof(uint32_t))))
-			return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+		capy_mask_ahead_start(q->ahead, q->gstate); /* the first mask, while the prompt is read */
 	}
 	q->cached = cached;
 	q->phase = PREFILL;
@@ -225,23 +232,41 @@ static void logprobs(struct capy_sched *s, const float *logits, int32_t tok, int
 	}
 }
 
-/* A constrained request's token from its logits: the mask of the grammar's state, a masked
- * draw, the state advanced. 1: *tok goes on; 0: the request ends (*tok a stop token taken
- * where the grammar accepts, or -1 when the grammar is finished and nothing may follow); < 0:
- * a dead end or a failure, msg says which (never a hang: the request ends with it). */
-static int constrained_token(struct req *q, int32_t *tok, char *msg, size_t cap)
+/* The mask's times, into the request's and the scheduler's totals. */
+static void count_mask(struct capy_sched *s, struct req *q, const struct capy_mask_timing *t)
+{
+	q->mask_s += t->compute_s;
+	q->mask_wait_s += t->wait_s;
+	q->mask_wait_max_s = CAPY_MAX(q->mask_wait_max_s, t->wait_s);
+	pthread_mutex_lock(&s->mu);
+	s->st.masks++;
+	s->st.mask_s += t->compute_s;
+	s->st.mask_wait_s += t->wait_s;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* A constrained request's token from its logits: the mask of the grammar's state (started
+ * when the state was reached, so mostly computed while the step ran), a masked draw, the
+ * state advanced. 1: *tok goes on; 0: the request ends (*tok a stop token taken where the
+ * grammar accepts, or -1 when the grammar is finished and nothing may follow); < 0: a dead
+ * end or a failure, msg says which (never a hang: the request ends with it). */
+static int constrained_token(struct capy_sched *s, struct req *q, int32_t *tok, char *msg, size_t cap)
 {
 	struct capy_err err = { 0 };
+	struct capy_mask_timing t;
+	const uint32_t *bits;
 	int rc;
 
 	*tok = -1;
-	if ((rc = capy_mask_compute(q->mask, q->gstate, q->bits, &err)) < 0) {
+	rc = capy_mask_ahead_wait(q->ahead, &bits, &t, &err);
+	count_mask(s, q, &t);
+	if (rc < 0) {
 		snprintf(msg, cap, "the output's grammar: %s", err.msg);
 		return rc;
 	}
 	if (rc == 0)
 		return 0;
-	if ((*tok = capy_sampler_next_masked(q->smp, q->logits, q->bits)) < 0) {
+	if ((*tok = capy_sampler_next_masked(q->smp, q->logits, bits)) < 0) {
 		snprintf(msg, cap, "the output's grammar: no token can continue");
 		return CAPY_EFORMAT;
 	}
@@ -268,7 +293,7 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 		memcpy(raw, q->logits, s->vocab * sizeof(float));
 	}
 	if (q->r.grammar) {
-		switch (constrained_token(q, &tok, msg, sizeof(msg))) {
+		switch (constrained_token(s, q, &tok, msg, sizeof(msg))) {
 		case 1:
 			break;
 		case 0: /* a stop token where the grammar accepts, or nothing can follow */
@@ -314,6 +339,8 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 	}
 	q->next = tok;
 	q->phase = DECODE;
+	if (q->r.grammar) /* the next mask, while the engine computes the logits it will mask */
+		capy_mask_ahead_start(q->ahead, q->gstate);
 }
 
 /* --- the engine thread ----------------------------------------------------------------------- */
@@ -554,6 +581,8 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 		s->o.prefill_chunk = 256;
 	if (!s->o.snapshot_interval)
 		s->o.snapshot_interval = 4096;
+	if (!s->o.mask_threads)
+		s->o.mask_threads = 2;
 	s->vocab = capy_engine_config(e)->vocab_size;
 	s->step_tokens = capy_engine_step_tokens(e);
 	if (s->step_tokens < s->o.prefill_chunk + (uint64_t)s->o.max_concurrency) {
@@ -573,6 +602,8 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 	}
 	if (s->o.cache_bytes && (rc = prefix_new(&s->pc, e, s->o.cache_bytes, err)) < 0)
 		goto fail;
+	if (s->o.mask_threads > 0 && (rc = capy_mask_pool_new(&s->masks, s->o.mask_threads, err)) < 0)
+		goto fail;
 	s->st.page_bytes = capy_engine_page_bytes(e);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
@@ -585,6 +616,7 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 	*out = s;
 	return 0;
 fail:
+	capy_mask_pool_free(s->masks);
 	prefix_free(s->pc);
 	free(s->active);
 	free(s->items);
@@ -612,6 +644,7 @@ void capy_sched_free(struct capy_sched *s, double drain_s)
 	if (!s)
 		return;
 	capy_sched_stop(s, drain_s);
+	capy_mask_pool_free(s->masks); /* the requests, and their jobs, are gone with the engine thread */
 	prefix_free(s->pc);
 	pthread_mutex_destroy(&s->mu);
 	pthread_cond_destroy(&s->cv);

@@ -49,6 +49,10 @@ struct capy_sched_opts {
 	uint64_t prefill_chunk;     /* prompt tokens of one request per step (0: 256) */
 	uint64_t cache_bytes;       /* prefix cache budget; 0: no prefix cache */
 	uint64_t snapshot_interval; /* snapshot every this many prompt tokens (0: 4096) */
+	/* Constrained requests: threads that compute each request's next token mask while the
+	 * engine runs the step that gives its logits (0: 2; < 0: none, each mask computed after
+	 * the step, as it is needed). The tokens are the same either way. */
+	int mask_threads;
 };
 
 enum capy_gen_event_type {
@@ -86,6 +90,9 @@ struct capy_gen_event {
 	const char *error;           /* CAPY_FINISH_ERROR */
 	uint64_t prompt_tokens, generated_tokens;
 	double queue_s, prefill_s, decode_s; /* waiting, reading the prompt, generating */
+	/* constrained requests: the token masks' compute time, and the part of it the request
+	 * waited for (what the masks added to its latency: the rest was hidden by the steps) */
+	double mask_s, mask_wait_s, mask_wait_max_s;
 };
 
 /* Return 0 to go on; nonzero from a TOKEN event ends the request (CAPY_FINISH_STOPPED). */
@@ -120,6 +127,8 @@ struct capy_sched_stats {
 	uint64_t prefill_tokens;             /* prompt tokens computed (not from the cache) */
 	double prefill_s, decode_s;          /* engine time in steps that read prompts / only decoded */
 	uint64_t steps;
+	uint64_t masks;                      /* token masks of constrained requests */
+	double mask_s, mask_wait_s;          /* their compute time, the time waited for them */
 	uint64_t cache_bytes, cache_entries, cache_snapshots;
 	uint64_t cache_lookups, cache_hits;  /* requests that looked, that found a prefix */
 	uint64_t kv_pages, page_bytes;       /* attention-cache pages in use, bytes each */

@@ -301,6 +301,66 @@ static void named_choice(struct api_parse *p, const char *name, const char *at)
 	p->req->tool_choice_name = name;
 }
 
+/* The name of the i-th tool. */
+static const char *tool_at(const struct capy_api_request *r, size_t i)
+{
+	return capy_tval_strv(capy_tval_get(capy_tval_get(capy_tval_at(r->tools, i), "function"), "name"), NULL);
+}
+
+/* Add the tools named name (with ns, every function "name__..." of that namespace) to names;
+ * none is an error at at. (The tools are parsed before tool_choice.) */
+static void allow(struct api_parse *p, struct capy_tval *names, const char *name, bool ns, const char *at)
+{
+	const struct capy_api_request *r = p->req;
+	size_t n = strlen(name), found = 0;
+
+	for (size_t i = 0; i < r->n_tools; i++) {
+		const char *t = tool_at(r, i);
+		if (ns ? !strncmp(t, name, n) && !strncmp(t + n, "__", 2) : !strcmp(t, name)) {
+			ppush(p, names, pstrz(p, t));
+			found++;
+		}
+	}
+	if (!found)
+		pfail(p, "invalid_value", at, "%s names '%s', which is not among the tools", at, name);
+}
+
+/* The names of an allowed_tools list (holder.tools, at is where holder is): function and
+ * custom tools by name ({type, name} or chat's {type, function: {name}}), a namespace as
+ * each of its functions; hosted types (mcp, image_generation, ...) are dropped, as the
+ * tools themselves are. */
+static void allowed_list(struct api_parse *p, const struct capy_tval *holder, const char *at)
+{
+	struct capy_tval *list = popt_list(p, holder, "tools", at), *names = plist(p);
+	char lat[API_PATH_MAX], iat[API_PATH_MAX], fat[API_PATH_MAX];
+
+	ppath(lat, at, "tools");
+	if (!list)
+		pfail(p, "missing_required_parameter", lat, "%s is required", lat);
+	if (!capy_tval_len(list))
+		pfail(p, "invalid_value", lat, "%s must list at least one tool", lat);
+	for (size_t i = 0; i < capy_tval_len(list); i++) {
+		struct capy_tval *t = capy_tval_at(list, i), *fn;
+		const char *type;
+
+		ppath_i(iat, lat, i);
+		if (capy_tval_kind(t) != CAPY_TVAL_DICT)
+			pfail(p, "invalid_type", iat, "%s must be an object, not %s", iat, kind_name(t));
+		type = popt_str(p, t, "type", iat);
+		if (type && strcmp(type, "function") && strcmp(type, "custom") && strcmp(type, "namespace"))
+			continue;
+		if ((fn = popt_dict(p, t, "function", iat))) {
+			ppath(fat, iat, "function");
+			allow(p, names, tool_name(p, fn, fat), false, iat);
+		} else {
+			allow(p, names, tool_name(p, t, iat), type && !strcmp(type, "namespace"), iat);
+		}
+	}
+	if (!capy_tval_len(names))
+		pfail(p, "invalid_value", lat, "%s lists no function the model can call", lat);
+	p->req->allowed_tools = names;
+}
+
 void parse_tool_choice_openai(struct api_parse *p, const struct capy_tval *body, bool responses)
 {
 	struct capy_api_request *r = p->req;
@@ -343,14 +403,23 @@ void parse_tool_choice_openai(struct api_parse *p, const struct capy_tval *body,
 		else
 			named_choice(p, popt_str(p, tc, "name", "tool_choice"), "tool_choice");
 	} else if (type && !strcmp(type, "allowed_tools")) {
-		/* {mode, tools}: the mode is kept, the subset is not enforced (all tools stay
-		 * in the prompt); docs/serving.md */
-		struct capy_tval *at = pget(tc, "allowed_tools");
-		struct capy_tval *holder = capy_tval_kind(at) == CAPY_TVAL_DICT ? at : tc;
-		const char *mode = popt_str(p, holder, "mode", "tool_choice");
+		/* {mode, tools} (Responses) or {allowed_tools: {mode, tools}} (chat): every tool
+		 * stays in the prompt (what a cached prefix wants), calls are held to the listed
+		 * ones by a grammar (generate.c) */
+		struct capy_tval *nested = pget(tc, "allowed_tools");
+		bool in = capy_tval_kind(nested) == CAPY_TVAL_DICT;
+		const struct capy_tval *holder = in ? nested : tc;
+		const char *at = in ? "tool_choice.allowed_tools" : "tool_choice";
+		const char *mode = popt_str(p, holder, "mode", at);
+		char mat[API_PATH_MAX];
 
-		r->tool_choice = mode && !strcmp(mode, "required") ? CAPY_API_TOOLS_REQUIRED
-								   : CAPY_API_TOOLS_AUTO;
+		ppath(mat, at, "mode");
+		if (!mode)
+			pfail(p, "missing_required_parameter", mat, "%s is required", mat);
+		if (strcmp(mode, "required") && strcmp(mode, "auto"))
+			pfail(p, "invalid_value", mat, "%s must be auto or required, not '%s'", mat, mode);
+		r->tool_choice = !strcmp(mode, "required") ? CAPY_API_TOOLS_REQUIRED : CAPY_API_TOOLS_AUTO;
+		allowed_list(p, holder, at);
 	} else {
 		pfail(p, "invalid_value", "tool_choice.type",
 		      "tool_choice.type '%s' is not supported by this server", type ? type : "");

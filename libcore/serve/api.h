@@ -163,6 +163,10 @@ struct capy_api_request {
 
 	enum capy_api_tool_choice tool_choice;
 	const char *tool_choice_name; /* CAPY_API_TOOLS_NAMED */
+	/* tool_choice allowed_tools (chat and Responses): the names of the tools that may be
+	 * called, a list of strings (every one among tools), with tool_choice REQUIRED or AUTO
+	 * for its mode; NULL: any tool. */
+	struct capy_tval *allowed_tools;
 	bool parallel_tool_calls;     /* default true; false: a forced call is one call */
 
 	int logprobs;           /* -1: none; else logprobs wanted with this many alternatives

@@ -47,7 +47,7 @@ struct job {
 	uint64_t reasoning_tokens;    /* tokens generated before the answer left its reasoning */
 	int status;                   /* of a non-streamed answer */
 	enum capy_gen_finish finish;
-	double queue_s, prefill_s, decode_s;
+	double queue_s, prefill_s, decode_s, mask_s, mask_wait_s, mask_wait_max_s;
 	struct capy_err err;
 };
 
@@ -210,6 +210,9 @@ static void end_answer(struct job *j, const struct capy_gen_event *ev)
 	j->queue_s = ev->queue_s;
 	j->prefill_s = ev->prefill_s;
 	j->decode_s = ev->decode_s;
+	j->mask_s = ev->mask_s;
+	j->mask_wait_s = ev->mask_wait_s;
+	j->mask_wait_max_s = ev->mask_wait_max_s;
 	if (!j->w && (rc = begin_answer(j, ev->cached_tokens)) < 0)
 		goto broken;
 	if (j->failed && ev->finish != CAPY_FINISH_CANCELLED)
@@ -269,6 +272,11 @@ static void log_job(struct job *j, struct capy_http_exchange *x)
 	log_ms(x, "queue_ms", j->queue_s);
 	log_ms(x, "prefill_ms", j->prefill_s);
 	log_ms(x, "decode_ms", j->decode_s);
+	if (j->mask_s > 0) { /* constrained: the masks' time, and what of it the answer waited for */
+		log_u64(x, "mask_us", (uint64_t)(j->mask_s * 1e6));
+		log_u64(x, "mask_wait_us", (uint64_t)(j->mask_wait_s * 1e6));
+		log_u64(x, "mask_wait_max_us", (uint64_t)(j->mask_wait_max_s * 1e6));
+	}
 	if (j->prefill_s > 0) {
 		char n[32];
 		snprintf(n, sizeof(n), "%.1f", (double)(j->prompt_tokens - j->cached) / j->prefill_s);
@@ -416,6 +424,16 @@ static bool forced_call(const struct capy_api_request *r)
 	       r->tools_json;
 }
 
+/* tool_choice allowed_tools in mode auto: a free answer, or calls of the listed tools only,
+ * held by a grammar whose free text is anything without "<tool_call>" (so the whole answer is
+ * masked on the host). A response format wins over it, as over plain auto: the answer is
+ * then the format's JSON, with no call. */
+static bool allowed_auto(const struct capy_api_request *r)
+{
+	return r->tool_choice == CAPY_API_TOOLS_AUTO && r->allowed_tools && r->n_tools && r->tools_json &&
+	       r->response_format == CAPY_API_FORMAT_TEXT;
+}
+
 /* A grammar text compiled for the request, or the refusal (400 for what the request asked,
  * naming where: a schema the compiler refuses, a tool name XML cannot write). */
 static int compile_answer(struct job *j, char *text, int rc, const struct capy_err *gerr, const char *at,
@@ -433,29 +451,49 @@ static int compile_answer(struct job *j, char *text, int rc, const struct capy_e
 	return 0;
 }
 
-/* tool_choice required / named: the answer is held to the model's own call syntax for the
- * tools (toolcall-grammar.h), after free reasoning where the prompt opened <think> (no start
- * is forced then), else continuing the forced start. */
+/* A list of strings as an array of its strings (NULL and n 0 for none); *oom on failure. */
+static const char **strings_of(const struct capy_tval *list, size_t *n, bool *oom)
+{
+	const char **v;
+
+	*n = capy_tval_len(list);
+	if (!*n)
+		return NULL;
+	if (!(v = calloc(*n, sizeof(*v)))) {
+		*oom = true;
+		return NULL;
+	}
+	for (size_t i = 0; i < *n; i++)
+		v[i] = capy_tval_strv(capy_tval_at(list, i), NULL);
+	return v;
+}
+
+/* tool_choice required / named / allowed_tools: the answer is held to the model's own call
+ * syntax for the (allowed) tools (toolcall-grammar.h), after free reasoning where the prompt
+ * opened <think> (no start is forced then), else continuing the forced start; allowed_tools
+ * in mode auto lets free text come first, and no call at all (allowed_auto). */
 static int call_grammar(struct job *j, bool xml, struct capy_api_error *ae)
 {
 	const struct capy_api_request *r = &j->req;
-	size_t n = capy_tval_len(r->strict_tools);
-	const char **strict = n ? calloc(n, sizeof(*strict)) : NULL;
-	struct capy_call_grammar_opts o = { .syntax = xml ? CAPY_CALL_XML : CAPY_CALL_HERMES, .strict = strict,
-					    .n_strict = n, .reasoning = j->think_open, .opened = !j->think_open,
-					    .parallel = r->parallel_tool_calls };
+	bool oom = false, free_text = allowed_auto(r);
+	struct capy_call_grammar_opts o = { .syntax = xml ? CAPY_CALL_XML : CAPY_CALL_HERMES,
+					    .reasoning = j->think_open, .opened = !j->think_open && !free_text,
+					    .parallel = r->parallel_tool_calls, .free_text = free_text };
+	const char **strict = strings_of(r->strict_tools, &o.n_strict, &oom);
+	const char **allowed = strings_of(r->allowed_tools, &o.n_allowed, &oom);
 	struct capy_err err = { 0 };
 	char *text = NULL;
 	int rc;
 
-	if (n && !strict)
-		return capy_api_error_set(ae, 500, NULL, "out of memory");
-	for (size_t i = 0; i < n; i++)
-		strict[i] = capy_tval_strv(capy_tval_at(r->strict_tools, i), NULL);
+	o.strict = strict;
+	o.allowed = allowed;
 	if (r->tool_choice == CAPY_API_TOOLS_NAMED)
 		o.only = r->tool_choice_name;
-	rc = capy_call_grammar(r->tools_json, strlen(r->tools_json), &o, &text, &err);
+	rc = oom ? CAPY_ENOMEM : capy_call_grammar(r->tools_json, strlen(r->tools_json), &o, &text, &err);
 	free(strict);
+	free(allowed);
+	if (oom)
+		return capy_api_error_set(ae, 500, NULL, "out of memory");
 	return compile_answer(j, text, rc, &err, "tools", ae);
 }
 
@@ -506,8 +544,9 @@ static int chat_prompt(struct job *j, struct capy_tokens *ids, char **text, size
 		return rc;
 	}
 	j->think_open = ends_with(prompt, len, "<think>\n") || ends_with(prompt, len, "<think>");
-	if (j->api != CAPY_API_COUNT_TOKENS && (forced_call(&j->req) || j->req.response_format != CAPY_API_FORMAT_TEXT)) {
-		rc = forced_call(&j->req) ? call_grammar(j, strstr(prompt, "<function=") != NULL, ae) : format_grammar(j, ae);
+	bool calls = forced_call(&j->req) || allowed_auto(&j->req);
+	if (j->api != CAPY_API_COUNT_TOKENS && (calls || j->req.response_format != CAPY_API_FORMAT_TEXT)) {
+		rc = calls ? call_grammar(j, strstr(prompt, "<function=") != NULL, ae) : format_grammar(j, ae);
 		if (rc < 0) {
 			free(prompt);
 			return rc;

@@ -164,6 +164,12 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	metric(&b, "capy_decode_tokens_per_second", "gauge", "Tokens generated per second of engine time (all steps).",
 	       st.decode_s > 0 ? (double)st.generated_tokens / (st.decode_s + st.prefill_s) : 0);
 	metric(&b, "capy_engine_steps_total", "counter", "Engine steps run.", (double)st.steps);
+	metric(&b, "capy_token_masks_total", "counter", "Token masks of constrained requests.", (double)st.masks);
+	metric(&b, "capy_token_mask_seconds_total", "counter", "Time computing token masks (mostly during the steps).",
+	       st.mask_s);
+	metric(&b, "capy_token_mask_wait_seconds_total", "counter",
+	       "Time constrained requests waited for their token masks after the step (the latency they added).",
+	       st.mask_wait_s);
 	metric(&b, "capy_queue_depth", "gauge", "Requests waiting for a place in the batch.", (double)st.queued);
 	metric(&b, "capy_active_sequences", "gauge", "Requests in the batch.", (double)st.active);
 	metric(&b, "capy_cache_bytes", "gauge", "Bytes the prefix cache holds (snapshots and pages).", (double)st.cache_bytes);

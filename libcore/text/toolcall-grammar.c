@@ -4,12 +4,13 @@
  */
 #include "toolcall-grammar.h"
 #include "outparse-impl.h"
+#include "tokenizer-impl.h"
 #include "constrain/json-schema.h"
 #include "util/buf.h"
 #include "util/json.h"
 
 #define NAME_MAX_BYTES 256 /* what the parser takes as a function or parameter name */
-#define LEN_MAX 4096       /* counted repetitions the grammar compiler takes */
+#define VALUE_END "</parameter>" /* where an XML value ends: never inside one */
 
 struct gen {
 	const struct capy_call_grammar_opts *o;
@@ -80,11 +81,20 @@ static void reasoning_rule(struct capy_buf *b)
 	no_tags_rule(b, "think-raw", tags, ARRAY_SIZE(tags));
 }
 
-static bool xml_name_ok(const char *s)
+/* Names go into the grammar as literals, which must be UTF-8 (the parser would repair them
+ * anyway, and then read another name). */
+static bool utf8_ok(const char *s)
+{
+	return tok_utf8_valid_prefix(s, strlen(s)) == strlen(s);
+}
+
+/* A name the output parser reads (toolcall.c, in either syntax): 1..256 bytes of UTF-8, no
+ * whitespace, controls or <>"'{}=. */
+static bool name_ok(const char *s)
 {
 	size_t n = strlen(s);
 
-	if (!n || n > NAME_MAX_BYTES)
+	if (!n || n > NAME_MAX_BYTES || !utf8_ok(s))
 		return false;
 	for (; *s; s++) {
 		unsigned char c = (unsigned char)*s;
@@ -126,10 +136,13 @@ static int schema_error(struct gen *G, int rc, const char *name, const char *und
 	return capy_err_set(G->err, rc, "tool '%s': schema: %s%s: %s", name, under, ptr, m);
 }
 
-/* The GBNF of schema with every rule prefixed (its root `<prefix>root`), appended. */
-static int add_schema(struct gen *G, const cJSON *schema, const char *prefix, const char *tool, const char *under)
+/* The GBNF of schema with every rule prefixed (its root `<prefix>root`), appended; raw: its
+ * strings as XML values carry them (the characters themselves, never the value's end). */
+static int add_schema(struct gen *G, const cJSON *schema, const char *prefix, const char *tool, const char *under,
+		      bool raw)
 {
-	struct capy_schema_opts so = { .strict = is_strict(G, tool), .prefix = prefix };
+	struct capy_schema_opts so = { .strict = is_strict(G, tool), .prefix = prefix, .raw = raw,
+				       .raw_stop = raw ? VALUE_END : NULL };
 	struct capy_err e = { 0 };
 	char *text = NULL;
 	int rc = capy_json_schema_tree_to_gbnf(schema, &so, &text, &e);
@@ -139,55 +152,6 @@ static int add_schema(struct gen *G, const cJSON *schema, const char *prefix, co
 	capy_buf_puts(&G->g, text);
 	free(text);
 	return 0;
-}
-
-static bool only_strings(const cJSON *list)
-{
-	const cJSON *v;
-
-	cJSON_ArrayForEach(v, list)
-		if (!cJSON_IsString(v))
-			return false;
-	return true;
-}
-
-/* A raw (XML) string value of a parameter typed exactly "string": its enum or const values,
- * a length-bounded run without '<', or free text; the body of the rule is appended to b. */
-static void raw_string(struct capy_buf *b, const cJSON *ps)
-{
-	const cJSON *en = cJSON_GetObjectItemCaseSensitive(ps, "enum");
-	const cJSON *cn = cJSON_GetObjectItemCaseSensitive(ps, "const");
-	const cJSON *lo = cJSON_GetObjectItemCaseSensitive(ps, "minLength");
-	const cJSON *hi = cJSON_GetObjectItemCaseSensitive(ps, "maxLength");
-	const cJSON *v;
-	bool first = true;
-
-	if (cJSON_IsString(cn)) {
-		litz(b, cn->valuestring);
-		return;
-	}
-	if (cJSON_IsArray(en) && cJSON_GetArraySize(en) > 0 && only_strings(en)) {
-		capy_buf_puts(b, "( ");
-		cJSON_ArrayForEach(v, en) {
-			if (strstr(v->valuestring, "</parameter>"))
-				continue; /* the parser would cut it there */
-			capy_buf_puts(b, first ? "" : " | ");
-			litz(b, v->valuestring);
-			first = false;
-		}
-		capy_buf_puts(b, first ? "\"\" )" : " )");
-		return;
-	}
-	double l = cJSON_IsNumber(lo) && lo->valuedouble > 0 ? lo->valuedouble : 0;
-	double h = cJSON_IsNumber(hi) && hi->valuedouble >= 0 ? hi->valuedouble : -1;
-	if ((l > 0 || h >= 0) && l <= LEN_MAX && h <= LEN_MAX) {
-		if (h >= 0)
-			capy_buf_printf(b, "[^<]{%.0f,%.0f}", l, h < l ? l : h);
-		else
-			capy_buf_printf(b, "[^<]{%.0f,}", l);
-		return;
-	}
-	capy_buf_puts(b, "xml-raw");
 }
 
 /* The schema of one parameter with the tool's $defs and definitions beside it, so that its
@@ -205,6 +169,16 @@ static cJSON *param_schema(const cJSON *root, const cJSON *ps)
 			cJSON_AddItemToObject(s, keep[i], cJSON_Duplicate(d, true));
 	}
 	return s;
+}
+
+static bool allowed(const struct capy_call_grammar_opts *o, const char *name)
+{
+	if (o->only && strcmp(o->only, name))
+		return false;
+	for (size_t i = 0; o->allowed && i < o->n_allowed; i++)
+		if (o->allowed[i] && !strcmp(o->allowed[i], name))
+			return true;
+	return !o->allowed;
 }
 
 static bool listed(const cJSON *list, const char *key)
@@ -245,7 +219,7 @@ static int xml_tool(struct gen *G, int ti, const char *name, const cJSON *params
 		bool required = listed(req, key);
 		unsigned types = op_schema_types(ps);
 
-		if (!xml_name_ok(key)) {
+		if (!name_ok(key)) {
 			if (!required)
 				continue; /* optional: left out, since it cannot be written */
 			rc = capy_err_set(G->err, CAPY_EUNSUPPORTED, "tool '%s': schema: /properties/%s: the parameter "
@@ -258,15 +232,13 @@ static int xml_tool(struct gen *G, int ti, const char *name, const cJSON *params
 		capy_buf_puts(&G->g, " ");
 		litz(&G->g, key);
 		capy_buf_puts(&G->g, " \">\\n\" ");
-		if (types & OP_T_STRING) {
-			/* read back raw (a union with string: whatever parses as another allowed
-			 * type becomes that, the rest a string) */
-			if (types == OP_T_STRING)
-				raw_string(&G->g, ps);
-			else
-				capy_buf_puts(&G->g, "xml-raw");
-			capy_buf_puts(&G->g, " \"\\n</parameter>\\n\"\n");
+		if ((types & OP_T_STRING) && (types != OP_T_STRING || capy_json_schema_any_string(ps))) {
+			/* raw text, read back as a string (in a union with string: whatever parses
+			 * as another allowed type becomes that, the rest a string); the other
+			 * branches' keywords are not held */
+			capy_buf_puts(&G->g, "xml-raw \"\\n</parameter>\\n\"\n");
 		} else {
+			/* JSON by the schema, or a string's keywords held on its raw text */
 			cJSON *sch = param_schema(params, ps);
 			if (!sch) {
 				rc = capy_err_set(G->err, CAPY_ENOMEM, "out of memory");
@@ -275,7 +247,7 @@ static int xml_tool(struct gen *G, int ti, const char *name, const cJSON *params
 			capy_buf_printf(&G->g, "t%d-p%d-root \"\\n</parameter>\\n\"\n", ti, k);
 			snprintf(pre, sizeof(pre), "t%d-p%d-", ti, k);
 			snprintf(under, sizeof(under), "/properties/%s", key);
-			rc = add_schema(G, sch, pre, name, under);
+			rc = add_schema(G, sch, pre, name, under, types == OP_T_STRING);
 			cJSON_Delete(sch);
 			if (rc < 0)
 				break;
@@ -303,7 +275,7 @@ static int hermes_tool(struct gen *G, int ti, const char *name, const cJSON *par
 	int rc;
 
 	snprintf(pre, sizeof(pre), "t%d-", ti);
-	if ((rc = add_schema(G, params, pre, name, "")) < 0)
+	if ((rc = add_schema(G, params, pre, name, "", false)) < 0)
 		return rc;
 	capy_buf_printf(&G->g, "t%d-body ::= t%d-root \"}\\n</tool_call>\"\n", ti, ti);
 	capy_buf_puts(&js, "{\"name\": ");
@@ -361,11 +333,15 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 			rc = capy_err_set(err, CAPY_EINVAL, "tools[%d]: no function name", ti);
 			goto out;
 		}
-		if (o->only && strcmp(o->only, nm->valuestring))
+		if (!utf8_ok(nm->valuestring)) {
+			rc = capy_err_set(err, CAPY_EINVAL, "tools[%d]: the function name is not valid UTF-8", ti);
+			goto out;
+		}
+		if (!allowed(o, nm->valuestring))
 			continue;
-		if (xml && !xml_name_ok(nm->valuestring)) {
-			rc = capy_err_set(err, CAPY_EUNSUPPORTED, "tool '%s': the name cannot be written in the XML call "
-					  "syntax", nm->valuestring);
+		if (!name_ok(nm->valuestring)) { /* the parser would not read the call back */
+			rc = capy_err_set(err, CAPY_EUNSUPPORTED, "tool '%s': the name cannot be written in the %s call "
+					  "syntax", nm->valuestring, xml ? "XML" : "hermes");
 			goto out;
 		}
 		if (!params && !(params = empty = cJSON_Parse("{\"type\":\"object\",\"properties\":{}}"))) {
@@ -381,20 +357,25 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 			only_ti = ti;
 	}
 	if (!alts.len) {
-		rc = o->only ? capy_err_set(err, CAPY_EINVAL, "tools: no function '%s'", o->only)
-			     : capy_err_set(err, CAPY_EINVAL, "tools: none");
+		rc = o->only	  ? capy_err_set(err, CAPY_EINVAL, "tools: no function '%s'", o->only)
+		     : o->allowed ? capy_err_set(err, CAPY_EINVAL, "tools: none of the allowed tools is defined")
+				  : capy_err_set(err, CAPY_EINVAL, "tools: none");
 		goto out;
 	}
 	/* the frame: [reasoning] call ("\n" call)* */
 	capy_buf_printf(&G.g, "call ::= \"<tool_call>\\n\" ( %s )\n", alts.data);
 	no_tag_rule(&G.g, "xml-raw", "/parameter>");
+	if (o->free_text) /* content as the parser reads it: a <tool_call> there would be a call */
+		no_tag_rule(&G.g, "content-raw", "tool_call>");
 	reasoning_rule(&G.g);
 	{
 		struct capy_buf root = { 0 };
 		capy_buf_puts(&root, "root ::= ");
-		if (o->reasoning && !o->opened) /* a call ends reasoning too, as the parser has it */
+		if (o->free_text) /* text, then calls if any; a call ends reasoning too */
+			capy_buf_puts(&root, o->reasoning ? "think-raw ( \"</think>\" content-raw )? ( " : "content-raw ( ");
+		else if (o->reasoning && !o->opened) /* a call ends reasoning too, as the parser has it */
 			capy_buf_puts(&root, "think-raw ( \"</think>\" \"\\n\"{0,2} )? ");
-		if (!o->opened)
+		if (!o->opened || o->free_text)
 			capy_buf_puts(&root, "call");
 		else if (o->only)
 			capy_buf_printf(&root, "t%d-body", only_ti);
@@ -402,7 +383,7 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 			capy_buf_printf(&root, "( %s )", alts.data);
 		if (o->parallel)
 			capy_buf_puts(&root, " ( \"\\n\" call )*");
-		capy_buf_puts(&root, "\n");
+		capy_buf_puts(&root, o->free_text ? " )?\n" : "\n");
 		capy_buf_add(&root, G.g.data, G.g.len);
 		capy_buf_release(&G.g);
 		G.g = root;
@@ -414,6 +395,11 @@ int capy_call_grammar(const char *tools_json, size_t len, const struct capy_call
 	*gbnf_out = capy_buf_detach(&G.g, NULL);
 	rc = 0;
 out:
+	if (rc < 0 && err) { /* the request's names are in it: one line, whatever they hold */
+		char line[CAPY_ERR_MSG_MAX];
+		capy_err_one_line(line, sizeof(line), err->msg);
+		memcpy(err->msg, line, sizeof(line));
+	}
 	capy_buf_release(&G.g);
 	capy_buf_release(&alts);
 	cJSON_Delete(tools);

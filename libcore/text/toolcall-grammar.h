@@ -12,18 +12,22 @@
  *	<tool_call>\n<function=NAME>\n{<parameter=KEY>\nVALUE\n</parameter>\n}</function>\n</tool_call>
  * with the parameters in the schema's order, required ones present, optional ones each may be
  * absent, no others. A value is raw text where the parameter's types are exactly "string" (as
- * the parser reads it): its enum/const values, or text of minLength..maxLength characters
- * without '<' when it has those (pattern and format are not held there), else any text without
- * "</parameter>"; raw text as well where a union holds "string" (the other branches' bounds
- * are not held). Other values are JSON that the parameter's schema accepts (the tool's $defs
+ * the parser reads it), held to its string keywords (pattern, format, enum/const, lengths:
+ * the schema compiled with capy_schema_opts.raw, so no '<' but in enum/const values), else
+ * any text without "</parameter>"; raw text as well where a union holds "string" (the other
+ * branches' bounds are not held). Other values are JSON that the parameter's schema accepts (the tool's $defs
  * and definitions kept in reach of its $refs).
  * Hermes (other templates): <tool_call>\n{"name": "NAME", "arguments": ARGS}\n</tool_call>,
  * ARGS JSON that the parameters schema accepts. Calls are separated by "\n".
+ * With free_text (tool_choice allowed_tools in mode auto) the calls are optional and may
+ * follow free text: [reasoning] content [calls], where neither holds "<tool_call>" (the
+ * parser would read a call there), so that a call, if any, is of an allowed tool.
  *
  * Errors (one line; nothing printed): "tools: ..." for tools JSON that is not a list of
  * functions, "tool 'NAME': schema: <JSON pointer>: <what>" for a schema the compiler refuses
- * (strict mode for the tools named in strict, relaxed for the others), or a name the XML syntax
- * cannot write.
+ * (strict mode for the tools named in strict, relaxed for the others), or a name the call
+ * syntax cannot write so that the parser reads it back (either syntax: whitespace, controls,
+ * <>"'{}=, more than 256 bytes, invalid UTF-8).
  */
 #ifndef CAPY_TEXT_TOOLCALL_GRAMMAR_H
 #define CAPY_TEXT_TOOLCALL_GRAMMAR_H
@@ -49,6 +53,11 @@ struct capy_call_grammar_opts {
 	 * function's own opening too ("<function=NAME>\n", or {"name": "NAME", "arguments": ). */
 	bool opened;
 	bool parallel;       /* more calls may follow the first */
+	/* The tools that may be called, by name (tool_choice allowed_tools); NULL: every one. */
+	const char *const *allowed;
+	size_t n_allowed;
+	/* Free text first, calls optional (allowed_tools in mode auto; not with opened). */
+	bool free_text;
 };
 
 /* tools_json: [{"type":"function","function":{"name":..., "parameters":{...}}}, ...] (the

@@ -19,6 +19,21 @@ int capy_err_set(struct capy_err *err, int code, const char *fmt, ...)
 	return code;
 }
 
+void capy_err_one_line(char *out, size_t cap, const char *s)
+{
+	size_t n = 0;
+
+	for (; *s && n + 5 < cap; s++) {
+		unsigned char ch = (unsigned char)*s;
+		if (ch >= 0x20)
+			out[n++] = (char)ch;
+		else
+			n += (size_t)snprintf(out + n, cap - n, ch == '\n' ? "\\n" : ch == '\t' ? "\\t" : "\\x%02x", ch);
+	}
+	if (cap)
+		out[n] = 0;
+}
+
 int capy_err_errno(struct capy_err *err, int errnum, const char *fmt, ...)
 {
 	int code = CAPY_EIO;

@@ -50,6 +50,10 @@ CAPY_PRINTF(3, 4) int capy_err_errno(struct capy_err *err, int errnum, const cha
 /* Prepend "<context>: " to the current message; returns the current code. */
 CAPY_PRINTF(2, 3) int capy_err_prefix(struct capy_err *err, const char *fmt, ...);
 
+/* s as a message shows it, into out[cap]: its control characters written as \n, \t or \xHH, so
+ * that a message quoting text from a request or a file stays one line; cut to fit. */
+void capy_err_one_line(char *out, size_t cap, const char *s);
+
 /* The name of a code ("io error", "format error", ...). */
 const char *capy_err_name(int code);
 

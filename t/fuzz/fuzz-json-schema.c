@@ -1,12 +1,13 @@
 /* fuzz-json-schema.c - libFuzzer target for the JSON Schema compiler (libcore/constrain/
  * json-schema.h).
  *
- * Input: one byte of options (bit 0 strict, bit 1 compact), a schema, then (after the first
- * NUL byte, if any) a document. A schema must compile or be refused with a one-line message
- * starting "schema: " (never crash, hang or leak); the grammar text of one that compiles must
- * itself compile (the compiler writes only grammars the grammar compiler takes), and a
- * document the grammar accepts whole must be JSON that cJSON parses (unless it might nest
- * deeper than cJSON's limit). Anything else aborts.
+ * Input: one byte of options (bit 0 strict, bit 1 compact, bit 2 raw strings with the XML
+ * stop "</parameter>"), a schema, then (after the first NUL byte, if any) a document. A
+ * schema must compile or be refused with a one-line message starting "schema: " (never
+ * crash, hang or leak); the grammar text of one that compiles must itself compile (the
+ * compiler writes only grammars the grammar compiler takes), and a document the grammar
+ * accepts whole must be JSON that cJSON parses (unless it might nest deeper than cJSON's
+ * limit), or in raw mode text without the stop. Anything else aborts.
  *
  *	make fuzz && t/fuzz/run.sh 300 json-schema
  *
@@ -42,7 +43,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {
 	if (!size)
 		return 0;
-	struct capy_schema_opts opts = { .strict = data[0] & 1, .compact = data[0] & 2 };
+	struct capy_schema_opts opts = { .strict = data[0] & 1, .compact = data[0] & 2, .raw = data[0] & 4,
+					 .raw_stop = "</parameter>" };
 	const char *src = (const char *)data + 1, *nul = memchr(src, 0, size - 1);
 	size_t slen = nul ? (size_t)(nul - src) : size - 1, dlen = nul ? size - 1 - slen - 1 : 0;
 	const char *doc = nul ? nul + 1 : "";
@@ -62,7 +64,11 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 	}
 	check(capy_grammar_state_new(g, &st, &err) == 0);
 	size_t took = capy_grammar_feed(st, doc, dlen);
-	if (took == dlen && capy_grammar_accepting(st) && opens(doc, dlen) < CJSON_NESTING_LIMIT) {
+	if (opts.raw && took == dlen && capy_grammar_accepting(st)) {
+		char *z = strndup(doc, dlen);
+		check(z && (strlen(z) < dlen || !strstr(z, opts.raw_stop))); /* (a NUL ends strstr's view) */
+		free(z);
+	} else if (took == dlen && capy_grammar_accepting(st) && opens(doc, dlen) < CJSON_NESTING_LIMIT) {
 		cJSON *j = cJSON_ParseWithLength(doc, dlen);
 		check(j != NULL);
 		cJSON_Delete(j);

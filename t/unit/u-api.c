@@ -518,9 +518,31 @@ static void test_parse_responses(void)
 				     "{\"type\":\"message\",\"role\":\"assistant\",\"status\":\"incomplete\","
 				     "\"content\":[{\"type\":\"output_text\",\"text\":\"Hel\"}]}],"
 				     "\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"required\","
-				     "\"tools\":[]},\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}", &r);
+				     "\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]},"
+				     "\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]}", &r);
 	CHECK(!r.add_generation_prompt && r.continue_final_message);
 	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_REQUIRED);
+	CHECK_JSON(r.allowed_tools, "[\"f\"]");
+	capy_api_request_release(&r);
+
+	/* allowed_tools: the names listed (hosted types dropped, a namespace's functions, custom
+	 * tools by name), Responses' flat form and chat's nested one */
+	PARSE_OK(CAPY_API_RESPONSES, "{\"input\":\"hi\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"},"
+				     "{\"type\":\"custom\",\"name\":\"c\"},{\"type\":\"function\",\"name\":\"g\"},"
+				     "{\"type\":\"namespace\",\"name\":\"ns\",\"tools\":[{\"type\":\"function\",\"name\":\"a\"},"
+				     "{\"type\":\"function\",\"name\":\"b\"}]},{\"type\":\"image_generation\"}],"
+				     "\"tool_choice\":{\"type\":\"allowed_tools\",\"mode\":\"auto\",\"tools\":["
+				     "{\"type\":\"function\",\"name\":\"g\"},{\"type\":\"image_generation\"},"
+				     "{\"type\":\"custom\",\"name\":\"c\"},{\"type\":\"namespace\",\"name\":\"ns\"}]}}", &r);
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_AUTO);
+	CHECK_JSON(r.allowed_tools, "[\"g\", \"c\", \"ns__a\", \"ns__b\"]");
+	capy_api_request_release(&r);
+	PARSE_OK(CAPY_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":["
+				"{\"type\":\"function\",\"function\":{\"name\":\"f\"}},{\"type\":\"function\",\"function\":"
+				"{\"name\":\"g\"}}],\"tool_choice\":{\"type\":\"allowed_tools\",\"allowed_tools\":"
+				"{\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"function\":{\"name\":\"g\"}}]}}}", &r);
+	CHECK_EQ_INT(r.tool_choice, CAPY_API_TOOLS_REQUIRED);
+	CHECK_JSON(r.allowed_tools, "[\"g\"]");
 	capy_api_request_release(&r);
 }
 
@@ -994,6 +1016,27 @@ static void test_refused_responses(void)
 	REFUSED(C, "{\"input\":\"hi\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],"
 		   "\"tool_choice\":{\"type\":\"function\",\"name\":\"g\"}}", 400, IR, "tool_choice",
 		"tool_choice names 'g', which is not among the tools");
+#define ALLOWED(x) "{\"input\":\"hi\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}],\"tool_choice\":" \
+		   "{\"type\":\"allowed_tools\"" x "}}"
+	REFUSED(C, ALLOWED(",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]"), 400, IR, "tool_choice.mode",
+		"tool_choice.mode is required");
+	REFUSED(C, ALLOWED(",\"mode\":\"sometimes\",\"tools\":[{\"type\":\"function\",\"name\":\"f\"}]"), 400, IR,
+		"tool_choice.mode", "tool_choice.mode must be auto or required, not 'sometimes'");
+	REFUSED(C, ALLOWED(",\"mode\":\"auto\""), 400, IR, "tool_choice.tools", "tool_choice.tools is required");
+	REFUSED(C, ALLOWED(",\"mode\":\"auto\",\"tools\":[]"), 400, IR, "tool_choice.tools",
+		"tool_choice.tools must list at least one tool");
+	REFUSED(C, ALLOWED(",\"mode\":\"required\",\"tools\":[3]"), 400, IR, "tool_choice.tools[0]",
+		"tool_choice.tools[0] must be an object, not a number");
+	REFUSED(C, ALLOWED(",\"mode\":\"required\",\"tools\":[{\"type\":\"function\",\"name\":\"g\"}]"), 400, IR,
+		"tool_choice.tools[0]", "tool_choice.tools[0] names 'g', which is not among the tools");
+	REFUSED(C, ALLOWED(",\"mode\":\"required\",\"tools\":[{\"type\":\"web_search\"}]"), 400, IR,
+		"tool_choice.tools", "tool_choice.tools lists no function the model can call");
+	REFUSED(CAPY_API_CHAT, "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"tools\":[{\"type\":"
+			       "\"function\",\"function\":{\"name\":\"f\"}}],\"tool_choice\":{\"type\":\"allowed_tools\","
+			       "\"allowed_tools\":{\"mode\":\"auto\",\"tools\":[{\"type\":\"function\",\"function\":{}}]}}}",
+		400, IR, "tool_choice.allowed_tools.tools[0].function.name",
+		"tool_choice.allowed_tools.tools[0].function.name is required");
+#undef ALLOWED
 }
 
 static void test_refused_messages(void)

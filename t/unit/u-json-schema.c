@@ -1,7 +1,8 @@
 /* u-json-schema.c - the JSON Schema compiler (libcore/constrain/json-schema.h): schemas
  * compiled to grammars that accept the documents the schema allows and refuse the others
  * (fed to the matcher byte by byte), each keyword of the subset, whitespace and length
- * limits, recursion through $ref, errors that name the JSON pointer, and every schema of the
+ * limits, recursion through $ref, errors that name the JSON pointer, regexes alone
+ * (capy_regex_to_gbnf) and strings written raw (opts.raw), and every schema of the
  * corpus t/fixtures/schemas compiling in strict mode (relaxed for those that list a keyword
  * we cannot hold). */
 #include "test.h"
@@ -357,6 +358,131 @@ static void test_patterns(void)
 	capy_grammar_free(g);
 }
 
+/* A regex alone (capy_regex_to_gbnf) as a grammar; NULL and a failed check on an error. */
+static struct capy_grammar *regex(const char *re)
+{
+	struct capy_grammar *g = NULL;
+	struct capy_err err = { 0 };
+	char *gbnf = NULL;
+
+	CHECK_MSG(capy_regex_to_gbnf(re, strlen(re), &gbnf, &err) == 0, "%s: %s", re, err.msg);
+	if (gbnf)
+		CHECK_MSG(capy_grammar_compile(gbnf, strlen(gbnf), "root", &g, &err) == 0, "%s: %s\n%s", re, err.msg, gbnf);
+	free(gbnf);
+	return g;
+}
+
+/* The regex is refused with exactly this message. */
+static void regex_error(const char *re, size_t len, int code, const char *want)
+{
+	char *gbnf = NULL;
+	struct capy_err err = { 0 };
+	int rc = capy_regex_to_gbnf(re, len, &gbnf, &err);
+
+	CHECK_MSG(rc == code && !gbnf && !strcmp(err.msg, want), "%s: got %d \"%s\", wanted %d \"%s\"", re, rc, err.msg,
+		  code, want);
+	free(gbnf);
+}
+
+/* Regexes alone: matched whole, the text raw (quotes, backslashes and controls as they are),
+ * errors naming the offset. */
+static void test_regex(void)
+{
+	struct capy_grammar *g = regex("ab+c");
+
+	accepts(g, "abbbc");
+	refuses(g, "xabc"); /* whole, not a search */
+	refuses(g, "abcx");
+	refuses(g, "\"abc\"");
+	capy_grammar_free(g);
+	g = regex("^(?:\\d{3}-)?\\d{4}$|none");
+	accepts(g, "555-1234");
+	accepts(g, "1234");
+	accepts(g, "none");
+	refuses(g, "none!");
+	capy_grammar_free(g);
+	g = regex("say \"[^\"]*\"\\.\\\\[\\n\\t]");
+	accepts(g, "say \"hi\".\\\n");
+	refuses(g, "say \\\"hi\\\".\\\n");
+	capy_grammar_free(g);
+	g = regex("[^a]\xc3\xa9+.?");
+	accepts(g, "\n\xc3\xa9\xc3\xa9");
+	accepts(g, "<\xc3\xa9<");
+	refuses(g, "a\xc3\xa9");
+	capy_grammar_free(g);
+	g = regex("");
+	accepts(g, "");
+	refuses(g, "a");
+	capy_grammar_free(g);
+	regex_error("a(?=b)", 6, CAPY_EUNSUPPORTED, "regex: lookahead is not supported at offset 1");
+	regex_error("x(a*)+", 6, CAPY_EUNSUPPORTED,
+		    "regex: a repetition of something that can match the empty string is not supported at offset 1");
+	regex_error("ab(c", 4, CAPY_EFORMAT, "regex: unclosed group at offset 4");
+	regex_error("a\\p{L}", 6, CAPY_EUNSUPPORTED, "regex: Unicode property escapes (\\p, \\P) are not supported at offset 2");
+	regex_error("(a)\\1", 5, CAPY_EUNSUPPORTED, "regex: backreferences are not supported at offset 4");
+	regex_error("a^b", 3, CAPY_EUNSUPPORTED, "regex: an anchor (^ or $) is supported only at the ends of the pattern at offset 1");
+	regex_error("[b-a]", 5, CAPY_EFORMAT, "regex: a range runs backwards at offset 4");
+	regex_error("a\0b", 3, CAPY_EFORMAT, "regex: a NUL byte at offset 1");
+}
+
+/* Strings written raw (opts.raw): the characters themselves, every string keyword held;
+ * raw_stop's text never inside (its first character never written but in enum values). */
+static void test_raw_strings(void)
+{
+	static const struct capy_schema_opts raw = { .strict = true, .raw = true },
+					     xml = { .strict = true, .raw = true, .raw_stop = "</parameter>" },
+					     relaxed_xml = { .raw = true, .raw_stop = "</parameter>" };
+	struct capy_grammar *g = compile_with("{\"type\": \"string\", \"pattern\": \"^[a-z]+ \\\"q\\\"$\"}", &raw);
+
+	accepts(g, "abc \"q\"");
+	refuses(g, "\"abc \\\"q\\\"\"");
+	capy_grammar_free(g);
+	g = compile_with("{\"type\": \"string\", \"pattern\": \"a.b\"}", &xml); /* a search: anything around */
+	accepts(g, "x a-b y\n");
+	refuses(g, "a<b");
+	refuses(g, "a-b <");
+	capy_grammar_free(g);
+	g = compile_with("{\"type\": \"string\", \"format\": \"date\"}", &xml);
+	accepts(g, "2024-02-29");
+	refuses(g, "2023-02-29");
+	refuses(g, "\"2024-02-29\"");
+	capy_grammar_free(g);
+	g = compile_with("{\"enum\": [\"x y\", \"a</parameter>b\", \"q\\\"<r\", 3]}", &xml);
+	accepts(g, "x y");
+	accepts(g, "q\"<r");
+	refuses(g, "a</parameter>b");
+	refuses(g, "3");
+	capy_grammar_free(g);
+	g = compile_with("{\"type\": \"string\", \"minLength\": 2, \"maxLength\": 3}", &xml);
+	accepts(g, "a\"\n");
+	refuses(g, "a");
+	refuses(g, "abcd");
+	refuses(g, "a<");
+	capy_grammar_free(g);
+	g = compile_with("{\"type\": \"string\", \"maxLength\": 0}", &xml);
+	accepts(g, "");
+	refuses(g, "a");
+	capy_grammar_free(g);
+	g = compile_with("{\"type\": [\"string\", \"integer\"], \"maxLength\": 2}", &raw); /* its strings */
+	accepts(g, "ab");
+	refuses(g, "abc");
+	capy_grammar_free(g);
+	g = compile_with("{\"anyOf\": [{\"const\": \"a\"}, {\"pattern\": \"^b+$\"}]}", &xml);
+	accepts(g, "a");
+	accepts(g, "bbb");
+	refuses(g, "ab");
+	capy_grammar_free(g);
+	g = compile_with("{\"type\": \"string\"}", &raw);
+	accepts(g, "any \"<text>\"\n\\");
+	capy_grammar_free(g);
+	error_with("{\"type\": \"integer\"}", &xml, "schema: (root): a value written as raw text must be a string");
+	error_with("{\"type\": \"string\", \"pattern\": \"^<b>$\"}", &xml,
+		   "schema: /pattern: pattern: a class of characters that cannot be written here at offset 1");
+	g = compile_with("{\"type\": \"string\", \"pattern\": \"^<b>$\"}", &relaxed_xml); /* relaxed: any raw text */
+	accepts(g, "b>");
+	capy_grammar_free(g);
+}
+
 static void test_numbers(void)
 {
 	struct capy_grammar *g = compile("{\"type\": \"integer\", \"minimum\": 0}");
@@ -634,6 +760,8 @@ int main(void)
 	RUN(test_strings);
 	RUN(test_formats);
 	RUN(test_patterns);
+	RUN(test_regex);
+	RUN(test_raw_strings);
 	RUN(test_numbers);
 	RUN(test_arrays);
 	RUN(test_values_and_combinations);

@@ -2,9 +2,11 @@
  * token's bytes fed into a copy of the state) on llama.cpp's grammars, over a synthetic
  * vocabulary with UTF-8 characters split across tokens, prefixes of other tokens, empty and
  * duplicate tokens, and over the fixture tokenizer; random walks through the grammars with
- * every cache setting; never an empty mask before the grammar is finished. */
+ * every cache setting; never an empty mask before the grammar is finished; masks computed
+ * ahead on worker threads equal to those computed in place. */
 #include "test-grammar.h"
 #include "constrain/mask.h"
+#include "constrain/mask-ahead.h"
 #include "text/tokenizer.h"
 #include "util/rng.h"
 
@@ -383,11 +385,109 @@ static void test_tokenizer(void)
 	free(json);
 }
 
+
+/* Masks computed ahead (mask-ahead.h) on pools of 0, 1 and 3 workers: four random walks at
+ * once through json.gbnf, each walk's next mask started before the others are waited for, and
+ * every result equal to capy_mask_compute's in place; a job started twice, or freed in
+ * flight; a dead end's error carried to the wait; a wait before any start refused. */
+static void test_ahead(void)
+{
+	static const int threads[] = { 0, 1, 3 };
+	static struct ref_vocab v;
+	struct capy_token_text small[3] = { { "x", 1 }, { "xy", 2 }, { "z", 1 } };
+	struct capy_token_trie *t = synthetic_trie(), *ts = NULL;
+	struct capy_grammar *g = compile_file("json.gbnf"), *dead = compile_str("root ::= \"x\" \"y\" | \"z\"");
+	size_t nwords = capy_mask_words(N_IDS);
+	uint32_t *want = calloc(nwords, 4);
+	struct capy_err err = { 0 };
+	int bad = 0;
+
+	synthetic_ref(&v);
+	CHECK(capy_token_trie_new(&ts, small, 3, NULL, 0, &err) == 0);
+	for (size_t p = 0; t && ts && g && dead && p < ARRAY_SIZE(threads); p++) {
+		struct capy_mask_pool *pool = NULL;
+		struct capy_mask *m[4] = { NULL }, *ref = NULL;
+		struct capy_mask_ahead *a[4] = { NULL };
+		struct capy_grammar_state *s[4] = { NULL };
+		struct capy_rng r[4];
+		bool live[4];
+		int waits = 0;
+		CHECK_MSG(capy_mask_pool_new(&pool, threads[p], &err) == 0, "%s", err.msg);
+		capy_mask_new(&ref, t, g, NULL, &err);
+		for (int k = 0; k < 4; k++) {
+			capy_mask_new(&m[k], t, g, NULL, &err);
+			CHECK_MSG(capy_mask_ahead_new(&a[k], pool, m[k], N_IDS, &err) == 0, "%s", err.msg);
+			capy_grammar_state_new(g, &s[k], NULL);
+			capy_rng_seed(&r[k], (uint64_t)k * 31 + p);
+			live[k] = true;
+			capy_mask_ahead_start(a[k], s[k]);
+			capy_mask_ahead_start(a[k], s[k]); /* again, queued or running: one result */
+		}
+		for (int step = 0; step < 40 && !bad; step++)
+			for (int k = 0; k < 4 && !bad; k++) {
+				const uint32_t *got;
+				struct capy_mask_timing tm;
+				if (!live[k])
+					continue;
+				int n = capy_mask_ahead_wait(a[k], &got, &tm, &err), nref = capy_mask_compute(ref, s[k], want, &err);
+				waits++;
+				if (n != nref || memcmp(got, want, nwords * 4) || tm.compute_s < 0 || tm.wait_s < 0) {
+					CHECK_MSG(0, "pool of %d: walk %d step %d: %d tokens ahead, %d in place", threads[p], k,
+						  step, n, nref);
+					bad = 1;
+					break;
+				}
+				int32_t id = n > 0 ? pick(&r[k], want, &v) : -1;
+				if (id < 0 || capy_mask_advance(t, s[k], id, &err) <= 0) {
+					live[k] = false;
+					continue;
+				}
+				capy_mask_ahead_start(a[k], s[k]);
+			}
+		CHECK_MSG(waits > 40, "pool of %d: %d masks", threads[p], waits);
+		capy_mask_ahead_start(a[0], s[0]);
+		for (int k = 0; k < 4; k++) /* a[0] in flight, the others done */
+			capy_mask_ahead_free(a[k]);
+		/* "x", then only "y" could follow and no token spells it: a dead end */
+		struct capy_mask *md = NULL;
+		struct capy_mask_ahead *ad = NULL;
+		struct capy_grammar_state *sd = NULL;
+		const uint32_t *bits;
+		capy_mask_new(&md, ts, dead, NULL, &err);
+		capy_mask_ahead_new(&ad, pool, md, 3, &err);
+		capy_grammar_state_new(dead, &sd, NULL);
+		CHECK_EQ_INT(capy_mask_ahead_wait(ad, &bits, NULL, &err), CAPY_EINVAL);
+		capy_mask_ahead_start(ad, sd);
+		CHECK_EQ_INT(capy_mask_ahead_wait(ad, &bits, NULL, &err), 3);
+		CHECK_EQ_INT(bits[0], 0x7);
+		CHECK_EQ_INT(capy_mask_advance(ts, sd, 0, &err), 1);
+		capy_mask_ahead_start(ad, sd);
+		err.msg[0] = 0;
+		CHECK_EQ_INT(capy_mask_ahead_wait(ad, &bits, NULL, &err), CAPY_EFORMAT);
+		CHECK_CONTAINS(err.msg, "dead end");
+		capy_mask_ahead_free(ad);
+		capy_mask_free(md);
+		capy_grammar_state_free(sd);
+		for (int k = 0; k < 4; k++) {
+			capy_mask_free(m[k]);
+			capy_grammar_state_free(s[k]);
+		}
+		capy_mask_free(ref);
+		capy_mask_pool_free(pool);
+	}
+	free(want);
+	capy_grammar_free(g);
+	capy_grammar_free(dead);
+	capy_token_trie_free(t);
+	capy_token_trie_free(ts);
+}
+
 int main(void)
 {
 	RUN(test_synthetic);
 	RUN(test_json_start);
 	RUN(test_dead_end_and_finish);
 	RUN(test_tokenizer);
+	RUN(test_ahead);
 	return test_summary();
 }

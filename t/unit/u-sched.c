@@ -3,7 +3,8 @@
  * seeded sampling), a cached prefix resumes exactly where the engine would, stop ids,
  * max_new_tokens, the context limit, cancellation, a full queue, shutdown, the prefix
  * cache's budget, and constrained requests (a grammar over a trie of the vocabulary: every
- * token allowed, the end when the grammar is complete, a dead end reported as an error). */
+ * token allowed, the end when the grammar is complete, a dead end reported as an error; the
+ * same tokens with the masks computed during the steps as after them). */
 #include "test.h"
 #include "test-fixture.h"
 #include "artifact/artifact.h"
@@ -28,6 +29,7 @@ struct result {
 	uint64_t cached, id;
 	enum capy_gen_finish finish;
 	int32_t stop_token;
+	double mask_s, mask_wait_s;
 	int stop_after;          /* return nonzero on this token index (-1: never) */
 	int events;
 };
@@ -51,6 +53,8 @@ static int on_event(void *ud, const struct capy_gen_event *ev)
 		r->finish = ev->finish;
 		r->stop_token = ev->stop_token;
 		r->cached = ev->cached_tokens;
+		r->mask_s = ev->mask_s;
+		r->mask_wait_s = ev->mask_wait_s;
 		pthread_cond_broadcast(&r->cv);
 	}
 	pthread_mutex_unlock(&r->mu);
@@ -468,6 +472,66 @@ static void test_constrained(void)
 	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
 }
 
+/* Four constrained requests at once (seeded, temperature 1) beside a free one give the same
+ * tokens whether their masks are computed after each step (mask_threads < 0) or during it by
+ * one or four workers; the masks are counted and timed (waited no longer than computed, in
+ * place, where the wait holds the computing); a constrained request cancelled with its next
+ * mask in flight ends cleanly. */
+static void test_constrained_ahead(void)
+{
+	static const int threads[] = { -1, 1, 4 };
+	static const char *const grammar = "root ::= \"{\" ( kv ( \",\" kv ){0,3} )? \"}\"\n"
+					   "kv ::= \"\\\"\" [a-z]{1,6} \"\\\":\" [0-9]{1,3}";
+	int32_t stop = 300, p[30], first[5][MAXTOK];
+	int nfirst[5];
+	struct capy_token_trie *tr = byte_trie(false, &stop, 1);
+	struct capy_err err = { 0 };
+
+	make_prompt(p, 30, 11);
+	for (size_t t = 0; t < ARRAY_SIZE(threads); t++) {
+		struct capy_sched *s = NULL;
+		struct capy_sched_opts o = { .max_concurrency = 6, .max_context = 400, .prefill_chunk = 64,
+					     .mask_threads = threads[t] };
+		struct capy_sched_stats st;
+		struct result r[6];
+		uint64_t id, tokens = 0;
+		CHECK_MSG(capy_sched_new(&s, eng, &o, &err) == 0, "%s", err.msg);
+		for (int i = 0; i < 6; i++) {
+			struct capy_sampler_params sp = { .temperature = 1.0f, .seed = 10 + (uint64_t)i };
+			struct capy_gen_request q = { p, 10 + 4 * (size_t)i, sp, i == 5 ? 300 : 60, &stop, 1, -1, 0, on_event,
+						      &r[i], i == 4 ? NULL : gbnf(i == 5 ? "root ::= [a-z]{300}" : grammar),
+						      i == 4 ? NULL : tr };
+			result_init(&r[i]);
+			CHECK_MSG(capy_sched_submit(s, &q, &id, &err) == 0, "%s", err.msg);
+			r[i].id = id;
+		}
+		for (int i = 0; i < 5; i++) {
+			CHECK(wait_end(&r[i]));
+			if (t == 0) {
+				memcpy(first[i], r[i].tokens, sizeof(first[i]));
+				nfirst[i] = r[i].n;
+			} else {
+				CHECK_MSG(r[i].n == nfirst[i] && !memcmp(r[i].tokens, first[i], (size_t)r[i].n * 4),
+					  "mask_threads %d: request %d gave other tokens", threads[t], i);
+			}
+			if (i < 4) {
+				CHECK_EQ_INT(r[i].finish, CAPY_FINISH_GRAMMAR);
+				CHECK(r[i].mask_s > 0 && r[i].mask_wait_s > 0);
+				CHECK(threads[t] >= 0 || r[i].mask_wait_s >= r[i].mask_s);
+				tokens += (uint64_t)r[i].n;
+			}
+		}
+		capy_sched_cancel(s, r[5].id); /* generating, a mask in flight or about to be */
+		CHECK(wait_end(&r[5]));
+		CHECK(r[5].finish == CAPY_FINISH_CANCELLED);
+		capy_sched_stats(s, &st);
+		CHECK_MSG(st.masks >= tokens && st.mask_s > 0, "%" PRIu64 " masks for %" PRIu64 " tokens", st.masks, tokens);
+		capy_sched_free(s, 5.0);
+	}
+	capy_token_trie_free(tr);
+	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
+}
+
 int main(void)
 {
 	RUN(setup);
@@ -478,6 +542,7 @@ int main(void)
 		RUN(test_endings);
 		RUN(test_queue_and_shutdown);
 		RUN(test_constrained);
+		RUN(test_constrained_ahead);
 	}
 	capy_engine_free(eng);
 	capy_artifact_close(art);

@@ -1,7 +1,8 @@
 /* u-toolcall-grammar.c - the tool-call grammar (libcore/text/toolcall-grammar.h): the exact
  * bytes the templates write are accepted, other names, missing required parameters, values
  * against their schemas and values holding the closing tag are refused; the named, opened,
- * reasoning and parallel shapes; errors naming the tool and the place in its schema; and
+ * reasoning and parallel shapes; allowed tools, with free text (tool_choice allowed_tools);
+ * errors naming the tool and the place in its schema; and
  * random walks over each grammar parse back (output parser, toolcall.c) into calls of an
  * allowed tool with JSON arguments holding the required keys. */
 #include "test.h"
@@ -145,11 +146,122 @@ static void test_errors(void)
 	CHECK(capy_call_grammar(bad, strlen(bad), &relaxed, &text, &err) == 0); /* relaxed: ignored */
 	free(text);
 	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"a b\"}}]", &xml, "tool 'a b': the name cannot");
+	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"a\\u0001b\"}}]", &hermes,
+		   "tool 'a\\x01b': the name cannot be written in the hermes call syntax"); /* the parser would not read it */
 	error_with("{}", &xml, "tools: not a list");
+	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"get_\xff\"}}]", &hermes,
+		   "tools[0]: the function name is not valid UTF-8"); /* (found by fuzz-toolcall-grammar) */
+	struct capy_call_grammar_opts nl = { .syntax = CAPY_CALL_XML, .only = "a\nb" };
+	error_with(TOOLS, &nl, "tools: no function 'a\\nb'"); /* one line (found by fuzz-toolcall-grammar) */
 	struct capy_call_grammar_opts only = { .syntax = CAPY_CALL_XML, .only = "zzz" };
 	error_with(TOOLS, &only, "no function 'zzz'");
 	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"properties\":{\"a\":"
 		   "{\"type\":\"integer\",\"minimum\":\"x\"}}}}}]", &relaxed, "tool 'f': schema: /properties/a");
+}
+
+#define TIME_CALL "<tool_call>\n<function=get_time>\n</function>\n</tool_call>"
+#define WEATHER_CALL "<tool_call>\n<function=get_weather>\n<parameter=city>\nx\n</parameter>\n</function>\n</tool_call>"
+
+/* allowed_tools: calls of the listed tools only; with free_text (its mode auto) the answer may
+ * be text with no call at all, reasoning first, and a call (or parallel ones) may end it,
+ * "<tool_call>" appearing only as the start of an allowed call. */
+static void test_allowed(void)
+{
+	static const char *const time_only[] = { "get_time" }, *const nothing[] = { "get_stock" };
+	struct capy_call_grammar_opts o = { .syntax = CAPY_CALL_XML, .allowed = time_only, .n_allowed = 1 };
+	struct capy_grammar *g = grammar(&o);
+
+	ACCEPTS(g, TIME_CALL);
+	REFUSES(g, WEATHER_CALL);
+	REFUSES(g, "an answer");
+	capy_grammar_free(g);
+	o.free_text = true;
+	g = grammar(&o);
+	ACCEPTS(g, "");
+	ACCEPTS(g, "Just an answer: <b>bold</b>, a < sign, </think> and <tool_cal x");
+	REFUSES(g, "an answer ending in <tool_cal"); /* never inside a tag's start: stricter than the parser */
+	ACCEPTS(g, "Let me look.\n\n" TIME_CALL);
+	ACCEPTS(g, TIME_CALL);
+	REFUSES(g, "Let me look.\n\n" WEATHER_CALL);
+	REFUSES(g, "a <tool_call> b");
+	REFUSES(g, TIME_CALL " and text after it");
+	REFUSES(g, TIME_CALL "\n" TIME_CALL); /* one call without parallel */
+	capy_grammar_free(g);
+	o.parallel = o.reasoning = true;
+	g = grammar(&o);
+	ACCEPTS(g, "hmm</think>\n\nThe answer.");
+	ACCEPTS(g, "hmm, cut short");
+	ACCEPTS(g, "hmm</think>\n\n" TIME_CALL "\n" TIME_CALL);
+	ACCEPTS(g, "hmm\n\n" TIME_CALL); /* a call ends reasoning too */
+	REFUSES(g, "hmm</think>\n\n" WEATHER_CALL);
+	capy_grammar_free(g);
+	o = (struct capy_call_grammar_opts){ .syntax = CAPY_CALL_HERMES, .allowed = time_only, .n_allowed = 1,
+					     .free_text = true };
+	g = grammar(&o);
+	ACCEPTS(g, "Sure.\n<tool_call>\n{\"name\": \"get_time\", \"arguments\": {}}\n</tool_call>");
+	REFUSES(g, "Sure.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"x\"}}\n</tool_call>");
+	capy_grammar_free(g);
+	o.allowed = nothing;
+	error_with(TOOLS, &o, "tools: none of the allowed tools is defined");
+}
+
+/* XML string parameters written raw hold their string keywords: pattern (a search, as
+ * JSON Schema reads it, or anchored), format, enum, minLength/maxLength; never the value's
+ * end "</parameter>" inside, and "<" only where an enum value has it. */
+static void test_xml_raw_keywords(void)
+{
+	static const char tools[] =
+		"[{\"type\":\"function\",\"function\":{\"name\":\"book\",\"parameters\":{\"type\":\"object\","
+		"\"properties\":{\"code\":{\"type\":\"string\",\"pattern\":\"^[A-Z]{3}-[0-9]{2}$\"},"
+		"\"day\":{\"type\":\"string\",\"format\":\"date\"},\"mail\":{\"type\":\"string\",\"format\":\"email\"},"
+		"\"tag\":{\"type\":\"string\",\"enum\":[\"a<b>\",\"x y\",\"no</parameter>\"]},"
+		"\"note\":{\"type\":\"string\",\"minLength\":2,\"maxLength\":4},"
+		"\"any\":{\"type\":\"string\",\"pattern\":\"ab\"},"
+		"\"free\":{\"type\":\"string\",\"format\":\"uri\",\"description\":\"d\"}},"
+		"\"required\":[\"code\"]}}}]";
+	struct capy_call_grammar_opts o = { .syntax = CAPY_CALL_XML };
+	struct capy_err err = { 0 };
+	struct capy_grammar *g = NULL;
+	char *text = NULL;
+
+	CHECK_MSG(capy_call_grammar(tools, strlen(tools), &o, &text, &err) == 0, "%s", err.msg);
+	if (text)
+		CHECK_MSG(capy_grammar_compile(text, strlen(text), "root", &g, &err) == 0, "%s", err.msg);
+	free(text);
+#define CALL(params) "<tool_call>\n<function=book>\n<parameter=code>\nABC-12\n</parameter>\n" params \
+		     "</function>\n</tool_call>"
+#define P(k, v) "<parameter=" k ">\n" v "\n</parameter>\n"
+	ACCEPTS(g, CALL(""));
+	REFUSES(g, "<tool_call>\n<function=book>\n<parameter=code>\nabc-12\n</parameter>\n</function>\n</tool_call>");
+	REFUSES(g, "<tool_call>\n<function=book>\n<parameter=code>\nABC-123\n</parameter>\n</function>\n</tool_call>");
+	ACCEPTS(g, CALL(P("day", "2024-02-29")));
+	REFUSES(g, CALL(P("day", "2023-02-29")));
+	REFUSES(g, CALL(P("day", "\"2024-02-29\""))); /* raw: no quotes */
+	ACCEPTS(g, CALL(P("mail", "a.b@example.org")));
+	REFUSES(g, CALL(P("mail", "a.b")));
+	ACCEPTS(g, CALL(P("tag", "a<b>")));
+	ACCEPTS(g, CALL(P("tag", "x y")));
+	REFUSES(g, CALL(P("tag", "x")));
+	REFUSES(g, CALL(P("tag", "no</parameter>")));
+	ACCEPTS(g, CALL(P("note", "\"q\"")));
+	REFUSES(g, CALL(P("note", "q")));
+	REFUSES(g, CALL(P("note", "qqqqq")));
+	REFUSES(g, CALL(P("note", "q<")));
+	ACCEPTS(g, CALL(P("any", "xx ab yy\nzz"))); /* unanchored: a search */
+	REFUSES(g, CALL(P("any", "a b")));
+	REFUSES(g, CALL(P("any", "ab </parameter> ab")));
+	ACCEPTS(g, CALL(P("free", "http://x/?a=<b>"))); /* a format the compiler does not hold: free text */
+#undef P
+#undef CALL
+	capy_grammar_free(g);
+	/* strict: pattern with a length is refused, naming the place */
+	struct capy_call_grammar_opts strict = { .syntax = CAPY_CALL_XML, .all_strict = true };
+	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+		   "\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^a+$\",\"maxLength\":3}}}}}]",
+		   &strict, "tool 'f': schema: /properties/s: \"maxLength\" together with \"pattern\" is not supported");
+	error_with("[{\"type\":\"function\",\"function\":{\"name\":\"f\",\"parameters\":{\"type\":\"object\","
+		   "\"properties\":{\"s\":{\"type\":\"string\",\"pattern\":\"^<$\"}}}}}]",
+		   &strict, "tool 'f': schema: /properties/s/pattern: pattern: a class of characters that cannot be written here at offset 1");
 }
 
 /* A random text of grammar g: printable ASCII and newlines; past 40 bytes it leans to
@@ -271,6 +383,8 @@ int main(void)
 	RUN(test_xml);
 	RUN(test_hermes);
 	RUN(test_errors);
+	RUN(test_allowed);
+	RUN(test_xml_raw_keywords);
 	RUN(test_walks);
 	return test_summary();
 }
