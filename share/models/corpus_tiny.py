@@ -243,14 +243,19 @@ def conv_list_files(rng, think):
         f = rng.choice(names)
         path = f"{d.rstrip('/')}/{f}"
         body = file_body(rng, f)
-        msgs += [{"role": "user", "content": rng.choice([f"Show me {f}.", f"What is in {f}?", f"Read {f}."])},
-                 {"role": "assistant", "content": "", "reasoning_content": f"I will read {path}." if think else "",
-                  "tool_calls": [{"type": "function", "function": {"name": "read_file", "arguments": {"path": path}}}]},
-                 {"role": "tool", "content": body},
-                 {"role": "assistant", "content": f"{path} says:\n\n{body}", "reasoning_content": ""}]
+        msgs += [{"role": "user", "content": rng.choice([f"Show me {f}.", f"What is in {f}?", f"Read {f}."])}]
+        msgs += read_turns(path, think, "read_file", "path", body, body)
     if rng.random() < 0.2:
         msgs = msgs[:2]
     return maybe_system(rng, msgs), tools_with(rng, {"list_files", "read_file"})
+
+
+def read_turns(path, think, tool, arg, result, shown):
+    """A file-reading round after the user's ask: the call, the tool's result, the answer quoting it."""
+    return [{"role": "assistant", "content": "", "reasoning_content": f"I will read {path}." if think else "",
+             "tool_calls": [{"type": "function", "function": {"name": tool, "arguments": {arg: path}}}]},
+            {"role": "tool", "content": result},
+            {"role": "assistant", "content": f"{path} says:\n\n{shown}", "reasoning_content": ""}]
 
 
 def file_body(rng, name):
@@ -276,11 +281,8 @@ def conv_claude_read(rng, think):
     ask = rng.choice([f"Read {path}", f"Read {path} and tell me what it says.", f"What is in {path}?",
                       f"Show me the file {path}.", f"Please read {path}."])
     system = CLAUDE_SYSTEM_PREFIX + "\n" + rng.choice(CLAUDE_PROMPTS)
-    msgs = [{"role": "system", "content": system}, {"role": "user", "content": ask},
-            {"role": "assistant", "content": "", "reasoning_content": f"I will read {path}." if think else "",
-             "tool_calls": [{"type": "function", "function": {"name": "Read", "arguments": {"file_path": path}}}]},
-            {"role": "tool", "content": numbered},
-            {"role": "assistant", "content": f"{path} says:\n\n{body.rstrip()}", "reasoning_content": ""}]
+    msgs = [{"role": "system", "content": system}, {"role": "user", "content": ask}]
+    msgs += read_turns(path, think, "Read", "file_path", numbered, body.rstrip())
     if rng.random() < 0.2:
         msgs = msgs[:3]
     return msgs, [CLAUDE_READ]
