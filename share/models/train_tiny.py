@@ -282,7 +282,7 @@ def new_model(spec, impl):
     return model, mtp
 
 
-def train(spec, tok, ids, text_ids, chat_ids, args, out):
+def train(spec, text_ids, chat_ids, args):
     dev = torch.device("cuda")
     torch.manual_seed(spec.seed)
     model = mtp = impl = None
@@ -530,7 +530,7 @@ def train_phase(out, args):
     tok, tok_text, ids, text_ids, chat_ids = build_corpus(work, args)
     log(f"corpus and tokenizer: {time.time() - t0:.1f} s")
     spec = make_spec(ids)
-    model, mtp, info = train(spec, tok, ids, text_ids, chat_ids, args, out)
+    model, mtp, info = train(spec, text_ids, chat_ids, args)
     d = out / NAME
     model.eval()
     mtp.eval()
