@@ -659,38 +659,82 @@ extern "C" int ck_qsa_update_blocks(const struct ck_step *st, const struct ck_kv
 }
 
 #define QSA_NT 256
+#define QSA_SB 32 /* key blocks per scoring block: one per lane */
+#define QSA_SR 8  /* step rows per scoring block: one per warp */
 
-/* Block t: row t's block scores into ws (one thread per block, the CPU's order: each
- * head's dot in dim order, relu, summed over heads in order, times 1 / sqrt(idh)); the
- * best K = min(topk, nb) by a radix select on the scores' bits (scores are >= +0, so their
- * bits order as they do), ties at the K-th value to the lower indices; then the mask. */
-__global__ void __launch_bounds__(QSA_NT) qsa_select_kernel(struct ck_step st, struct ck_kv_layer l, const float *iq,
-							    uint64_t ni, uint64_t idh, uint64_t ratio, uint64_t topk,
-							    float inv, uint8_t *sel, uint64_t sel_stride, float *ws,
-							    uint64_t nbs)
+/* Block scores, before the selection: ws[t][b] for every row t of the step and block b < nb
+ * of its item, in the CPU's order (each head's dot in dim order, relu, summed over heads in
+ * order, times 1 / sqrt(idh); no FMA). Lane b of warp w takes row t = 8 y + w and block
+ * 32 x + lane. When the 8 rows belong to one item (a prompt chunk) they share their keys:
+ * the 32 block rows and each head's 8 queries go through shared memory, so a key row is
+ * read once per 8 rows instead of once per row; otherwise each lane reads its own. */
+__global__ void __launch_bounds__(QSA_NT) qsa_scores_kernel(struct ck_step st, struct ck_kv_layer l, const float *iq,
+							    uint64_t ni, uint64_t idh, uint64_t ratio, float inv,
+							    float *ws, uint64_t nbs)
+{
+	ck_grid_enter();
+	extern __shared__ float qsa_sm[]; /* kb [QSA_SB][idh + 1], qs [QSA_SR][idh] */
+	float *kbs = qsa_sm, *qs = qsa_sm + QSA_SB * (idh + 1);
+	const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
+	const uint64_t t0 = (uint64_t)blockIdx.y * QSA_SR, t = t0 + warp, b = (uint64_t)blockIdx.x * QSA_SB + lane;
+	const uint64_t tl = t0 + QSA_SR <= st.T ? t0 + QSA_SR - 1 : st.T - 1; /* the tile's last row */
+	const bool row_ok = t < st.T;
+	const uint64_t pos = row_ok ? (uint64_t)st.pos[t] : 0, nb = row_ok ? (pos + 1) / ratio : 0;
+	const bool mine = row_ok && b < nb;
+	/* one item for the whole tile: the rows are consecutive positions of it */
+	const bool shared = st.item[t0] == st.item[tl];
+	const uint64_t nb_tile = ((uint64_t)st.pos[tl] + 1) / ratio;
+
+	if ((uint64_t)blockIdx.x * QSA_SB >= (shared ? nb_tile : nbs))
+		return; /* uniform: no block of this chunk exists for any row of the tile */
+	const float *kp = NULL;
+	if (shared) {
+		const uint32_t *bt = st.block_table + st.bt_off[st.item[t0]];
+		for (uint64_t e = tid; e < QSA_SB * idh; e += QSA_NT) {
+			const uint64_t j = e / idh, i = e % idh, bb = (uint64_t)blockIdx.x * QSA_SB + j;
+			kbs[j * (idh + 1) + i] = bb < nb_tile ? qsa_block_row(st, l, bt, idh, ratio, bb)[i] : 0.0f;
+		}
+		kp = kbs + lane * (idh + 1);
+	} else if (mine) {
+		kp = qsa_block_row(st, l, st.block_table + st.bt_off[st.item[t]], idh, ratio, b);
+	}
+	float sum = 0;
+	for (uint64_t h = 0; h < ni; h++) {
+		if (shared) {
+			__syncthreads(); /* the previous head's queries are used up (and, first, the keys are in) */
+			for (uint64_t e = tid; e < QSA_SR * idh; e += QSA_NT) {
+				const uint64_t r = t0 + e / idh;
+				qs[e] = r < st.T ? iq[r * ni * idh + h * idh + e % idh] : 0.0f;
+			}
+			__syncthreads();
+		}
+		if (!mine)
+			continue;
+		const float *q = shared ? qs + warp * idh : iq + t * ni * idh + h * idh;
+		float d = 0;
+		for (uint64_t i = 0; i < idh; i++)
+			d = __fadd_rn(d, __fmul_rn(q[i], kp[i]));
+		sum = __fadd_rn(sum, d > 0 ? d : 0.0f);
+	}
+	if (mine)
+		ws[t * nbs + b] = __fmul_rn(sum, inv);
+}
+
+/* Block t: the best K = min(topk, nb) of row t's block scores (qsa_scores_kernel) by a radix
+ * select on the scores' bits (scores are >= +0, so their bits order as they do), ties at the
+ * K-th value to the lower indices; then the mask. */
+__global__ void __launch_bounds__(QSA_NT) qsa_select_kernel(struct ck_step st, uint64_t ratio, uint64_t topk,
+							    uint8_t *sel, uint64_t sel_stride, float *ws, uint64_t nbs)
 {
 	ck_grid_enter();
 	__shared__ uint32_t hist[256];
 	__shared__ uint32_t s_prefix, s_rem, warp_eq[QSA_NT / 32];
 	const uint64_t t = blockIdx.x, pos = (uint64_t)st.pos[t], nb = (pos + 1) / ratio;
 	const uint64_t K = topk < nb ? topk : nb;
-	const uint32_t *bt = st.block_table + st.bt_off[st.item[t]];
 	const unsigned tid = threadIdx.x, lane = tid % 32, warp = tid / 32;
-	const float *q = iq + t * ni * idh;
 	float *sc = ws + t * nbs;
 	uint8_t *srow = sel + t * sel_stride;
 
-	for (uint64_t b = tid; b < nb; b += QSA_NT) {
-		const float *kb = qsa_block_row(st, l, bt, idh, ratio, b);
-		float sum = 0;
-		for (uint64_t h = 0; h < ni; h++) {
-			float d = 0;
-			for (uint64_t i = 0; i < idh; i++)
-				d = __fadd_rn(d, __fmul_rn(q[h * idh + i], kb[i]));
-			sum = __fadd_rn(sum, d > 0 ? d : 0.0f);
-		}
-		sc[b] = __fmul_rn(sum, inv);
-	}
 	__syncthreads();
 
 	if (K == nb || K == 0) {
@@ -769,8 +813,20 @@ extern "C" int ck_qsa_select(const struct ck_step *st, const struct ck_kv_layer 
 {
 	if (!st->T)
 		return 0;
-	ck_launch(qsa_select_kernel, (unsigned)st->T, QSA_NT, 0, (cudaStream_t)stream, 
-		*st, *l, iq, ni, idh, ratio, topk, 1.0f / sqrtf((float)idh), sel, sel_stride, (float *)ws,
-		((uint64_t)st->max_pos + 1) / ratio);
+	const uint64_t nbs = ((uint64_t)st->max_pos + 1) / ratio;
+	const size_t smem = (QSA_SB * (idh + 1) + QSA_SR * idh) * sizeof(float);
+	int rc;
+
+	if (nbs) {
+		if (smem > 48 * 1024) /* idh > 300: no model; the default limit covers the rest */
+			cudaFuncSetAttribute(qsa_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		ck_launch(qsa_scores_kernel, dim3((unsigned)((nbs + QSA_SB - 1) / QSA_SB), (unsigned)((st->T + QSA_SR - 1) / QSA_SR)),
+			  QSA_NT, smem, (cudaStream_t)stream, *st, *l, iq, ni, idh, ratio, 1.0f / sqrtf((float)idh), (float *)ws,
+			  nbs);
+		if ((rc = ck_launched()))
+			return rc;
+	}
+	ck_launch(qsa_select_kernel, (unsigned)st->T, QSA_NT, 0, (cudaStream_t)stream, *st, ratio, topk, sel, sel_stride,
+		  (float *)ws, nbs);
 	return ck_launched();
 }

@@ -127,109 +127,150 @@ extern "C" int ck_gdn_gates(const float *b, const float *a, const float *neg_a, 
 
 /* --- the gated delta rule, recurrent ---------------------------------------------------- */
 
-/* One block per (item, column block) along x and value head along y, 4 warps: lane c owns
- * column x of S (32 columns per block, so several blocks share a head and a decoding item
- * still fills the GPU), warp w owns rows [w R, w R + R) of that column, in registers for all
- * the item's rows (4 R >= dk; rows past dk are zero). The columns of S are independent in
- * the rule (mem, d, the update and o are per column), only q and k are shared: each block
- * normalises them itself. The reductions over dk: per thread in row order, then the 4
- * warps' partials in warp order through shared memory; the q/k sums of squares by one warp
- * each (strided partials, then an xor butterfly). All of it depends on the item's data
- * only, so results are batch invariant. */
+/* A warp holds 8 columns x of S for all dk rows: lane = 4 x + r, and lane r of a column owns
+ * the rows 16 j + 4 r + u (u < 4, j < JJ), so a column's sums over dk are 4 per-lane partials
+ * added with two xor shuffles, with no shared memory and no barrier: the only thing a token
+ * waits for is its own column's previous token. Four warps a block (32 columns), one block
+ * per (item, 32 columns) along x and value head along y, as many warps as columns / 8, so
+ * one decoding item still spreads over the GPU. A lane reads its own rows of q and k straight
+ * from the conv output, the next row's already in flight while it computes the current one
+ * (the loads are what a token would otherwise wait for).
+ *
+ * The order of every sum is fixed by the item's data alone (batch invariant): a lane's
+ * partial over its rows as 4 chains (u) added (0 + 1) + (2 + 3) in j order, then the xor
+ * butterfly; the q and k sums of squares the same way. VEC: rows of 16-byte aligned float4s
+ * (dk % 16 == 0 and C % 4 == 0, the real models); otherwise scalar loads with row guards. */
 #define GDN_WARPS 4
-#define GDN_COLS 32
+#define GDN_COLS 32 /* columns per block: 8 per warp */
 
-template <int R>
+template <int JJ, bool VEC>
+struct gdn_row {
+	float q[JJ][4], k[JJ][4], v, b, g;
+};
+
+template <int JJ, bool VEC>
+static __device__ __forceinline__ void gdn_load(gdn_row<JJ, VEC> &d, const float *row, uint64_t qoff, uint64_t koff,
+						uint64_t voff, bool act, uint32_t r, uint32_t dk, const float *beta,
+						const float *gg)
+{
+#pragma unroll
+	for (int j = 0; j < JJ; j++) {
+		const uint32_t y = 16 * j + 4 * r;
+		if (VEC) {
+			const float4 q4 = __ldg((const float4 *)(row + qoff + y)), k4 = __ldg((const float4 *)(row + koff + y));
+			d.q[j][0] = q4.x, d.q[j][1] = q4.y, d.q[j][2] = q4.z, d.q[j][3] = q4.w;
+			d.k[j][0] = k4.x, d.k[j][1] = k4.y, d.k[j][2] = k4.z, d.k[j][3] = k4.w;
+		} else {
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				d.q[j][u] = y + u < dk ? __ldg(row + qoff + y + u) : 0.0f;
+				d.k[j][u] = y + u < dk ? __ldg(row + koff + y + u) : 0.0f;
+			}
+		}
+	}
+	d.v = act ? __ldg(row + voff) : 0.0f;
+	d.b = __ldg(beta);
+	d.g = __ldg(gg);
+}
+
+/* The four per-u chains of a lane, then its column's four lanes. */
+static __device__ __forceinline__ float gdn_sum4(const float p[4])
+{
+	float t = (p[0] + p[1]) + (p[2] + p[3]);
+	t += __shfl_xor_sync(0xffffffffu, t, 1);
+	return t + __shfl_xor_sync(0xffffffffu, t, 2);
+}
+
+template <int JJ, bool VEC>
 static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	const int64_t *t0s, const int64_t *ns, float *const *state, uint64_t s_off, const float *conv,
 	const float *beta, const float *gg, float *o, uint32_t nk, uint32_t nv, uint32_t dk, uint32_t dv, uint64_t C)
 {
 	ck_grid_enter();
-	__shared__ float sq[GDN_WARPS * R], sk[GDN_WARPS * R]; /* raw q, k of the row, zero past dk */
-	__shared__ float red_m[GDN_WARPS][GDN_COLS], red_o[GDN_WARPS][GDN_COLS];
-	__shared__ float rn[2]; /* 1 / |q|, 1 / |k| */
-	const uint32_t c = threadIdx.x % 32, wi = threadIdx.x / 32;
+	const uint32_t lane = threadIdx.x % 32, r = lane % 4, wi = threadIdx.x / 32;
 	const uint32_t ncb = (dv + GDN_COLS - 1) / GDN_COLS, it = blockIdx.x / ncb, head = blockIdx.y;
-	const uint32_t x = (blockIdx.x % ncb) * GDN_COLS + c;
+	const uint32_t x = (blockIdx.x % ncb) * GDN_COLS + wi * 8 + lane / 4;
 	const bool act = x < dv;
 	const int64_t n = ns[it];
 	const uint64_t first = (uint64_t)t0s[it];
 	const uint32_t kh = head / (nv / nk);
 	const uint64_t qoff = (uint64_t)kh * dk, koff = (uint64_t)nk * dk + (uint64_t)kh * dk;
-	const uint64_t voff = 2 * (uint64_t)nk * dk + (uint64_t)head * dv + x;
+	const uint64_t voff = 2 * (uint64_t)nk * dk + (uint64_t)head * dv + (act ? x : 0);
 	const float qscale = 1.0f / sqrtf((float)dk);
 	float *S = state[it] + s_off + (uint64_t)head * dk * dv;
-	float s[R];
+	float s[JJ][4];
+	gdn_row<JJ, VEC> cur, nxt;
 
-	if (n <= 0) /* block-uniform: no barrier is skipped by part of the block */
+	if (n <= 0)
 		return;
 #pragma unroll
-	for (int j = 0; j < R; j++) {
-		uint32_t y = wi * R + j;
-		s[j] = act && y < dk ? S[(uint64_t)y * dv + x] : 0.0f;
-	}
-	for (int64_t r = 0; r < n; r++) {
-		const uint64_t t = first + (uint64_t)r;
-		const float *row = conv + t * C;
-		const float v = act ? row[voff] : 0.0f;
-		const float b = beta[t * nv + head], decay = expf(gg[t * nv + head]);
-		float pm = 0, po = 0, mem, d, rq, rk;
-
-		/* The previous row's last barrier has passed: every use of sq, sk, rn is done. */
-		for (uint32_t i = threadIdx.x; i < GDN_WARPS * R; i += blockDim.x) {
-			sq[i] = i < dk ? row[qoff + i] : 0.0f;
-			sk[i] = i < dk ? row[koff + i] : 0.0f;
+	for (int j = 0; j < JJ; j++)
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const uint32_t y = 16 * j + 4 * r + u;
+			s[j][u] = act && y < dk ? S[(uint64_t)y * dv + x] : 0.0f;
 		}
-		__syncthreads();
-		if (wi < 2) {
-			const float *src = wi ? sk : sq;
-			float ss = 0;
-			for (uint32_t i = c; i < dk; i += 32)
-				ss += src[i] * src[i];
-			for (int off = 16; off; off >>= 1)
-				ss += __shfl_xor_sync(0xffffffffu, ss, off);
-			if (c == 0)
-				rn[wi] = 1.0f / sqrtf(ss + 1e-6f);
-		}
-		__syncthreads();
-		rq = rn[0];
-		rk = rn[1];
+	gdn_load<JJ, VEC>(cur, conv + first * C, qoff, koff, voff, act, r, dk, beta + first * nv + head,
+			  gg + first * nv + head);
+	for (int64_t i = 0; i < n; i++) {
+		const uint64_t t = first + (uint64_t)i;
+		if (i + 1 < n) /* the next row's loads fly while this row computes */
+			gdn_load<JJ, VEC>(nxt, conv + (t + 1) * C, qoff, koff, voff, act, r, dk, beta + (t + 1) * nv + head,
+					  gg + (t + 1) * nv + head);
+		float pq[4] = { 0, 0, 0, 0 }, pk[4] = { 0, 0, 0, 0 }, pm[4] = { 0, 0, 0, 0 }, po[4] = { 0, 0, 0, 0 };
+#pragma unroll
+		for (int j = 0; j < JJ; j++)
+#pragma unroll
+			for (int u = 0; u < 4; u++) {
+				pq[u] += cur.q[j][u] * cur.q[j][u];
+				pk[u] += cur.k[j][u] * cur.k[j][u];
+			}
+		const float rq = 1.0f / sqrtf(gdn_sum4(pq) + 1e-6f), rk = 1.0f / sqrtf(gdn_sum4(pk) + 1e-6f);
+		const float decay = expf(cur.g);
 		/* S *= exp(g); mem = S^T k (k = k_raw r_k, as l2norm_scaled) */
 #pragma unroll
-		for (int j = 0; j < R; j++) {
-			s[j] *= decay;
-			pm += s[j] * (sk[wi * R + j] * rk);
-		}
-		red_m[wi][c] = pm;
-		__syncthreads();
-		mem = red_m[0][c];
+		for (int j = 0; j < JJ; j++)
 #pragma unroll
-		for (int w = 1; w < GDN_WARPS; w++)
-			mem += red_m[w][c];
-		d = (v - mem) * b;
+			for (int u = 0; u < 4; u++) {
+				s[j][u] *= decay;
+				pm[u] += s[j][u] * (cur.k[j][u] * rk);
+			}
+		const float d = (cur.v - gdn_sum4(pm)) * cur.b;
 		/* S += k d^T; o = S^T q (q = (q_raw r_q) dk^-1/2, as head_recurrent) */
 #pragma unroll
-		for (int j = 0; j < R; j++) {
-			float ky = sk[wi * R + j] * rk, qy = (sq[wi * R + j] * rq) * qscale;
-			s[j] += ky * d;
-			po += s[j] * qy;
-		}
-		red_o[wi][c] = po;
-		__syncthreads();
-		if (wi == 0 && act) {
-			float out = red_o[0][c];
+		for (int j = 0; j < JJ; j++)
 #pragma unroll
-			for (int w = 1; w < GDN_WARPS; w++)
-				out += red_o[w][c];
+			for (int u = 0; u < 4; u++) {
+				s[j][u] += (cur.k[j][u] * rk) * d;
+				po[u] += s[j][u] * ((cur.q[j][u] * rq) * qscale);
+			}
+		const float out = gdn_sum4(po);
+		if (r == 0 && act)
 			o[t * nv * dv + (uint64_t)head * dv + x] = out;
-		}
+		cur = nxt;
 	}
 #pragma unroll
-	for (int j = 0; j < R; j++) {
-		uint32_t y = wi * R + j;
-		if (act && y < dk)
-			S[(uint64_t)y * dv + x] = s[j];
-	}
+	for (int j = 0; j < JJ; j++)
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const uint32_t y = 16 * j + 4 * r + u;
+			if (act && y < dk)
+				S[(uint64_t)y * dv + x] = s[j][u];
+		}
+}
+
+template <int JJ>
+static void gdn_launch_jj(bool vec, dim3 grid, cudaStream_t s, const struct ck_step *st, uint64_t s_off,
+			  const float *conv, const float *beta, const float *gg, float *o, const struct ck_gdn_shape *g)
+{
+	const uint32_t nk = (uint32_t)g->nk, nv = (uint32_t)g->nv, dk = (uint32_t)g->dk, dv = (uint32_t)g->dv;
+
+	if (vec)
+		ck_launch(gdn_recurrent_k<JJ, true>, grid, GDN_WARPS * 32, 0, s, st->t0, st->n, st->gdn_state, s_off, conv,
+			  beta, gg, o, nk, nv, dk, dv, g->C);
+	else
+		ck_launch(gdn_recurrent_k<JJ, false>, grid, GDN_WARPS * 32, 0, s, st->t0, st->n, st->gdn_state, s_off,
+			  conv, beta, gg, o, nk, nv, dk, dv, g->C);
 }
 
 extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const float *conv,
@@ -239,27 +280,22 @@ extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_sh
 	const uint64_t s_off = (uint64_t)slot * ck_gdn_state_floats(g) + (g->K - 1) * g->C;
 	const uint64_t ncb = (g->dv + GDN_COLS - 1) / GDN_COLS;
 	const dim3 grid((unsigned)(ncb * st->n_items), (unsigned)g->nv); /* x: no 65535 limit on items */
-	const unsigned threads = GDN_WARPS * 32;
-	const uint32_t nk = (uint32_t)g->nk, nv = (uint32_t)g->nv, dk = (uint32_t)g->dk, dv = (uint32_t)g->dv;
+	const bool vec = g->dk % 16 == 0 && g->C % 4 == 0 && (uintptr_t)conv % 16 == 0;
+	const uint64_t jj = (g->dk + 15) / 16;
 
 	if (st->T == 0 || st->n_items == 0)
 		return 0;
-	/* Rows per warp: the smallest instantiated R with 4 R >= dk. */
-	if (dk <= 4 * 4)
-		ck_launch(gdn_recurrent_k<4>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o, nk,
-							    nv, dk, dv, g->C);
-	else if (dk <= 4 * 8)
-		ck_launch(gdn_recurrent_k<8>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o, nk,
-							    nv, dk, dv, g->C);
-	else if (dk <= 4 * 16)
-		ck_launch(gdn_recurrent_k<16>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
-							     nk, nv, dk, dv, g->C);
-	else if (dk <= 4 * 32)
-		ck_launch(gdn_recurrent_k<32>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
-							     nk, nv, dk, dv, g->C);
-	else if (dk <= 4 * 64)
-		ck_launch(gdn_recurrent_k<64>, grid, threads, 0, s, st->t0, st->n, st->gdn_state, s_off, conv, beta, gg, o,
-							     nk, nv, dk, dv, g->C);
+	/* Row groups of 16 per lane set: the smallest instantiated JJ with 16 JJ >= dk. */
+	if (jj <= 1)
+		gdn_launch_jj<1>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
+	else if (jj <= 2)
+		gdn_launch_jj<2>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
+	else if (jj <= 4)
+		gdn_launch_jj<4>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
+	else if (jj <= 8)
+		gdn_launch_jj<8>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
+	else if (jj <= 16)
+		gdn_launch_jj<16>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
 	else
 		return -(int)cudaErrorInvalidValue; /* dk > 256: no model has it */
 	return ck_launched();

@@ -3,7 +3,8 @@
 # (run by make test-cuda after the C tests; needs python3 and a built tree):
 #   capy-gen --device cuda: greedy ids equal to transformers' (t/fixtures/*/ref.json) for 32
 #     tokens (16 with NVFP4 experts) and to capy-gen --device cpu;
-#   capy-ppl --device cuda: perplexity within 1e-3 of transformers and of the CPU's;
+#   capy-ppl --device cuda: perplexity within 1e-3 of transformers (5e-3 for the trained W4A4
+#     model, the CPU's own bound) and within 1e-3 of the CPU's;
 #   capy-serve --device cuda: a greedy chat completion equal to the CPU server's.
 set -u
 cd "$(dirname "$0")/../.."
@@ -34,14 +35,18 @@ for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp capy-t
 	for d in cuda cpu; do
 		$B/bin/capy-ppl -q "$T/$m.capy" "$T/$m.ids" --ids --json --ctx 4096 --kv f32 --device $d >"$T/$m.$d.json"
 	done
-	if python3 - "$T/$m.cuda.json" "$T/$m.cpu.json" "$(dir "$m")/ref.json" <<'PY'
+	# Against transformers, the trained W4A4 model gets the CPU's own bound (t3020: the
+	# exact integer W4A4 and transformers' float emulation differ by 2e-3 there); every
+	# model stays within 1e-3 of the CPU.
+	case $m in *capy-tiny-nvfp4) tb=5e-3 ;; *) tb=1e-3 ;; esac
+	if python3 - "$T/$m.cuda.json" "$T/$m.cpu.json" "$(dir "$m")/ref.json" "$tb" <<'PY'
 import json, sys
-g, c, r = (json.load(open(p)) for p in sys.argv[1:])
+g, c, r = (json.load(open(p)) for p in sys.argv[1:4])
 a, b = abs(g["ppl"] - r["ppl"]) / r["ppl"], abs(g["ppl"] - c["ppl"]) / c["ppl"]
 print("   ppl cuda %.6g cpu %.6g transformers %.6g: rel %.2g / %.2g" % (g["ppl"], c["ppl"], r["ppl"], a, b))
-sys.exit(0 if a < 1e-3 and b < 1e-3 else 1)
+sys.exit(0 if a < float(sys.argv[4]) and b < 1e-3 else 1)
 PY
-	then ok "$m: capy-ppl --device cuda within 1e-3 of transformers and cpu"; else bad "$m: capy-ppl"; fi
+	then ok "$m: capy-ppl --device cuda within $tb of transformers and 1e-3 of cpu"; else bad "$m: capy-ppl"; fi
 done
 
 # capy-serve on the GPU: greedy chat completions, the same text as the CPU server's: the random

@@ -25,17 +25,23 @@
  * decode 2.2e-2 (BF16 KV); the retrained weights (6f52f14) have not run on a GPU yet. */
 struct fixture {
 	const char *name;
-	double prefill_rel, decode_rel;
+	double prefill_rel, decode_rel, long_rel; /* long_rel: 300 tokens, last logits against the CPU */
 	int argmax_off;
 };
 static const struct fixture fixtures[] = {
-	{ "qwen3_5-dense", 2e-3, 2e-3, 1 },
-	{ "qwen3_5_moe", 2e-3, 2e-3, 1 },
-	{ "qwen3_5_moe-nvfp4", 2e-3, 2e-3, 1 },
-	{ "qwen3_next", 2e-3, 2e-3, 1 },
-	{ "qwen4_exp", 2e-3, 2e-3, 1 },
-	{ "share/models/capy-tiny", 2e-3, 2e-3, 1 },
-	{ "share/models/capy-tiny-nvfp4", 0.25, 5e-2, 10 },
+	{ "qwen3_5-dense", 2e-3, 2e-3, 2e-3, 1 },
+	{ "qwen3_5_moe", 2e-3, 2e-3, 2e-3, 1 },
+	{ "qwen3_5_moe-nvfp4", 2e-3, 2e-3, 2e-3, 1 },
+	{ "qwen3_next", 2e-3, 2e-3, 2e-3, 1 },
+	{ "qwen4_exp", 2e-3, 2e-3, 2e-3, 1 },
+	{ "share/models/capy-tiny", 2e-3, 2e-3, 2e-3, 1 },
+	/* W4A4 on trained weights: an activation that the GPU's BF16 linears or attention put a
+	 * few ulps from the CPU's can land in the next FP4 bin of the quantization before an
+	 * expert, which moves that expert's output by a whole FP4 step (GPU and CPU are each
+	 * bitwise self-consistent, chunked or token by token). Measured on the retrained weights
+	 * (docs/records, 5f85bd1): prefill 1.8e-6, decode 3.0e-6, 300 tokens 2.1e-2; on the first
+	 * weights prefill 0.11. */
+	{ "share/models/capy-tiny-nvfp4", 0.25, 5e-2, 5e-2, 10 },
 };
 static struct capy_engine *open_engine(const struct capy_artifact *a, const char *dev, enum capy_kv_dtype kv,
 				       uint64_t step_tokens)
@@ -193,9 +199,10 @@ static void batch8(const char *name, const char *kvn, struct capy_engine *gpu, u
 
 /* The same 300 tokens as one chunked prefill (steps of the engine's size) and token by
  * token: the last logits within tolerance, and against the CPU. */
-static void chunked_vs_steps(const char *name, const char *kvn, struct capy_engine *cpu, struct capy_engine *gpu,
+static void chunked_vs_steps(const struct fixture *fx, const char *kvn, struct capy_engine *cpu, struct capy_engine *gpu,
 			     uint64_t V)
 {
+	const char *name = fx->name;
 	struct capy_err err = { 0 };
 	enum { N = 300 };
 	int32_t p[N];
@@ -213,7 +220,7 @@ static void chunked_vs_steps(const char *name, const char *kvn, struct capy_engi
 	double r1 = rel_err(a, b, V), r2 = rel_err(a, c, V);
 	printf("%-18s kv %-4s %d tokens: chunked vs token-by-token rel err %.2e (%s), vs cpu %.2e\n", name, kvn, N, r1,
 	       bits_differ(a, b, V) ? "not bitwise" : "bitwise", r2);
-	CHECK_MSG(r1 < 2e-3 && r2 < 2e-3, "%s kv %s: long context rel err %.3e / %.3e", name, kvn, r1, r2);
+	CHECK_MSG(r1 < 2e-3 && r2 < fx->long_rel, "%s kv %s: long context rel err %.3e / %.3e", name, kvn, r1, r2);
 	capy_seq_free(s1);
 	capy_seq_free(s2);
 	capy_seq_free(s3);
@@ -238,7 +245,7 @@ static void family(const struct fixture *fx)
 			prefill_logits(fx, kvn[k], cpu, gpu, V);
 			greedy(fx, kvn[k], cpu, gpu, V);
 			batch8(name, kvn[k], gpu, V);
-			chunked_vs_steps(name, kvn[k], cpu, gpu, V);
+			chunked_vs_steps(fx, kvn[k], cpu, gpu, V);
 			CHECK_EQ_U64(capy_engine_pages_used(gpu), 0);
 		}
 		capy_engine_free(cpu);

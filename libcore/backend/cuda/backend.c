@@ -223,6 +223,8 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	if (e->hw.n_gdn && (rc = ws_agrees(e->gdn_floats, ck_gdn_state_floats(&e->gdn), "GDN state (floats)", err)) < 0)
 		goto fail;
 	e->ple_floats = capy_plan_ple_floats(c);
+	if (e->hw.n_ple && (rc = capy_pool_new(&e->ple_pool, e->opts.threads, err)) < 0)
+		goto fail;
 	/* inv_freq[i] = 1 / theta^(2i / rot), each step in float32 as transformers computes it
 	 * (the CPU backend's table, uploaded). */
 	e->rot = capy_rope_dims(c);
@@ -278,6 +280,7 @@ static void cu_close(struct capy_engine *core)
 		if (e->graphs[i].exec)
 			cudaGraphExecDestroy(e->graphs[i].exec);
 	free_scratch(&e->s);
+	capy_pool_free(e->ple_pool);
 	cu_weights_release(e);
 	capy_weights_release(&e->hw);
 	cudaFree(e->pages);
@@ -291,8 +294,9 @@ static void cu_close(struct capy_engine *core)
 
 static int cu_threads(const struct capy_engine *core)
 {
-	(void)core;
-	return 1;
+	const struct cuda_engine *e = core->be;
+
+	return e->ple_pool ? capy_pool_size(e->ple_pool) : 1;
 }
 
 static uint64_t cu_weight_bytes(const struct capy_engine *core)

@@ -12,6 +12,7 @@
 #include "../../engine/backend.h"
 #include "../../model/weights.h"
 #include "../../offload/plan.h"
+#include "../../util/thread.h"
 #include "../../../kernels/capy-kernels.h"
 
 #include <cuda_runtime_api.h>
@@ -110,6 +111,7 @@ struct cuda_engine {
 	struct capy_engine_opts opts;
 	int device;
 	cudaStream_t stream;
+	struct capy_pool *ple_pool;       /* host threads gathering PLE rows (models with PLE) */
 	struct capy_weights hw;           /* host binding (pointers into the mapped artifact) */
 	struct cu_layer *layers;
 	const void *embed;
@@ -171,7 +173,7 @@ enum cu_part {
 	CU_NORM = 1 << 0, CU_ROUTE = 1 << 1, CU_EXPERTS = 1 << 2, CU_MOE_IN = 1 << 3, CU_SHARED = 1 << 4,
 	CU_COMBINE = 1 << 5, CU_GDN_IN = 1 << 6, CU_GDN_CORE = 1 << 7, CU_GDN_OUT = 1 << 8, CU_ATT_IN = 1 << 9,
 	CU_ATT_CORE = 1 << 10, CU_ATT_OUT = 1 << 11, CU_LM_HEAD = 1 << 12, CU_ATT_KV = 1 << 13, CU_ATT_ATTN = 1 << 14,
-	CU_ATT_GATE = 1 << 15,
+	CU_ATT_GATE = 1 << 15, CU_PLE_HOST = 1 << 16, /* the host's gather of PLE rows */
 };
 unsigned cu_skip_parse(const char *list);
 #define PART(part) (!(e->skip & (part)))

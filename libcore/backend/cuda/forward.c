@@ -131,46 +131,70 @@ static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_
 }
 
 /* PLE: every PLE layer's n-gram rows for every row of the step, hashed and gathered on the
- * host from the mapped table (never loaded whole), uploaded at once. Each sequence's token
- * context moves on. */
+ * host from the mapped table (never loaded whole) by the engine's threads, each a range of
+ * an item's rows, uploaded at once. Each sequence's token context moves on. */
+struct ple_job {
+	const struct capy_model_config *c;
+	const struct capy_ple_w *pl;
+	const int32_t *hist;   /* the item's context then its tokens */
+	float *emb;            /* the item's first row */
+	uint64_t n, ctx, bad;  /* bad: 1 + the first row index beyond the table, 0 if none */
+};
+
+static void ple_gather(void *ctx, int ith, int nth)
+{
+	struct ple_job *j = ctx;
+	const struct capy_ple_w *pl = j->pl;
+	const uint64_t heads = j->ctx * j->c->heads_per_ngram, dim = j->c->ple_embed_dim;
+	const size_t esz = capy_dtype_size(pl->table_dtype);
+	uint64_t rows[64], t0 = j->n * (uint64_t)ith / (uint64_t)nth, t1 = j->n * (uint64_t)(ith + 1) / (uint64_t)nth;
+
+	for (uint64_t t = t0; t < t1; t++) {
+		float *row = j->emb + t * dim;
+		capy_ple_ngram_rows(j->c, pl, j->hist, j->ctx + t, rows);
+		for (uint64_t h = 0; h < heads; h++) {
+			if (rows[h] >= pl->rows) { /* racy but only ever set to a bad row's id */
+				__atomic_store_n(&j->bad, rows[h] + 1, __ATOMIC_RELAXED);
+				return;
+			}
+			const uint8_t *src = pl->table + rows[h] * pl->hd * esz;
+			for (uint64_t x = 0; x < pl->hd; x++) {
+				const uint16_t *hv = (const uint16_t *)src;
+				row[h * pl->hd + x] = pl->table_dtype == CAPY_DT_F32	 ? ((const float *)src)[x]
+						      : pl->table_dtype == CAPY_DT_BF16 ? capy_bf16_to_f32(hv[x])
+											 : capy_f16_to_f32(hv[x]);
+			}
+		}
+	}
+}
+
 static int ple_rows(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
-	uint64_t ctx = c->ngram_size - 1, heads = ctx * c->heads_per_ngram, dim = c->ple_embed_dim, T = b->n_tokens;
+	uint64_t ctx = c->ngram_size - 1, dim = c->ple_embed_dim, T = b->n_tokens;
 	int32_t *hist = e->s.hist;
-	uint64_t rows[64];
 
-	if (!e->hw.n_ple)
+	if (!e->hw.n_ple || !PART(CU_PLE_HOST))
 		return 0;
 	for (uint64_t li = 0; li < c->n_layers; li++) {
 		const struct capy_layer_w *l = &e->hw.layers[li];
-		const struct capy_ple_w *pl = &l->ple;
 		if (!l->has_ple)
 			continue;
-		size_t esz = capy_dtype_size(pl->table_dtype);
 		float *emb = e->s.ple_host + (uint64_t)l->ple_slot * e->s.tmax * dim;
 		for (size_t i = 0; i < b->n_items; i++) {
 			const struct capy_batch_item *it = &b->items[i];
 			int32_t *sctx = ((struct cu_state *)it->seq->state)->ple_ctx[l->ple_slot];
+			struct ple_job j = { c, &l->ple, hist, emb + it->t0 * dim, it->n, ctx, 0 };
 			memcpy(hist, sctx, ctx * sizeof(int32_t));
 			memcpy(hist + ctx, it->tokens, it->n * sizeof(int32_t));
-			for (uint64_t t = 0; t < it->n; t++) {
-				float *row = emb + (it->t0 + t) * dim;
-				capy_ple_ngram_rows(c, pl, hist, ctx + t, rows);
-				for (uint64_t h = 0; h < heads; h++) {
-					const uint8_t *src;
-					if (rows[h] >= pl->rows)
-						return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64,
-								    rows[h], pl->rows);
-					src = pl->table + rows[h] * pl->hd * esz;
-					for (uint64_t j = 0; j < pl->hd; j++) {
-						const uint16_t *hv = (const uint16_t *)src;
-						row[h * pl->hd + j] = pl->table_dtype == CAPY_DT_F32 ? ((const float *)src)[j]
-								     : pl->table_dtype == CAPY_DT_BF16 ? capy_bf16_to_f32(hv[j])
-													: capy_f16_to_f32(hv[j]);
-					}
-				}
-			}
+			/* threads only where they pay: a prompt chunk, not a decoding row */
+			if (it->n >= 64)
+				capy_pool_run(e->ple_pool, ple_gather, &j);
+			else
+				ple_gather(&j, 0, 1);
+			if (j.bad)
+				return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64,
+						    j.bad - 1, l->ple.rows);
 			memcpy(sctx, hist + it->n, ctx * sizeof(int32_t));
 		}
 		cudaError_t r = cudaMemcpyAsync(e->s.ple_emb + (uint64_t)l->ple_slot * e->s.tmax * dim, emb,
@@ -432,7 +456,7 @@ unsigned cu_skip_parse(const char *list)
 		{ "gdn_in", CU_GDN_IN },     { "gdn_core", CU_GDN_CORE },   { "gdn_out", CU_GDN_OUT },
 		{ "att_in", CU_ATT_IN },     { "att_core", CU_ATT_CORE },   { "att_out", CU_ATT_OUT },
 		{ "lm_head", CU_LM_HEAD },   { "att_kv", CU_ATT_KV },	    { "att_attn", CU_ATT_ATTN },
-		{ "att_gate", CU_ATT_GATE },
+		{ "att_gate", CU_ATT_GATE }, { "ple_host", CU_PLE_HOST },
 	};
 	unsigned skip = 0;
 
