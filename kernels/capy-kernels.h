@@ -99,6 +99,23 @@ int ck_linear(const struct ck_linear *w, const float *x, uint64_t m, float *y, v
 int ck_linear_multi(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
 		    void *ws, void *stream);
 
+/* Prompt rows of BF16 linears through cuBLASLt (kernels/linear-blas.cu): y[m][ldy] = x[m][k]
+ * W^T, x split into BF16 hi + lo halves (as mma.cuh), two GEMMs with fp32 accumulation. Not
+ * the bits of ck_linear (within ~1e-6 relative of it and of the CPU): the backend uses it only
+ * for the rows of items with at least CK_GROUPED_MIN_ROWS rows, one GEMM per item, so a
+ * decoding row's results never depend on it. One algorithm per matrix shape, chosen for
+ * max_m rows (the step's capacity), no split-k reductions: a row's result does not depend on
+ * the other rows of its GEMM. ck_blas_open loads libcublasLt.so.13; it fails (why says why)
+ * where the library is missing. m must be at most max_m. */
+struct ck_blas;
+int ck_blas_open(struct ck_blas **out, uint64_t max_m, char *why, size_t why_size);
+void ck_blas_close(struct ck_blas *b);
+bool ck_gemm_supported(const struct ck_linear *w);
+/* Device workspace for m rows of k inputs (0 below CK_GROUPED_MIN_ROWS rows). */
+size_t ck_gemm_ws_bytes(uint64_t k, uint64_t m);
+int ck_gemm(struct ck_blas *b, const struct ck_linear *w, const float *x, uint64_t m, float *y, uint64_t ldy,
+	    void *ws, void *stream);
+
 /* --- mixture of experts (kernels/moe.cu) ---------------------------------------------- */
 
 /* Router: for each of T rows of logits [T][E], softmax over E in fp32 (max, exp(l - max),
@@ -289,10 +306,10 @@ int ck_gdn_gates(const float *b, const float *a, const float *neg_a, const float
 /* The gated delta rule per (item, value head) over the item's rows in order, as the CPU's
  * head_recurrent: q, k of key head h / (nv / nk) l2-normalised (x / sqrtf(sum x^2 + 1e-6)),
  * q scaled by 1 / sqrtf(dk); S *= exp(g); mem = S^T k; d = beta (v - mem); S += k d^T;
- * o = S^T q. conv [T][C] holds q | k | v per row; o [T][nv * dv]. Every item runs this
- * recurrent form token by token, prefill items too (the CPU's chunked prefill agrees to
- * ~1e-6 relative); dk <= 256. */
-int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const float *conv,
+ * o = S^T q. conv [T][C] holds q | k | v per row (q and k are normalised in place: conv is
+ * spent); o [T][nv * dv]. Every item runs this recurrent form token by token, prefill items
+ * too (the CPU's chunked prefill agrees to ~1e-6 relative); dk <= 256. */
+int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, float *conv,
 		     const float *beta, const float *gg, float *o, void *stream);
 /* Gated RMSNorm per head of dv: o = (norm_w[i] * (o * r)) * act(z), r = 1 / sqrtf(mean(o^2) +
  * eps), act = sigmoid if gate_sigmoid else silu. o, z [T][nv * dv]. */

@@ -127,58 +127,113 @@ extern "C" int ck_gdn_gates(const float *b, const float *a, const float *neg_a, 
 
 /* --- the gated delta rule, recurrent ---------------------------------------------------- */
 
-/* A warp holds 8 columns x of S for all dk rows: lane = 4 x + r, and lane r of a column owns
- * the rows 16 j + 4 r + u (u < 4, j < JJ), so a column's sums over dk are 4 per-lane partials
- * added with two xor shuffles, with no shared memory and no barrier: the only thing a token
- * waits for is its own column's previous token. Four warps a block (32 columns), one block
- * per (item, 32 columns) along x and value head along y, as many warps as columns / 8, so
- * one decoding item still spreads over the GPU. A lane reads its own rows of q and k straight
- * from the conv output, the next row's already in flight while it computes the current one
- * (the loads are what a token would otherwise wait for).
+/* q and k of every row and key head l2-normalised in place (x / sqrtf(sum x^2 + 1e-6), as
+ * l2norm_scaled), q also times 1 / sqrtf(dk): the recurrence then reads them as it uses them.
+ * One block of 4 warps per (row, key head), the sum of squares as per-thread strided partials,
+ * an xor butterfly per warp, then the 4 warps in order. */
+static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_t C, uint32_t nk, uint32_t dk)
+{
+	ck_grid_enter();
+	__shared__ float red[2][4];
+	const uint64_t t = blockIdx.x;
+	const uint32_t kh = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32;
+	float *q = conv + t * C + (uint64_t)kh * dk, *k = conv + t * C + (uint64_t)(nk + kh) * dk;
+	float sq = 0, sk = 0;
+
+	for (uint32_t i = threadIdx.x; i < dk; i += 128) {
+		sq += q[i] * q[i];
+		sk += k[i] * k[i];
+	}
+	for (int off = 16; off; off >>= 1) {
+		sq += __shfl_xor_sync(0xffffffffu, sq, off);
+		sk += __shfl_xor_sync(0xffffffffu, sk, off);
+	}
+	if (lane == 0) {
+		red[0][w] = sq;
+		red[1][w] = sk;
+	}
+	__syncthreads();
+	const float rq = 1.0f / sqrtf(((red[0][0] + red[0][1]) + red[0][2]) + red[0][3] + 1e-6f);
+	const float rk = 1.0f / sqrtf(((red[1][0] + red[1][1]) + red[1][2]) + red[1][3] + 1e-6f);
+	const float qscale = 1.0f / sqrtf((float)dk);
+	for (uint32_t i = threadIdx.x; i < dk; i += 128) { /* each thread rewrites what it read */
+		q[i] = (q[i] * rq) * qscale;
+		k[i] = k[i] * rk;
+	}
+}
+
+/* A warp holds 4 columns x of S for all dk rows: lane = 8 x + r, and lane r of a column owns
+ * the rows 32 j + 4 r + u (u < 4, j < JJ), so a column's sums over dk are 8 per-lane partials
+ * added with three xor shuffles, with no barrier: the only thing a token waits for is its own
+ * column's previous token. Four warps a block (16 columns), one block per (item, 16 columns)
+ * along x and value head along y: a prompt item of the real shapes is 1024 warps, enough for
+ * the GPU to hide each token's chain of dependent steps behind the other warps'.
+ *
+ * A token's inputs (normalised q and k of the head, the warp's 4 v, beta, g) come through a
+ * ring of GDN_STAGES slots of shared memory per warp, filled by cp.async GDN_STAGES - 1
+ * tokens ahead: a prompt chunk's conv rows are far larger than L2.
  *
  * The order of every sum is fixed by the item's data alone (batch invariant): a lane's
  * partial over its rows as 4 chains (u) added (0 + 1) + (2 + 3) in j order, then the xor
- * butterfly; the q and k sums of squares the same way. VEC: rows of 16-byte aligned float4s
- * (dk % 16 == 0 and C % 4 == 0, the real models); otherwise scalar loads with row guards. */
+ * butterfly. VEC: q and k in 16-byte pieces (dk % 32 == 0, C % 4 == 0: the real models);
+ * otherwise 4-byte copies and row guards. */
 #define GDN_WARPS 4
-#define GDN_COLS 32 /* columns per block: 8 per warp */
+#define GDN_LANES 8  /* lanes per column */
+#define GDN_WCOLS (32 / GDN_LANES)
+#define GDN_COLS (GDN_WARPS * GDN_WCOLS)  /* columns per block */
+#define GDN_STAGES 8
 
-template <int JJ, bool VEC>
-struct gdn_row {
-	float q[JJ][4], k[JJ][4], v, b, g;
-};
-
-template <int JJ, bool VEC>
-static __device__ __forceinline__ void gdn_load(gdn_row<JJ, VEC> &d, const float *row, uint64_t qoff, uint64_t koff,
-						uint64_t voff, bool act, uint32_t r, uint32_t dk, const float *beta,
-						const float *gg)
+/* Floats of one ring slot: q [dk] | k [dk] | v [GDN_WCOLS] | beta | g, rounded up to 16 bytes. */
+static __host__ __device__ __forceinline__ uint32_t gdn_slot_floats(uint32_t dk)
 {
-#pragma unroll
-	for (int j = 0; j < JJ; j++) {
-		const uint32_t y = 16 * j + 4 * r;
-		if (VEC) {
-			const float4 q4 = __ldg((const float4 *)(row + qoff + y)), k4 = __ldg((const float4 *)(row + koff + y));
-			d.q[j][0] = q4.x, d.q[j][1] = q4.y, d.q[j][2] = q4.z, d.q[j][3] = q4.w;
-			d.k[j][0] = k4.x, d.k[j][1] = k4.y, d.k[j][2] = k4.z, d.k[j][3] = k4.w;
-		} else {
-#pragma unroll
-			for (int u = 0; u < 4; u++) {
-				d.q[j][u] = y + u < dk ? __ldg(row + qoff + y + u) : 0.0f;
-				d.k[j][u] = y + u < dk ? __ldg(row + koff + y + u) : 0.0f;
-			}
-		}
-	}
-	d.v = act ? __ldg(row + voff) : 0.0f;
-	d.b = __ldg(beta);
-	d.g = __ldg(gg);
+	return (2 * dk + GDN_WCOLS + 2 + 3) / 4 * 4;
 }
 
-/* The four per-u chains of a lane, then its column's four lanes. */
-static __device__ __forceinline__ float gdn_sum4(const float p[4])
+static __device__ __forceinline__ void gdn_cp(float *dst, const float *src, int bytes, bool valid)
+{
+	const unsigned d = (unsigned)__cvta_generic_to_shared(dst);
+	if (bytes == 16)
+		asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 16 : 0));
+	else
+		asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(d), "l"(src), "r"(valid ? 4 : 0));
+}
+
+/* One token's inputs into a slot, spread over the warp's lanes; one commit group. vn: how
+ * many of the warp's columns exist. */
+template <bool VEC>
+static __device__ __forceinline__ void gdn_fetch(float *slot, const float *row, uint64_t qoff, uint64_t koff,
+						 uint64_t vcol0, uint32_t vn, uint32_t dk, const float *beta,
+						 const float *gg, uint32_t lane, bool valid)
+{
+	if (VEC) {
+		for (uint32_t c = lane; c < dk / 2; c += 32) { /* dk / 4 pieces of q, then of k */
+			const bool isk = c >= dk / 4;
+			const uint32_t e = 4 * (isk ? c - dk / 4 : c);
+			gdn_cp(slot + (isk ? dk : 0) + e, row + (isk ? koff : qoff) + e, 16, valid);
+		}
+	} else {
+		for (uint32_t c = lane; c < 2 * dk; c += 32) {
+			const bool isk = c >= dk;
+			gdn_cp(slot + c, row + (isk ? koff + (c - dk) : qoff + c), 4, valid);
+		}
+	}
+	if (lane < GDN_WCOLS)
+		gdn_cp(slot + 2 * dk + lane, row + vcol0 + lane, 4, valid && lane < vn);
+	else if (lane == GDN_WCOLS)
+		gdn_cp(slot + 2 * dk + GDN_WCOLS, beta, 4, valid);
+	else if (lane == GDN_WCOLS + 1)
+		gdn_cp(slot + 2 * dk + GDN_WCOLS + 1, gg, 4, valid);
+	asm volatile("cp.async.commit_group;\n" ::);
+}
+
+/* The four per-u chains of a lane, then its column's lanes. */
+static __device__ __forceinline__ float gdn_sum(const float p[4])
 {
 	float t = (p[0] + p[1]) + (p[2] + p[3]);
-	t += __shfl_xor_sync(0xffffffffu, t, 1);
-	return t + __shfl_xor_sync(0xffffffffu, t, 2);
+#pragma unroll
+	for (int off = 1; off < GDN_LANES; off <<= 1)
+		t += __shfl_xor_sync(0xffffffffu, t, off);
+	return t;
 }
 
 template <int JJ, bool VEC>
@@ -187,19 +242,18 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	const float *beta, const float *gg, float *o, uint32_t nk, uint32_t nv, uint32_t dk, uint32_t dv, uint64_t C)
 {
 	ck_grid_enter();
-	const uint32_t lane = threadIdx.x % 32, r = lane % 4, wi = threadIdx.x / 32;
+	extern __shared__ __align__(16) float gdn_ring[];
+	const uint32_t lane = threadIdx.x % 32, r = lane % GDN_LANES, wi = threadIdx.x / 32, SL = gdn_slot_floats(dk);
 	const uint32_t ncb = (dv + GDN_COLS - 1) / GDN_COLS, it = blockIdx.x / ncb, head = blockIdx.y;
-	const uint32_t x = (blockIdx.x % ncb) * GDN_COLS + wi * 8 + lane / 4;
+	const uint32_t x0 = (blockIdx.x % ncb) * GDN_COLS + wi * GDN_WCOLS, xc = lane / GDN_LANES, x = x0 + xc;
 	const bool act = x < dv;
 	const int64_t n = ns[it];
 	const uint64_t first = (uint64_t)t0s[it];
 	const uint32_t kh = head / (nv / nk);
 	const uint64_t qoff = (uint64_t)kh * dk, koff = (uint64_t)nk * dk + (uint64_t)kh * dk;
-	const uint64_t voff = 2 * (uint64_t)nk * dk + (uint64_t)head * dv + (act ? x : 0);
-	const float qscale = 1.0f / sqrtf((float)dk);
-	float *S = state[it] + s_off + (uint64_t)head * dk * dv;
+	const uint64_t vcol0 = 2 * (uint64_t)nk * dk + (uint64_t)head * dv + x0;
+	float *S = state[it] + s_off + (uint64_t)head * dk * dv, *ring = gdn_ring + (uint64_t)wi * GDN_STAGES * SL;
 	float s[JJ][4];
-	gdn_row<JJ, VEC> cur, nxt;
 
 	if (n <= 0)
 		return;
@@ -207,53 +261,73 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	for (int j = 0; j < JJ; j++)
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
-			const uint32_t y = 16 * j + 4 * r + u;
+			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
 			s[j][u] = act && y < dk ? S[(uint64_t)y * dv + x] : 0.0f;
 		}
-	gdn_load<JJ, VEC>(cur, conv + first * C, qoff, koff, voff, act, r, dk, beta + first * nv + head,
-			  gg + first * nv + head);
+	const uint32_t vn = dv > x0 ? dv - x0 : 0;
+	for (int64_t p = 0; p < GDN_STAGES - 1; p++) {
+		const uint64_t t = first + (uint64_t)(p < n ? p : 0);
+		gdn_fetch<VEC>(ring + (uint64_t)p * SL, conv + t * C, qoff, koff, vcol0, vn, dk, beta + t * nv + head,
+			       gg + t * nv + head, lane, p < n);
+	}
 	for (int64_t i = 0; i < n; i++) {
 		const uint64_t t = first + (uint64_t)i;
-		if (i + 1 < n) /* the next row's loads fly while this row computes */
-			gdn_load<JJ, VEC>(nxt, conv + (t + 1) * C, qoff, koff, voff, act, r, dk, beta + (t + 1) * nv + head,
-					  gg + (t + 1) * nv + head);
-		float pq[4] = { 0, 0, 0, 0 }, pk[4] = { 0, 0, 0, 0 }, pm[4] = { 0, 0, 0, 0 }, po[4] = { 0, 0, 0, 0 };
+		{ /* token i + STAGES - 1 into the slot token i - 1 used (every lane is done with it) */
+			const int64_t p = i + GDN_STAGES - 1;
+			const uint64_t tp = first + (uint64_t)(p < n ? p : i);
+			gdn_fetch<VEC>(ring + (uint64_t)(p % GDN_STAGES) * SL, conv + tp * C, qoff, koff, vcol0, vn, dk,
+				       beta + tp * nv + head, gg + tp * nv + head, lane, p < n);
+		}
+		asm volatile("cp.async.wait_group %0;\n" ::"n"(GDN_STAGES - 1));
+		__syncwarp();
+		const float *sl = ring + (uint64_t)(i % GDN_STAGES) * SL;
+		float q[JJ][4], k[JJ][4];
 #pragma unroll
-		for (int j = 0; j < JJ; j++)
+		for (int j = 0; j < JJ; j++) {
+			const uint32_t y = 4 * GDN_LANES * j + 4 * r;
+			if (VEC) {
+				const float4 q4 = *(const float4 *)(sl + y), k4 = *(const float4 *)(sl + dk + y);
+				q[j][0] = q4.x, q[j][1] = q4.y, q[j][2] = q4.z, q[j][3] = q4.w;
+				k[j][0] = k4.x, k[j][1] = k4.y, k[j][2] = k4.z, k[j][3] = k4.w;
+			} else {
 #pragma unroll
-			for (int u = 0; u < 4; u++) {
-				pq[u] += cur.q[j][u] * cur.q[j][u];
-				pk[u] += cur.k[j][u] * cur.k[j][u];
+				for (int u = 0; u < 4; u++) {
+					q[j][u] = y + u < dk ? sl[y + u] : 0.0f;
+					k[j][u] = y + u < dk ? sl[dk + y + u] : 0.0f;
+				}
 			}
-		const float rq = 1.0f / sqrtf(gdn_sum4(pq) + 1e-6f), rk = 1.0f / sqrtf(gdn_sum4(pk) + 1e-6f);
-		const float decay = expf(cur.g);
-		/* S *= exp(g); mem = S^T k (k = k_raw r_k, as l2norm_scaled) */
+		}
+		const float v = act ? sl[2 * dk + xc] : 0.0f, bt = sl[2 * dk + GDN_WCOLS];
+		const float decay = expf(sl[2 * dk + GDN_WCOLS + 1]);
+		float pm[4] = { 0, 0, 0, 0 }, po[4] = { 0, 0, 0, 0 };
+		/* S *= exp(g); mem = S^T k */
 #pragma unroll
 		for (int j = 0; j < JJ; j++)
 #pragma unroll
 			for (int u = 0; u < 4; u++) {
 				s[j][u] *= decay;
-				pm[u] += s[j][u] * (cur.k[j][u] * rk);
+				pm[u] += s[j][u] * k[j][u];
 			}
-		const float d = (cur.v - gdn_sum4(pm)) * cur.b;
-		/* S += k d^T; o = S^T q (q = (q_raw r_q) dk^-1/2, as head_recurrent) */
+		const float d = (v - gdn_sum(pm)) * bt;
+		/* S += k d^T; o = S^T q */
 #pragma unroll
 		for (int j = 0; j < JJ; j++)
 #pragma unroll
 			for (int u = 0; u < 4; u++) {
-				s[j][u] += (cur.k[j][u] * rk) * d;
-				po[u] += s[j][u] * ((cur.q[j][u] * rq) * qscale);
+				s[j][u] += k[j][u] * d;
+				po[u] += s[j][u] * q[j][u];
 			}
-		const float out = gdn_sum4(po);
+		const float out = gdn_sum(po);
 		if (r == 0 && act)
 			o[t * nv * dv + (uint64_t)head * dv + x] = out;
-		cur = nxt;
+		__syncwarp(); /* the slot is read by every lane before the next fetch rewrites it */
 	}
+	asm volatile("cp.async.wait_group 0;\n" ::);
 #pragma unroll
 	for (int j = 0; j < JJ; j++)
 #pragma unroll
 		for (int u = 0; u < 4; u++) {
-			const uint32_t y = 16 * j + 4 * r + u;
+			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
 			if (act && y < dk)
 				S[(uint64_t)y * dv + x] = s[j][u];
 		}
@@ -264,28 +338,40 @@ static void gdn_launch_jj(bool vec, dim3 grid, cudaStream_t s, const struct ck_s
 			  const float *conv, const float *beta, const float *gg, float *o, const struct ck_gdn_shape *g)
 {
 	const uint32_t nk = (uint32_t)g->nk, nv = (uint32_t)g->nv, dk = (uint32_t)g->dk, dv = (uint32_t)g->dv;
+	const size_t smem = (size_t)GDN_WARPS * GDN_STAGES * gdn_slot_floats(dk) * sizeof(float);
 
+	if (smem > 48 * 1024) { /* dk > 180 */
+		cudaFuncSetAttribute(gdn_recurrent_k<JJ, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+		cudaFuncSetAttribute(gdn_recurrent_k<JJ, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+	}
 	if (vec)
-		ck_launch(gdn_recurrent_k<JJ, true>, grid, GDN_WARPS * 32, 0, s, st->t0, st->n, st->gdn_state, s_off, conv,
-			  beta, gg, o, nk, nv, dk, dv, g->C);
+		ck_launch(gdn_recurrent_k<JJ, true>, grid, GDN_WARPS * 32, smem, s, st->t0, st->n, st->gdn_state, s_off,
+			  conv, beta, gg, o, nk, nv, dk, dv, g->C);
 	else
-		ck_launch(gdn_recurrent_k<JJ, false>, grid, GDN_WARPS * 32, 0, s, st->t0, st->n, st->gdn_state, s_off,
+		ck_launch(gdn_recurrent_k<JJ, false>, grid, GDN_WARPS * 32, smem, s, st->t0, st->n, st->gdn_state, s_off,
 			  conv, beta, gg, o, nk, nv, dk, dv, g->C);
 }
 
-extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const float *conv,
+extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, float *conv,
 				const float *beta, const float *gg, float *o, void *stream)
 {
 	cudaStream_t s = (cudaStream_t)stream;
 	const uint64_t s_off = (uint64_t)slot * ck_gdn_state_floats(g) + (g->K - 1) * g->C;
 	const uint64_t ncb = (g->dv + GDN_COLS - 1) / GDN_COLS;
 	const dim3 grid((unsigned)(ncb * st->n_items), (unsigned)g->nv); /* x: no 65535 limit on items */
-	const bool vec = g->dk % 16 == 0 && g->C % 4 == 0 && (uintptr_t)conv % 16 == 0;
-	const uint64_t jj = (g->dk + 15) / 16;
+	const bool vec = g->dk % 32 == 0 && g->C % 4 == 0 && (uintptr_t)conv % 16 == 0;
+	const uint64_t jj = (g->dk + 4 * GDN_LANES - 1) / (4 * GDN_LANES);
+	int rc;
 
 	if (st->T == 0 || st->n_items == 0)
 		return 0;
-	/* Row groups of 16 per lane set: the smallest instantiated JJ with 16 JJ >= dk. */
+	if (g->nk > 65535)
+		return -(int)cudaErrorInvalidValue;
+	ck_launch(gdn_qk_norm_k, dim3((unsigned)st->T, (unsigned)g->nk), 128, 0, s, conv, g->C, (uint32_t)g->nk,
+		  (uint32_t)g->dk);
+	if ((rc = ck_launched()))
+		return rc;
+	/* Row groups of 32 per column: the smallest instantiated JJ with 32 JJ >= dk. */
 	if (jj <= 1)
 		gdn_launch_jj<1>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
 	else if (jj <= 2)
@@ -294,8 +380,6 @@ extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_sh
 		gdn_launch_jj<4>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
 	else if (jj <= 8)
 		gdn_launch_jj<8>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
-	else if (jj <= 16)
-		gdn_launch_jj<16>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
 	else
 		return -(int)cudaErrorInvalidValue; /* dk > 256: no model has it */
 	return ck_launched();

@@ -181,6 +181,9 @@ void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *
 		const struct capy_tensor_info *t = &a->tensors[i];
 		if (t->dtype == CAPY_DT_NVFP4 && bound(t))
 			s->lin_ws = CAPY_MAX(s->lin_ws, act_bytes(t->nparts, last_dim(t, 0), T));
+		/* ck_gemm_ws_bytes: cuBLASLt's 32 MiB and the BF16 hi and lo halves of T rows */
+		if (t->dtype == CAPY_DT_BF16 && t->ndim == 2 && bound(t) && T >= 16)
+			s->lin_ws = CAPY_MAX(s->lin_ws, (32ull << 20) + 4 * T * last_dim(t, 0) + 256);
 	}
 	/* the first MoE layer's stacks, as the backend sizes it (every MoE layer has one shape) */
 	for (uint64_t i = 0; i < c->n_layers; i++) {

@@ -642,6 +642,65 @@ static void test_multi(void)
 	multi_case(CK_BF16, CK_F16, 256, 5);
 }
 
+/* ck_gemm (cuBLASLt, the prompt rows of BF16 linears): against the CPU within 2e-5 (cuBLASLt's
+ * sums are less exact than ck_linear's: 1.1e-5 at k = 4096 on these inputs, 2-4e-6 below), the
+ * same bits when run again, and the rows of one GEMM the same bits inside a GEMM of twice as
+ * many rows (one algorithm per matrix shape). */
+static void test_gemm(void)
+{
+	static const uint64_t shapes[][2] = { { 64, 64 }, { 1024, 2048 }, { 12352, 2048 }, { 2048, 4096 }, { 2560, 512 } };
+	static const uint64_t gm[] = { 16, 17, 300, 2048 };
+	struct ck_blas *b = NULL;
+	char why[256];
+
+	CHECK_MSG(ck_blas_open(&b, 4096, why, sizeof(why)) == 0, "ck_blas_open: %s", why);
+	if (!b)
+		return;
+	for (size_t s = 0; s < sizeof(shapes) / sizeof(shapes[0]); s++)
+		for (size_t i = 0; i < sizeof(gm) / sizeof(gm[0]); i++) {
+			const uint64_t n = shapes[s][0], k = shapes[s][1], m = gm[i], seed = seed_next++;
+			struct hw h;
+			make_plain(&h, CK_BF16, n, k, seed);
+			float *x = make_x(2 * m, k, seed), *ref = xmalloc(m * n * 4), *y = xmalloc(2 * m * n * 4),
+			      *y2 = xmalloc(2 * m * n * 4);
+			uint8_t *dw = dev_from(h.data, h.bytes), *ws = dev_from(NULL, ck_gemm_ws_bytes(k, 2 * m));
+			float *dx = dev_from(x, 2 * m * k * 4), *dy = dev_from(NULL, 2 * m * n * 4);
+			struct ck_linear ck = h.ck;
+			size_t nan_bits = 0, again, wider;
+
+			ck.data = dw;
+			CHECK(ck_gemm_supported(&ck) == (n % 4 == 0 && k % 8 == 0));
+			cpu_linear(&h.ck, h.data, x, m, ref);
+			CK_OK(ck_gemm(b, &ck, dx, m, dy, n, ws, NULL));
+			dev_to(y, dy, m * n * 4);
+			CK_OK(ck_gemm(b, &ck, dx, m, dy, n, ws, NULL));
+			dev_to(y2, dy, m * n * 4);
+			again = differ(y, y2, m * n, &nan_bits);
+			CK_OK(ck_gemm(b, &ck, dx, 2 * m, dy, n, ws, NULL));
+			dev_to(y2, dy, 2 * m * n * 4);
+			wider = differ(y, y2, m * n, &nan_bits);
+			const double err = rel_err(y, ref, m * n);
+			printf("gemm  bf16  n=%-5" PRIu64 " k=%-5" PRIu64 " m=%-4" PRIu64 ": rel_err %.3g, %s, %s\n", n, k, m,
+			       err, again ? "NOT deterministic" : "deterministic",
+			       wider ? "rows differ inside a wider GEMM" : "rows the same inside a wider GEMM");
+			CHECK_MSG(err < 2e-5, "gemm n=%" PRIu64 " k=%" PRIu64 " m=%" PRIu64 ": rel_err %g", n, k, m, err);
+			CHECK_MSG(wider == 0, "gemm n=%" PRIu64 " k=%" PRIu64 " m=%" PRIu64 ": %zu elements differ in a wider GEMM",
+				  n, k, m, wider);
+			CHECK_MSG(again == 0, "gemm n=%" PRIu64 " k=%" PRIu64 " m=%" PRIu64 ": %zu elements differ run to run",
+				  n, k, m, again);
+			CUDA_OK(cudaFree(dw));
+			CUDA_OK(cudaFree(ws));
+			CUDA_OK(cudaFree(dx));
+			CUDA_OK(cudaFree(dy));
+			free(h.data);
+			free(x);
+			free(ref);
+			free(y);
+			free(y2);
+		}
+	ck_blas_close(b);
+}
+
 int main(void)
 {
 	if (!test_gpu_init()) {
@@ -654,5 +713,6 @@ int main(void)
 	RUN(test_experts);
 	RUN(test_combine);
 	RUN(test_multi);
+	RUN(test_gemm);
 	return test_summary();
 }

@@ -27,6 +27,8 @@ static void lin_ws(const struct capy_linear *l, void *p)
 		d.input_scale[i] = l->input_scale[i];
 	}
 	n->bytes = CAPY_MAX(n->bytes, ck_linear_ws_bytes(&d, n->e->s.tmax));
+	if (d.dtype == CK_BF16)
+		n->bytes = CAPY_MAX(n->bytes, ck_gemm_ws_bytes(d.k, n->e->s.tmax));
 }
 
 struct dev_alloc {
@@ -225,6 +227,12 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	e->ple_floats = capy_plan_ple_floats(c);
 	if (e->hw.n_ple && (rc = capy_pool_new(&e->ple_pool, e->opts.threads, err)) < 0)
 		goto fail;
+	{ /* without cuBLASLt the tiled kernel takes prompt rows too (same results within 1e-6) */
+		char why[256];
+		const char *g = getenv("CAPY_CUDA_GEMM");
+		if (!(g && !strcmp(g, "0")) && ck_blas_open(&e->blas, e->s.tmax, why, sizeof(why)) < 0)
+			e->blas = NULL;
+	}
 	/* inv_freq[i] = 1 / theta^(2i / rot), each step in float32 as transformers computes it
 	 * (the CPU backend's table, uploaded). */
 	e->rot = capy_rope_dims(c);
@@ -281,6 +289,7 @@ static void cu_close(struct capy_engine *core)
 			cudaGraphExecDestroy(e->graphs[i].exec);
 	free_scratch(&e->s);
 	capy_pool_free(e->ple_pool);
+	ck_blas_close(e->blas);
 	cu_weights_release(e);
 	capy_weights_release(&e->hw);
 	cudaFree(e->pages);

@@ -5,9 +5,61 @@
  * same roles as the CPU's); every kernel runs over all rows of the step at once. */
 #include "cuda-impl.h"
 
+/* Rows of the step by kind: runs of decoding (or short) items through ck_linear(_multi),
+ * whose numerics are shared by every row, and each prompt item (CK_GROUPED_MIN_ROWS rows or
+ * more) on its own through cuBLASLt's GEMMs where the matrix allows, so no row's result
+ * depends on the other items of its step. Only for linears over all rows of the step. */
+static int by_rows(struct cuda_engine *e, int nw, const struct ck_linear *const *w, const float *x, float *const *y,
+		   struct capy_err *err)
+{
+	const struct capy_batch *b = e->batch;
+	const uint64_t k = w[0]->k;
+	uint64_t run0 = 0, run_n = 0;
+
+	for (size_t i = 0; i <= b->n_items; i++) {
+		const struct capy_batch_item *it = i < b->n_items ? &b->items[i] : NULL;
+		const bool big = it && it->n >= CK_GROUPED_MIN_ROWS;
+		if ((big || !it) && run_n) { /* the run of small items before this one */
+			const float *xr = x + run0 * k;
+			float *yr[4];
+			for (int j = 0; j < nw; j++)
+				yr[j] = y[j] + run0 * w[j]->n;
+			if (nw == 1)
+				TRY(ck_linear(w[0], xr, run_n, yr[0], e->s.lin_ws, e->stream), "linear");
+			else
+				TRY(ck_linear_multi(w, nw, xr, run_n, yr, e->s.lin_ws, e->stream), "linear");
+			run_n = 0;
+		}
+		if (!it)
+			break;
+		if (!big) {
+			if (!run_n)
+				run0 = it->t0;
+			run_n += it->n;
+			continue;
+		}
+		for (int j = 0; j < nw; j++) {
+			const float *xr = x + it->t0 * k;
+			float *yr = y[j] + it->t0 * w[j]->n;
+			if (ck_gemm_supported(w[j]))
+				TRY(ck_gemm(e->blas, w[j], xr, it->n, yr, w[j]->n, e->s.lin_ws, e->stream), "linear (cuBLASLt)");
+			else
+				TRY(ck_linear(w[j], xr, it->n, yr, e->s.lin_ws, e->stream), "linear");
+		}
+	}
+	return 0;
+}
+
+static bool gemm_step(const struct cuda_engine *e, uint64_t m)
+{
+	return e->blas && e->batch && m == e->step.T && e->step.n_grouped;
+}
+
 int cu_linear(struct cuda_engine *e, const struct ck_linear *w, const float *x, uint64_t m, float *y,
 	      struct capy_err *err)
 {
+	if (gemm_step(e, m) && w->dtype == CK_BF16)
+		return by_rows(e, 1, &w, x, &y, err);
 	TRY(ck_linear(w, x, m, y, e->s.lin_ws, e->stream), "linear");
 	return 0;
 }
@@ -20,10 +72,12 @@ int cu_linear(struct cuda_engine *e, const struct ck_linear *w, const float *x, 
 	} while (0)
 
 /* MULTI(x, m, LINS(&w1, &w2, ...), OUTS(y1, y2, ...)): matrices over the same input x in one
- * launch, each result the bits ck_linear gives alone. */
+ * launch, each result the bits ck_linear gives alone (for prompt items: cu_linear's GEMMs). */
 static int multi(struct cuda_engine *e, const float *x, uint64_t m, int n, const struct ck_linear *const *w,
 		 float *const *y, struct capy_err *err)
 {
+	if (gemm_step(e, m) && n <= 4 && w[0]->dtype == CK_BF16)
+		return by_rows(e, n, w, x, y, err);
 	TRY(ck_linear_multi(w, n, x, m, y, e->s.lin_ws, e->stream), "linear");
 	return 0;
 }

@@ -112,6 +112,8 @@ struct cuda_engine {
 	int device;
 	cudaStream_t stream;
 	struct capy_pool *ple_pool;       /* host threads gathering PLE rows (models with PLE) */
+	struct ck_blas *blas;             /* cuBLASLt for prompt rows' BF16 linears, or NULL */
+	const struct capy_batch *batch;   /* the step being run (cu_step) */
 	struct capy_weights hw;           /* host binding (pointers into the mapped artifact) */
 	struct cu_layer *layers;
 	const void *embed;

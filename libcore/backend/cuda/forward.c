@@ -439,6 +439,7 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 	int rc;
 
 	cu_use_device(e);
+	e->batch = b;
 	if ((rc = stage(e, b, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
 		return rc;
 	rc = layers_graphed(e, b, err);
