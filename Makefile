@@ -92,6 +92,7 @@ LIBCORE_OBJS += libcore/model/config.o
 LIBCORE_OBJS += libcore/model/weights.o
 LIBCORE_OBJS += libcore/offload/expert-cache.o
 LIBCORE_OBJS += libcore/offload/plan.o
+LIBCORE_OBJS += libcore/ppl/ppl.o
 LIBCORE_OBJS += libcore/quant/floats.o
 LIBCORE_OBJS += libcore/quant/nvfp4.o
 LIBCORE_OBJS += libcore/sample/sample.o
