@@ -87,6 +87,15 @@ LIBCORE_OBJS += libcore/cpu/plain-avx512.o
 LIBCORE_OBJS += libcore/cpu/plain-scalar.o
 LIBCORE_OBJS += libcore/engine/engine.o
 LIBCORE_OBJS += libcore/engine/seq.o
+LIBCORE_OBJS += libcore/gate/golden.o
+LIBCORE_OBJS += libcore/gate/greedy.o
+LIBCORE_OBJS += libcore/gate/http-client.o
+LIBCORE_OBJS += libcore/gate/identity.o
+LIBCORE_OBJS += libcore/gate/perplexity.o
+LIBCORE_OBJS += libcore/gate/prompts.o
+LIBCORE_OBJS += libcore/gate/ref.o
+LIBCORE_OBJS += libcore/gate/server.o
+LIBCORE_OBJS += libcore/gate/timing.o
 LIBCORE_OBJS += libcore/model/assets.o
 LIBCORE_OBJS += libcore/model/config.o
 LIBCORE_OBJS += libcore/model/weights.o
@@ -171,6 +180,7 @@ ifeq ($(CUDA),1)
 endif
 
 PROGRAMS += capy-convert
+PROGRAMS += capy-gate
 PROGRAMS += capy-gen
 PROGRAMS += capy-ppl
 PROGRAMS += capy-serve
