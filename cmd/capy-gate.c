@@ -2,6 +2,7 @@
  * against a recorded reference (libcore/gate; docs/gate.md). */
 #include "tool/tool.h"
 #include "artifact/artifact.h"
+#include "cpu/linear.h"
 #include "engine/engine.h"
 #include "gate/gate.h"
 #include "model/assets.h"
@@ -106,6 +107,36 @@ static void remove_tmp_dir(void)
 	rmdir(tmp_dir);
 }
 
+/* The CPU kernels the reference was recorded with (each ISA sums in its own order, so the
+ * digits are those of one ISA), here and in the capy-serve the greedy stage starts (CAPY_ISA,
+ * inherited), unless CAPY_ISA already says which. */
+static void use_reference_isa(const char *name)
+{
+	const char *env = getenv("CAPY_ISA");
+	int isa;
+
+	if (!*name || (env && *env))
+		return;
+	for (isa = 0; isa < CAPY_ISA_COUNT && strcmp(name, capy_isa_name((enum capy_isa)isa)); isa++)
+		;
+	if (isa == CAPY_ISA_COUNT) {
+		capy_error("'%s/model.json': field 'cpu_isa': '%s' is not scalar, avx2, avx512 or avx512-vnni", opt_ref, name);
+		exit(CAPY_EXIT_USAGE);
+	}
+	if (capy_isa_set((enum capy_isa)isa) < 0) {
+		if (!opt_paired) {
+			capy_error("the reference was recorded with the %s kernels, which this CPU lacks (its best: %s); "
+				   "record it here, or compare with --paired", name, capy_isa_name(capy_isa_best()));
+			exit(CAPY_EXIT_USAGE);
+		}
+		capy_warning("the reference was recorded with the %s kernels, which this CPU lacks: using %s", name,
+			     capy_isa_name(capy_isa_best()));
+		return;
+	}
+	if (setenv("CAPY_ISA", name, 1) < 0)
+		capy_die("setenv: %s", strerror(errno));
+}
+
 static void write_summary(const char *path, const char *text, size_t len)
 {
 	struct capy_outfile of;
@@ -161,11 +192,6 @@ int cmd_main(int argc, char **argv)
 
 	if (capy_artifact_open(&a, opt_model, &err) < 0 || capy_assets_from_artifact(&as, a, &err) < 0)
 		capy_die("%s", err.msg);
-	if (on[GOLDEN] || on[PPL]) {
-		eo.threads = (int)opt_threads;
-		if (capy_engine_new(&e, a, &eo, &err) < 0)
-			capy_die("%s", err.msg);
-	}
 	tmp = getenv("TMPDIR");
 	snprintf(tmp_dir, sizeof(tmp_dir), "%s/capy-gate.XXXXXX", tmp && *tmp ? tmp : "/tmp");
 	if (!mkdtemp(tmp_dir))
@@ -173,7 +199,7 @@ int cmd_main(int argc, char **argv)
 	atexit(remove_tmp_dir);
 
 	g = (struct capy_gate){
-		.model_path = opt_model, .a = a, .as = &as, .e = e, .ref_dir = opt_ref, .record = opt_record,
+		.model_path = opt_model, .a = a, .as = &as, .ref_dir = opt_ref, .record = opt_record,
 		.paired = opt_paired, .ppl_text = opt_ppl_text, .serve_bin = serve_bin, .device = opt_device,
 		.threads = (int)opt_threads, .tmp_dir = tmp_dir, .timing_tolerance = opt_tolerance / 100,
 	};
@@ -183,12 +209,21 @@ int cmd_main(int argc, char **argv)
 		capy_error("%s", err.msg);
 		exit(g.bad_ref ? CAPY_EXIT_USAGE : CAPY_EXIT_FAIL);
 	}
+	if (!opt_record && !strcmp(opt_device, "cpu"))
+		use_reference_isa(g.ref_isa);
+	if (on[GOLDEN] || on[PPL]) {
+		eo.threads = (int)opt_threads;
+		if (capy_engine_new(&e, a, &eo, &err) < 0)
+			capy_die("%s", err.msg);
+		g.e = e;
+	}
 	sf = open_memstream(&summary, &slen);
 	if (!sf)
 		capy_die("out of memory");
-	fprintf(sf, "capy-gate %s\nmodel: %s (%s, weights xxh3 %s)\nreference: %s%s\nengine: %s, %d threads\n",
+	fprintf(sf, "capy-gate %s\nmodel: %s (%s, weights xxh3 %s)\nreference: %s%s\nengine: %s (%s kernels), %d threads\n",
 		opt_record ? "record" : "summary", opt_model, id.family, id.weights_xxh3, opt_ref,
-		opt_paired ? " (ppl: paired test)" : "", opt_device, e ? capy_engine_threads(e) : (int)opt_threads);
+		opt_paired ? " (ppl: paired test)" : "", opt_device, capy_isa_name(capy_isa_get()),
+		e ? capy_engine_threads(e) : (int)opt_threads);
 	for (int s = 0; s < N_STAGES; s++) {
 		struct capy_gate_report r = { 0 };
 		if (!on[s])

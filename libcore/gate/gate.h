@@ -107,10 +107,12 @@ struct capy_gate {
 	double timing_tolerance;  /* timing: WARN when slower by more than this fraction */
 	struct capy_gate_timing timing; /* filled by the stages that ran */
 	bool bad_ref;             /* set with a CAPY_EFORMAT error about the reference */
+	char ref_isa[16];         /* capy_gate_model: the CPU kernels the reference was recorded with ("": not said) */
 };
 
 /* model.json: check that the reference was recorded on this model (the family and the
- * identity), or, recording, write it. */
+ * identity) and say in g->ref_isa with which CPU kernels, or, recording, write it (the kernels
+ * in force: capy_isa_get()). */
 int capy_gate_model(struct capy_gate *g, struct capy_err *err);
 int capy_gate_golden(struct capy_gate *g, struct capy_gate_report *r, struct capy_err *err);
 int capy_gate_ppl(struct capy_gate *g, struct capy_gate_report *r, struct capy_err *err);

@@ -7,7 +7,7 @@
 #include <unistd.h>
 
 #define GREEDY_FILE "greedy.json"
-#define GREEDY_MAX_TOKENS 32
+#define GREEDY_MAX_TOKENS 64
 #define GREEDY_PATH "/v1/chat/completions"
 /* --profile agent is what docs/serving.md tells people to run an agent with */
 static const char *const default_serve_args[] = { "--profile", "agent" };

@@ -1,6 +1,7 @@
 /* ref.c - reading and writing the files of a capy-gate reference, and model.json (gate.h). */
 #include "gate-impl.h"
 #include "../artifact/artifact.h"
+#include "../cpu/linear.h"
 #include "../util/file.h"
 
 #include <sys/stat.h>
@@ -186,6 +187,7 @@ int capy_gate_model(struct capy_gate *g, struct capy_err *err)
 		if (!j || !cJSON_AddStringToObject(j, "model", base_name(g->model_path)) ||
 		    !cJSON_AddStringToObject(j, "family", id.family) ||
 		    !cJSON_AddStringToObject(j, "weights_xxh3", id.weights_xxh3) ||
+		    !cJSON_AddStringToObject(j, "cpu_isa", capy_isa_name(capy_isa_get())) ||
 		    !cJSON_AddStringToObject(j, "recorded_by", "capy-gate " CAPY_VERSION)) {
 			cJSON_Delete(j);
 			return capy_err_set(err, CAPY_ENOMEM, "out of memory");
@@ -201,8 +203,12 @@ int capy_gate_model(struct capy_gate *g, struct capy_err *err)
 	else if (capy_json_get_string(j, "weights_xxh3", true, &xxh, "model.json", NULL) < 0)
 		rc = gate_bad_ref(g, err, "model.json", "field 'weights_xxh3': a string is needed");
 	else {
+		const char *isa = "";
 		capy_json_get_string(j, "model", false, &name, "model.json", NULL);
-		if (strcmp(family, id.family) || strcmp(xxh, id.weights_xxh3))
+		if (capy_json_get_string(j, "cpu_isa", false, &isa, "model.json", NULL) < 0 || strlen(isa) >= sizeof(g->ref_isa))
+			rc = gate_bad_ref(g, err, "model.json", "field 'cpu_isa': a name of CPU kernels is needed");
+		snprintf(g->ref_isa, sizeof(g->ref_isa), "%s", isa);
+		if (!rc && (strcmp(family, id.family) || strcmp(xxh, id.weights_xxh3)))
 			rc = gate_bad_ref(g, err, "model.json",
 					  "field '%s': the reference is of another model ('%s', %s, weights %s), not of '%s' "
 					  "(%s, weights %s)",
