@@ -57,7 +57,11 @@ int gate_read_json(struct capy_gate *g, const char *file, cJSON **out, struct ca
 	if (gate_read_text(g, file, &text, &len, err) < 0)
 		return CAPY_EFORMAT;
 	path = gate_ref_path(g, file);
-	rc = capy_json_parse(text, len, path ? path : file, out, err);
+	{
+		char what[4200];
+		snprintf(what, sizeof(what), "'%s'", path ? path : file);
+		rc = capy_json_parse(text, len, what, out, err);
+	}
 	free(path);
 	free(text);
 	if (rc < 0)
