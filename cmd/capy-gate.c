@@ -201,7 +201,7 @@ int cmd_main(int argc, char **argv)
 	g = (struct capy_gate){
 		.model_path = opt_model, .a = a, .as = &as, .ref_dir = opt_ref, .record = opt_record,
 		.paired = opt_paired, .ppl_text = opt_ppl_text, .serve_bin = serve_bin, .device = opt_device,
-		.threads = (int)opt_threads, .tmp_dir = tmp_dir, .timing_tolerance = opt_tolerance / 100,
+		.gpu = (int)opt_gpu, .threads = (int)opt_threads, .tmp_dir = tmp_dir, .timing_tolerance = opt_tolerance / 100,
 	};
 	if (capy_gate_identity(a, &id, &err) < 0)
 		capy_die("%s", err.msg);
@@ -214,6 +214,9 @@ int cmd_main(int argc, char **argv)
 	if (on[GOLDEN] || on[PPL]) {
 		eo.threads = (int)opt_threads;
 		if (capy_engine_new(&e, a, &eo, &err) < 0)
+			capy_die("%s", err.msg);
+		/* a GPU takes its attention cache up front: room for the longest prompt and its ids */
+		if (strcmp(opt_device, "cpu") && capy_engine_reserve(e, 4096, 1, &err) < 0)
 			capy_die("%s", err.msg);
 		g.e = e;
 	}

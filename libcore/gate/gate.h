@@ -102,6 +102,7 @@ struct capy_gate {
 	const char *ppl_text;     /* ppl, recording: the text (copied into the reference) */
 	const char *serve_bin;    /* greedy: the capy-serve to start */
 	const char *device;       /* greedy: its --device ("cpu", "cuda") */
+	int gpu;                  /* greedy: its --gpu with a device other than the CPU */
 	int threads;              /* greedy: its --threads (0: its default) */
 	const char *tmp_dir;      /* greedy: where its log goes */
 	double timing_tolerance;  /* timing: WARN when slower by more than this fraction */

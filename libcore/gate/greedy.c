@@ -134,7 +134,7 @@ static int server_argv(struct capy_gate *g, const cJSON *serve_args, char ***out
 {
 	size_t n = (size_t)cJSON_GetArraySize(serve_args), k = 0;
 	char **argv = calloc(n + 16, sizeof(char *));
-	static char threads[24];
+	static char threads[24], gpu[24];
 	const cJSON *a;
 
 	if (!argv)
@@ -156,6 +156,11 @@ static int server_argv(struct capy_gate *g, const cJSON *serve_args, char ***out
 	argv[k++] = (char *)"capy-gate";
 	argv[k++] = (char *)"--device";
 	argv[k++] = (char *)(g->device ? g->device : "cpu");
+	if (g->device && strcmp(g->device, "cpu")) {
+		snprintf(gpu, sizeof(gpu), "%d", g->gpu);
+		argv[k++] = (char *)"--gpu";
+		argv[k++] = gpu;
+	}
 	if (g->threads > 0) {
 		snprintf(threads, sizeof(threads), "%d", g->threads);
 		argv[k++] = (char *)"--threads";
