@@ -90,7 +90,10 @@ int capy_gate_server_start(struct capy_gate_server *s, const char *bin, char *co
 		if (null < 0 || dup2(null, 0) < 0 || dup2(null, 1) < 0 || dup2(fd, 2) < 0)
 			_exit(127);
 		execv(bin, argv);
-		dprintf(2, "cannot run '%s': %s\n", bin, strerror(errno));
+		/* only async-signal-safe calls between fork and exec (the parent has threads) */
+		static const char msg[] = "capy-gate: cannot execute the server\n";
+		if (write(2, msg, sizeof(msg) - 1) < 0)
+			_exit(126);
 		_exit(127);
 	}
 	close(fd);
