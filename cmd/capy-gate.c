@@ -30,8 +30,8 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_FLAG(0, "paired", &opt_paired, "ppl: a paired test per window instead of equal digits"),
 	CAPY_OPT_STRING(0, "ppl-text", &opt_ppl_text, "file", "with --record: the text of the ppl stage"),
 	CAPY_OPT_STRING(0, "summary", &opt_summary, "file", "where the summary goes (default gate-summary.txt)"),
-	CAPY_OPT_DOUBLE(0, "timing-tolerance", &opt_tolerance, "pct", "timing: WARN when slower by more (default 50)", 0,
-			1e6),
+	CAPY_OPT_DOUBLE(0, "timing-tolerance", &opt_tolerance, "pct", "timing: WARN when slower by more (default 50)",
+			0, 1e6),
 	CAPY_OPT_STRING(0, "bin-dir", &opt_bin_dir, "dir", "where capy-serve is (default: beside capy-gate)"),
 	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
 	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
@@ -60,7 +60,8 @@ static void parse_stages(const char *list, bool *on)
 		for (s = 0; s < N_STAGES && (strlen(stage_names[s]) != len || strncmp(p, stage_names[s], len)); s++)
 			;
 		if (s == N_STAGES)
-			capy_usage_error(usage, opts, "--stages: '%.*s' is not golden, ppl, greedy or timing", (int)len, p);
+			capy_usage_error(usage, opts, "--stages: '%.*s' is not golden, ppl, greedy or timing",
+					 (int)len, p);
 		on[s] = true;
 		p += len;
 		if (*p == ',')
@@ -120,13 +121,15 @@ static void use_reference_isa(const char *name)
 	for (isa = 0; isa < CAPY_ISA_COUNT && strcmp(name, capy_isa_name((enum capy_isa)isa)); isa++)
 		;
 	if (isa == CAPY_ISA_COUNT) {
-		capy_error("'%s/model.json': field 'cpu_isa': '%s' is not scalar, avx2, avx512 or avx512-vnni", opt_ref, name);
+		capy_error("'%s/model.json': field 'cpu_isa': '%s' is not scalar, avx2, avx512 or avx512-vnni",
+			   opt_ref, name);
 		exit(CAPY_EXIT_USAGE);
 	}
 	if (capy_isa_set((enum capy_isa)isa) < 0) {
 		if (!opt_paired) {
-			capy_error("the reference was recorded with the %s kernels, which this CPU lacks (its best: %s); "
-				   "record it here, or compare with --paired", name, capy_isa_name(capy_isa_best()));
+			capy_error("the reference was recorded with the %s kernels, which this CPU lacks "
+				   "(its best: %s); record it here, or compare with --paired",
+				   name, capy_isa_name(capy_isa_best()));
 			exit(CAPY_EXIT_USAGE);
 		}
 		capy_warning("the reference was recorded with the %s kernels, which this CPU lacks: using %s", name,
@@ -201,7 +204,8 @@ int cmd_main(int argc, char **argv)
 	g = (struct capy_gate){
 		.model_path = opt_model, .a = a, .as = &as, .ref_dir = opt_ref, .record = opt_record,
 		.paired = opt_paired, .ppl_text = opt_ppl_text, .serve_bin = serve_bin, .device = opt_device,
-		.gpu = (int)opt_gpu, .threads = (int)opt_threads, .tmp_dir = tmp_dir, .timing_tolerance = opt_tolerance / 100,
+		.gpu = (int)opt_gpu, .threads = (int)opt_threads, .tmp_dir = tmp_dir,
+		.timing_tolerance = opt_tolerance / 100,
 	};
 	if (capy_gate_identity(a, &id, &err) < 0)
 		capy_die("%s", err.msg);
@@ -223,7 +227,8 @@ int cmd_main(int argc, char **argv)
 	sf = open_memstream(&summary, &slen);
 	if (!sf)
 		capy_die("out of memory");
-	fprintf(sf, "capy-gate %s\nmodel: %s (%s, weights xxh3 %s)\nreference: %s%s\nengine: %s (%s kernels), %d threads\n",
+	fprintf(sf, "capy-gate %s\nmodel: %s (%s, weights xxh3 %s)\nreference: %s%s\n"
+		"engine: %s (%s kernels), %d threads\n",
 		opt_record ? "record" : "summary", opt_model, id.family, id.weights_xxh3, opt_ref,
 		opt_paired ? " (ppl: paired test)" : "", opt_device, capy_isa_name(capy_isa_get()),
 		e ? capy_engine_threads(e) : (int)opt_threads);
@@ -232,7 +237,8 @@ int cmd_main(int argc, char **argv)
 		if (!on[s])
 			continue;
 		if (!opt_quiet)
-			fprintf(stderr, "%s: %s %s...\n", capy_tool_name, opt_record ? "recording" : "checking", stage_names[s]);
+			fprintf(stderr, "%s: %s %s...\n", capy_tool_name, opt_record ? "recording" : "checking",
+				stage_names[s]);
 		if (stage_fns[s](&g, &r, &err) < 0) {
 			capy_error("%s: %s", stage_names[s], err.msg);
 			exit(g.bad_ref ? CAPY_EXIT_USAGE : CAPY_EXIT_FAIL);

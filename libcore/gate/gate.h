@@ -108,7 +108,7 @@ struct capy_gate {
 	double timing_tolerance;  /* timing: WARN when slower by more than this fraction */
 	struct capy_gate_timing timing; /* filled by the stages that ran */
 	bool bad_ref;             /* set with a CAPY_EFORMAT error about the reference */
-	char ref_isa[16];         /* capy_gate_model: the CPU kernels the reference was recorded with ("": not said) */
+	char ref_isa[16];         /* capy_gate_model: the reference's CPU kernels ("": not said) */
 };
 
 /* model.json: check that the reference was recorded on this model (the family and the

@@ -61,7 +61,8 @@ done:
 /* A prompt's ids now: its text tokenized, or its chat rendered and tokenized. */
 static int prompt_ids(struct capy_gate *g, const cJSON *p, size_t i, struct capy_tokens *ids, struct capy_err *err)
 {
-	const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text"), *chat = cJSON_GetObjectItemCaseSensitive(p, "chat");
+	const cJSON *text = cJSON_GetObjectItemCaseSensitive(p, "text"),
+		    *chat = cJSON_GetObjectItemCaseSensitive(p, "chat");
 	char *rendered = NULL;
 	size_t len;
 	int rc;
@@ -79,7 +80,8 @@ static int prompt_ids(struct capy_gate *g, const cJSON *p, size_t i, struct capy
 		rc = capy_tokenizer_encode(g->as->tok, rendered, len, CAPY_TOK_PARSE_ADDED, ids, err);
 		free(rendered);
 	} else {
-		return gate_bad_ref(g, err, GOLDEN_FILE, "field 'prompts[%zu]': a 'text' string or a 'chat' object is needed", i);
+		return gate_bad_ref(g, err, GOLDEN_FILE,
+				    "field 'prompts[%zu]': a 'text' string or a 'chat' object is needed", i);
 	}
 	return rc;
 }
@@ -104,8 +106,8 @@ static void describe_diff(char *out, size_t cap, const char *name, const char *w
 		snprintf(g, sizeof(g), "%" PRId32, got[i]);
 	if (i < nref)
 		snprintf(r, sizeof(r), "%" PRId32, ref[i]);
-	snprintf(out, cap, "prompt '%s': %s differ at position %zu: %s, reference %s (%zu and %zu ids)", name, what, i, g,
-		 r, ngot, nref);
+	snprintf(out, cap, "prompt '%s': %s differ at position %zu: %s, reference %s (%zu and %zu ids)", name, what, i,
+		 g, r, ngot, nref);
 }
 
 static cJSON *new_prompt(const char *name, const char *text, const char *chat_body, struct capy_err *err)
@@ -140,7 +142,8 @@ static cJSON *fresh_reference(struct capy_err *err)
 	if (!(p = new_prompt("text", gate_text_prompt, NULL, err)) || !cJSON_AddItemToArray(list, p))
 		goto oom;
 	for (size_t i = 0; i < gate_n_chats; i++)
-		if (!(p = new_prompt(gate_chats[i].name, NULL, gate_chats[i].body, err)) || !cJSON_AddItemToArray(list, p))
+		if (!(p = new_prompt(gate_chats[i].name, NULL, gate_chats[i].body, err)) ||
+		    !cJSON_AddItemToArray(list, p))
 			goto oom;
 	return root;
 oom:
@@ -186,14 +189,15 @@ int capy_gate_golden(struct capy_gate *g, struct capy_gate_report *r, struct cap
 				break;
 			if (!g->record) {
 				snprintf(what, sizeof(what), "prompts[%zu].prompt_ids", i);
-				if ((rc = gate_json_ids(g, GOLDEN_FILE, cJSON_GetObjectItemCaseSensitive(p, "prompt_ids"), what,
+				if ((rc = gate_json_ids(g, GOLDEN_FILE,
+							cJSON_GetObjectItemCaseSensitive(p, "prompt_ids"), what,
 							&ref_prompt, &n_ref_prompt, err)) < 0) {
 					capy_tokens_release(&ids);
 					break;
 				}
 				snprintf(what, sizeof(what), "prompts[%zu].ids", i);
-				if ((rc = gate_json_ids(g, GOLDEN_FILE, cJSON_GetObjectItemCaseSensitive(p, "ids"), what, &ref_out,
-							&n_ref_out, err)) < 0) {
+				if ((rc = gate_json_ids(g, GOLDEN_FILE, cJSON_GetObjectItemCaseSensitive(p, "ids"),
+							what, &ref_out, &n_ref_out, err)) < 0) {
 					free(ref_prompt);
 					capy_tokens_release(&ids);
 					break;
@@ -201,18 +205,21 @@ int capy_gate_golden(struct capy_gate *g, struct capy_gate_report *r, struct cap
 			}
 			if (!(out = malloc((size_t)n_predict * sizeof(int32_t)))) {
 				rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
-			} else if (!g->record && (ids.n != n_ref_prompt || memcmp(ids.ids, ref_prompt, ids.n * sizeof(int32_t)))) {
+			} else if (!g->record &&
+				   (ids.n != n_ref_prompt || memcmp(ids.ids, ref_prompt, ids.n * sizeof(int32_t)))) {
 				/* other prompt ids: the tokenizer or the template moved; the ids after
 				 * them would differ for that reason alone */
 				if (!failed++)
-					describe_diff(r->line, sizeof(r->line), nm, "prompt ids", ids.ids, ids.n, ref_prompt,
-						      n_ref_prompt);
-			} else if ((rc = generate(g, ids.ids, ids.n, (size_t)n_predict, out, &prefill_s, &decode_s, err)) == 0) {
+					describe_diff(r->line, sizeof(r->line), nm, "prompt ids", ids.ids, ids.n,
+						      ref_prompt, n_ref_prompt);
+			} else if ((rc = generate(g, ids.ids, ids.n, (size_t)n_predict, out, &prefill_s, &decode_s,
+						  err)) == 0) {
 				prefilled += ids.n;
 				decoded += (uint64_t)n_predict;
 				total += (size_t)n_predict;
 				if (g->record) {
-					cJSON *a = gate_ids_json(ids.ids, ids.n), *b = gate_ids_json(out, (size_t)n_predict);
+					cJSON *a = gate_ids_json(ids.ids, ids.n),
+					      *b = gate_ids_json(out, (size_t)n_predict);
 					cJSON_DeleteItemFromObjectCaseSensitive(p, "prompt_ids");
 					cJSON_DeleteItemFromObjectCaseSensitive(p, "ids");
 					if (!a || !b || !cJSON_AddItemToObject(p, "prompt_ids", a)) {
@@ -223,10 +230,11 @@ int capy_gate_golden(struct capy_gate *g, struct capy_gate_report *r, struct cap
 						cJSON_Delete(b);
 						rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
 					}
-				} else if ((size_t)n_predict != n_ref_out || memcmp(out, ref_out, n_ref_out * sizeof(int32_t))) {
+				} else if ((size_t)n_predict != n_ref_out ||
+					   memcmp(out, ref_out, n_ref_out * sizeof(int32_t))) {
 					if (!failed++)
-						describe_diff(r->line, sizeof(r->line), nm, "greedy ids", out, (size_t)n_predict,
-							      ref_out, n_ref_out);
+						describe_diff(r->line, sizeof(r->line), nm, "greedy ids", out,
+							      (size_t)n_predict, ref_out, n_ref_out);
 				}
 			}
 			free(out);

@@ -36,7 +36,8 @@ static cJSON *answer_of(const char *body, size_t len)
 	static const char *const fields[] = { "content", "reasoning_content" };
 	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
 		const cJSON *f = cJSON_GetObjectItemCaseSensitive(msg, fields[i]);
-		if (!cJSON_AddItemToObject(out, fields[i], cJSON_IsString(f) ? cJSON_CreateString(f->valuestring) : cJSON_CreateNull()))
+		if (!cJSON_AddItemToObject(out, fields[i],
+					   cJSON_IsString(f) ? cJSON_CreateString(f->valuestring) : cJSON_CreateNull()))
 			goto fail;
 	}
 	if (!(calls = cJSON_AddArrayToObject(out, "tool_calls")))
@@ -69,9 +70,12 @@ static bool answers_differ(const cJSON *got, const cJSON *ref, char *out, size_t
 	static const char *const fields[] = { "content", "reasoning_content", "tool_calls", "finish_reason" };
 
 	for (size_t i = 0; i < ARRAY_SIZE(fields); i++) {
-		const cJSON *a = cJSON_GetObjectItemCaseSensitive(got, fields[i]), *b = cJSON_GetObjectItemCaseSensitive(ref, fields[i]);
-		char *ta = a ? (cJSON_IsString(a) ? strdup(a->valuestring) : cJSON_PrintUnformatted(a)) : strdup("(absent)");
-		char *tb = b ? (cJSON_IsString(b) ? strdup(b->valuestring) : cJSON_PrintUnformatted(b)) : strdup("(absent)");
+		const cJSON *a = cJSON_GetObjectItemCaseSensitive(got, fields[i]),
+			    *b = cJSON_GetObjectItemCaseSensitive(ref, fields[i]);
+		char *ta = a ? (cJSON_IsString(a) ? strdup(a->valuestring) : cJSON_PrintUnformatted(a))
+			     : strdup("(absent)");
+		char *tb = b ? (cJSON_IsString(b) ? strdup(b->valuestring) : cJSON_PrintUnformatted(b))
+			     : strdup("(absent)");
 		bool differ = !ta || !tb || strcmp(ta, tb);
 		if (differ) {
 			size_t at = 0, la = ta ? strlen(ta) : 0, lb = tb ? strlen(tb) : 0;
@@ -98,7 +102,8 @@ static cJSON *fresh_reference(struct capy_err *err)
 {
 	cJSON *root = cJSON_CreateObject(), *args, *list;
 
-	if (!root || !(args = cJSON_AddArrayToObject(root, "serve_args")) || !(list = cJSON_AddArrayToObject(root, "requests")))
+	if (!root || !(args = cJSON_AddArrayToObject(root, "serve_args")) ||
+	    !(list = cJSON_AddArrayToObject(root, "requests")))
 		goto oom;
 	for (size_t i = 0; i < ARRAY_SIZE(default_serve_args); i++)
 		if (!cJSON_AddItemToArray(args, cJSON_CreateString(default_serve_args[i])))
@@ -109,13 +114,15 @@ static cJSON *fresh_reference(struct capy_err *err)
 			goto oom_req;
 		if (capy_json_parse(gate_chats[i].body, strlen(gate_chats[i].body), gate_chats[i].name, &body, err) < 0)
 			CAPY_BUG("built-in chat '%s': %s", gate_chats[i].name, err->msg);
-		if (!cJSON_AddStringToObject(req, "name", gate_chats[i].name) || !cJSON_AddStringToObject(req, "path", GREEDY_PATH) ||
-		    !cJSON_AddItemToObject(req, "body", body)) {
+		if (!cJSON_AddStringToObject(req, "name", gate_chats[i].name) ||
+		    !cJSON_AddStringToObject(req, "path", GREEDY_PATH) || !cJSON_AddItemToObject(req, "body", body)) {
 			cJSON_Delete(body);
 			goto oom;
 		}
-		if (!cJSON_AddStringToObject(body, "model", "capy-gate") || !cJSON_AddNumberToObject(body, "temperature", 0) ||
-		    !cJSON_AddNumberToObject(body, "max_tokens", GREEDY_MAX_TOKENS) || !cJSON_AddFalseToObject(body, "stream"))
+		if (!cJSON_AddStringToObject(body, "model", "capy-gate") ||
+		    !cJSON_AddNumberToObject(body, "temperature", 0) ||
+		    !cJSON_AddNumberToObject(body, "max_tokens", GREEDY_MAX_TOKENS) ||
+		    !cJSON_AddFalseToObject(body, "stream"))
 			goto oom;
 		continue;
 oom_req:
@@ -196,9 +203,12 @@ int capy_gate_greedy(struct capy_gate *g, struct capy_gate_report *r, struct cap
 		goto done;
 	}
 	cJSON_ArrayForEach(req, list) {
-		const cJSON *path = cJSON_GetObjectItemCaseSensitive(req, "path"), *body = cJSON_GetObjectItemCaseSensitive(req, "body");
-		if (!cJSON_IsString(path) || *path->valuestring != '/' || strpbrk(path->valuestring, " \r\n") || !cJSON_IsObject(body)) {
-			rc = gate_bad_ref(g, err, GREEDY_FILE, "field 'requests[%zu]': a 'path' (/...) and an object 'body' are needed", i);
+		const cJSON *path = cJSON_GetObjectItemCaseSensitive(req, "path"),
+			    *body = cJSON_GetObjectItemCaseSensitive(req, "body");
+		if (!cJSON_IsString(path) || *path->valuestring != '/' || strpbrk(path->valuestring, " \r\n") ||
+		    !cJSON_IsObject(body)) {
+			rc = gate_bad_ref(g, err, GREEDY_FILE,
+					  "field 'requests[%zu]': a 'path' (/...) and an object 'body' are needed", i);
 			goto done;
 		}
 		if (!g->record && !cJSON_IsObject(cJSON_GetObjectItemCaseSensitive(req, "answer"))) {
@@ -218,7 +228,8 @@ int capy_gate_greedy(struct capy_gate *g, struct capy_gate_report *r, struct cap
 	i = 0;
 	r->verdict = g->record ? CAPY_GATE_RECORDED : CAPY_GATE_PASS;
 	cJSON_ArrayForEach(req, list) {
-		const cJSON *path = cJSON_GetObjectItemCaseSensitive(req, "path"), *name = cJSON_GetObjectItemCaseSensitive(req, "name");
+		const cJSON *path = cJSON_GetObjectItemCaseSensitive(req, "path"),
+			    *name = cJSON_GetObjectItemCaseSensitive(req, "name");
 		const char *nm = cJSON_IsString(name) ? name->valuestring : "?";
 		struct capy_gate_response resp;
 		char *body = cJSON_PrintUnformatted(cJSON_GetObjectItemCaseSensitive(req, "body")), why[3000];
@@ -240,7 +251,8 @@ int capy_gate_greedy(struct capy_gate *g, struct capy_gate_report *r, struct cap
 		if (!ans) {
 			char ex[400];
 			gate_excerpt(ex, sizeof(ex), resp.body, resp.len, 300);
-			snprintf(why, sizeof(why), "request '%s': status %d, not a chat completion: %s", nm, resp.status, ex);
+			snprintf(why, sizeof(why), "request '%s': status %d, not a chat completion: %s", nm,
+				 resp.status, ex);
 			capy_gate_response_release(&resp);
 			if (g->record) {
 				rc = capy_err_set(err, CAPY_EIO, "%s", why);
@@ -256,7 +268,8 @@ int capy_gate_greedy(struct capy_gate *g, struct capy_gate_report *r, struct cap
 			cJSON_DeleteItemFromObjectCaseSensitive(req, "answer");
 			cJSON_AddItemToObject(req, "answer", ans);
 		} else {
-			if (answers_differ(ans, cJSON_GetObjectItemCaseSensitive(req, "answer"), why, sizeof(why)) && !failed++)
+			if (answers_differ(ans, cJSON_GetObjectItemCaseSensitive(req, "answer"), why, sizeof(why)) &&
+			    !failed++)
 				snprintf(r->line, sizeof(r->line), "request '%s': %s", nm, why);
 			cJSON_Delete(ans);
 		}
@@ -279,7 +292,8 @@ int capy_gate_greedy(struct capy_gate *g, struct capy_gate_report *r, struct cap
 		if (failed > 1)
 			snprintf(r->line + n, sizeof(r->line) - n, "; %zu of %zu answers differ", failed, i);
 	} else {
-		snprintf(r->line, sizeof(r->line), "%zu answers through capy-serve %s", i, g->record ? "recorded" : "equal");
+		snprintf(r->line, sizeof(r->line), "%zu answers through capy-serve %s", i,
+			 g->record ? "recorded" : "equal");
 	}
 done:
 	capy_gate_server_stop(&srv, 5);

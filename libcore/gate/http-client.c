@@ -102,8 +102,10 @@ int capy_gate_http_post(int port, const char *path, const char *body, size_t len
 	}
 	snprintf(head, sizeof(head),
 		 "POST %s HTTP/1.1\r\nHost: 127.0.0.1:%d\r\nContent-Type: application/json\r\nContent-Length: %zu\r\n"
-		 "Connection: close\r\n\r\n", path, port, len);
-	if ((rc = send_all(fd, head, strlen(head), deadline, err)) < 0 || (rc = send_all(fd, body, len, deadline, err)) < 0)
+		 "Connection: close\r\n\r\n",
+		 path, port, len);
+	if ((rc = send_all(fd, head, strlen(head), deadline, err)) < 0 ||
+	    (rc = send_all(fd, body, len, deadline, err)) < 0)
 		goto done;
 	for (;;) {
 		ssize_t r;
@@ -148,7 +150,8 @@ int capy_gate_http_post(int port, const char *path, const char *body, size_t len
 		char line[256], *eol;
 		p += 2;
 		eol = strstr(p, "\r\n");
-		snprintf(line, sizeof(line), "%.*s", (int)CAPY_MIN(eol ? (size_t)(eol - p) : strlen(p), sizeof(line) - 1), p);
+		snprintf(line, sizeof(line), "%.*s",
+			 (int)CAPY_MIN(eol ? (size_t)(eol - p) : strlen(p), sizeof(line) - 1), p);
 		if (!strncasecmp(line, "transfer-encoding:", 18) && strstr(line + 18, "chunked"))
 			chunked = true;
 	}

@@ -65,7 +65,8 @@ static int parse_table(struct capy_gate *g, char *text, struct table *t, struct 
 			t->ctx = strtoull(f[1], &e1, 10);
 			t->stride = strtoull(f[3], &e2, 10);
 			if (*e1 || *e2 || t->ctx < 2 || !t->stride || t->stride > t->ctx)
-				return gate_bad_ref(g, err, PPL_FILE, "line %zu: field 'ctx'/'stride': bad values", lineno);
+				return gate_bad_ref(g, err, PPL_FILE, "line %zu: field 'ctx'/'stride': bad values",
+						    lineno);
 			continue;
 		}
 		if (nf == 5 && !strcmp(f[0], "begin")) {
@@ -83,7 +84,8 @@ static int parse_table(struct capy_gate *g, char *text, struct table *t, struct 
 		}
 		for (int i = 0; i < 5; i++) {
 			if (strlen(f[i]) >= sizeof(t->rows[0].f[0]))
-				return gate_bad_ref(g, err, PPL_FILE, "line %zu: field '%s' is too long", lineno, columns[i]);
+				return gate_bad_ref(g, err, PPL_FILE, "line %zu: field '%s' is too long", lineno,
+						    columns[i]);
 			snprintf(t->rows[t->n].f[i], sizeof(t->rows[0].f[0]), "%s", f[i]);
 		}
 		t->n++;
@@ -104,9 +106,10 @@ static int table_text(struct capy_buf *b, const struct capy_ppl_result *r, uint6
 	struct row row;
 
 	capy_ppl_format_summary(summary, sizeof(summary), r, ctx, stride);
-	capy_buf_printf(b, "# capy-gate ppl: capy-ppl's windows over " PPL_TEXT "; nll as capy-ppl --json prints it,\n"
-			   "# nll_sum the window's exact NLL sum (for --paired)\n"
-			   "ctx\t%" PRIu64 "\tstride\t%" PRIu64 "\nsummary\t%s\nbegin\tend\tscored\tnll\tnll_sum\n",
+	capy_buf_printf(b,
+			"# capy-gate ppl: capy-ppl's windows over " PPL_TEXT "; nll as capy-ppl --json prints it,\n"
+			"# nll_sum the window's exact NLL sum (for --paired)\n"
+			"ctx\t%" PRIu64 "\tstride\t%" PRIu64 "\nsummary\t%s\nbegin\tend\tscored\tnll\tnll_sum\n",
 			ctx, stride, summary);
 	for (size_t i = 0; i < r->n_windows; i++) {
 		format_row(&row, &r->windows[i]);
@@ -123,8 +126,8 @@ static void compare_strict(const struct table *t, const struct capy_ppl_result *
 	capy_ppl_format_summary(summary, sizeof(summary), r, t->ctx, t->stride);
 	if (r->n_windows != t->n) {
 		rep->verdict = CAPY_GATE_FAIL;
-		snprintf(rep->line, sizeof(rep->line), "%zu windows, reference %zu (the text's tokens changed)", r->n_windows,
-			 t->n);
+		snprintf(rep->line, sizeof(rep->line), "%zu windows, reference %zu (the text's tokens changed)",
+			 r->n_windows, t->n);
 		return;
 	}
 	for (size_t i = 0; i < t->n; i++) {
@@ -133,8 +136,9 @@ static void compare_strict(const struct table *t, const struct capy_ppl_result *
 		for (int c = 0; c < 5; c++)
 			if (strcmp(row.f[c], t->rows[i].f[c])) {
 				rep->verdict = CAPY_GATE_FAIL;
-				snprintf(rep->line, sizeof(rep->line), "window %zu (tokens %s..%s): %s %s, reference %s%s", i,
-					 t->rows[i].f[0], t->rows[i].f[1], columns[c], row.f[c], t->rows[i].f[c],
+				snprintf(rep->line, sizeof(rep->line),
+					 "window %zu (tokens %s..%s): %s %s, reference %s%s", i, t->rows[i].f[0],
+					 t->rows[i].f[1], columns[c], row.f[c], t->rows[i].f[c],
 					 c == 4 ? " (the printed nll equal)" : "");
 				return;
 			}
@@ -171,8 +175,8 @@ static int compare_paired(const struct table *t, const struct capy_ppl_result *r
 		if (strcmp(row.f[0], t->rows[i].f[0]) || strcmp(row.f[1], t->rows[i].f[1]) ||
 		    strcmp(row.f[2], t->rows[i].f[2])) {
 			rep->verdict = CAPY_GATE_FAIL;
-			snprintf(rep->line, sizeof(rep->line), "paired: window %zu is tokens %s..%s, reference %s..%s", i,
-				 row.f[0], row.f[1], t->rows[i].f[0], t->rows[i].f[1]);
+			snprintf(rep->line, sizeof(rep->line), "paired: window %zu is tokens %s..%s, reference %s..%s",
+				 i, row.f[0], row.f[1], t->rows[i].f[0], t->rows[i].f[1]);
 			free(d);
 			return 0;
 		}
@@ -186,9 +190,10 @@ static int compare_paired(const struct table *t, const struct capy_ppl_result *r
 	rep->verdict = worse || big ? CAPY_GATE_FAIL : CAPY_GATE_PASS;
 	snprintf(rep->line, sizeof(rep->line),
 		 "paired over %zu windows: mean NLL change %+.3g (se %.3g, t %.3g, p %.3g), ppl change %+.4f %% "
-		 "(95 %%: %+.4f .. %+.4f %%), sign test %" PRIu64 " worse %" PRIu64 " better %" PRIu64 " equal p %.3g%s%s",
-		 p.n, p.mean, p.se, p.t, p.p, 100 * p.change, 100 * p.change_lo, 100 * p.change_hi, p.worse, p.better, p.ties,
-		 p.sign_p, worse ? "; worse at p < 0.05" : "", big ? "; |change| >= 0.5 %" : "");
+		 "(95 %%: %+.4f .. %+.4f %%), sign test %" PRIu64 " worse %" PRIu64 " better %" PRIu64
+		 " equal p %.3g%s%s",
+		 p.n, p.mean, p.se, p.t, p.p, 100 * p.change, 100 * p.change_lo, 100 * p.change_hi, p.worse, p.better,
+		 p.ties, p.sign_p, worse ? "; worse at p < 0.05" : "", big ? "; |change| >= 0.5 %" : "");
 	return 0;
 }
 
@@ -221,7 +226,8 @@ int capy_gate_ppl(struct capy_gate *g, struct capy_gate_report *r, struct capy_e
 		t.ctx = t.stride = PPL_CTX;
 	} else {
 		if ((rc = gate_read_text(g, PPL_TEXT, &text, &len, err)) < 0 ||
-		    (rc = gate_read_text(g, PPL_FILE, &tsv, &tsv_len, err)) < 0 || (rc = parse_table(g, tsv, &t, err)) < 0)
+		    (rc = gate_read_text(g, PPL_FILE, &tsv, &tsv_len, err)) < 0 ||
+		    (rc = parse_table(g, tsv, &t, err)) < 0)
 			goto done;
 	}
 	if (!g->as->tok) {

@@ -112,8 +112,8 @@ int gate_write_json(struct capy_gate *g, const char *file, const cJSON *tree, st
 	return rc;
 }
 
-int gate_json_ids(struct capy_gate *g, const char *file, const cJSON *list, const char *what, int32_t **ids,
-		  size_t *n, struct capy_err *err)
+int gate_json_ids(struct capy_gate *g, const char *file, const cJSON *list, const char *what, int32_t **ids, size_t *n,
+		  struct capy_err *err)
 {
 	size_t i = 0, count;
 	const cJSON *it;
@@ -209,15 +209,17 @@ int capy_gate_model(struct capy_gate *g, struct capy_err *err)
 	else {
 		const char *isa = "";
 		capy_json_get_string(j, "model", false, &name, "model.json", NULL);
-		if (capy_json_get_string(j, "cpu_isa", false, &isa, "model.json", NULL) < 0 || strlen(isa) >= sizeof(g->ref_isa))
+		if (capy_json_get_string(j, "cpu_isa", false, &isa, "model.json", NULL) < 0 ||
+		    strlen(isa) >= sizeof(g->ref_isa))
 			rc = gate_bad_ref(g, err, "model.json", "field 'cpu_isa': a name of CPU kernels is needed");
 		snprintf(g->ref_isa, sizeof(g->ref_isa), "%s", isa);
 		if (!rc && (strcmp(family, id.family) || strcmp(xxh, id.weights_xxh3)))
-			rc = gate_bad_ref(g, err, "model.json",
-					  "field '%s': the reference is of another model ('%s', %s, weights %s), not of '%s' "
-					  "(%s, weights %s)",
-					  strcmp(family, id.family) ? "family" : "weights_xxh3", name, family, xxh,
-					  g->model_path, id.family, id.weights_xxh3);
+			rc = gate_bad_ref(
+				g, err, "model.json",
+				"field '%s': the reference is of another model ('%s', %s, weights %s), not of '%s' "
+				"(%s, weights %s)",
+				strcmp(family, id.family) ? "family" : "weights_xxh3", name, family, xxh, g->model_path,
+				id.family, id.weights_xxh3);
 	}
 	cJSON_Delete(j);
 	return rc;

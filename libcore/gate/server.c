@@ -117,10 +117,12 @@ int capy_gate_server_start(struct capy_gate_server *s, const char *bin, char *co
 			if (r == s->pid) {
 				s->pid = 0;
 				return capy_err_set(err, CAPY_EIO, "'%s' exited (status %d) before listening: %s", bin,
-						    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), last);
+						    WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status),
+						    last);
 			}
 			capy_gate_server_stop(s, 5);
-			return capy_err_set(err, CAPY_EIO, "'%s' did not listen within %.0f s: %s", bin, timeout_s, last);
+			return capy_err_set(err, CAPY_EIO, "'%s' did not listen within %.0f s: %s", bin, timeout_s,
+					    last);
 		}
 		free(log);
 		nap(0.02);

@@ -54,7 +54,8 @@ int capy_gate_timing(struct capy_gate *g, struct capy_gate_report *r, struct cap
 		bool slower;
 		if (capy_json_get_double(ref, metrics[i].key, false, &was, TIMING_FILE, NULL) < 0 || !(was >= 0)) {
 			cJSON_Delete(ref);
-			return gate_bad_ref(g, err, TIMING_FILE, "field '%s': a non-negative number is needed", metrics[i].key);
+			return gate_bad_ref(g, err, TIMING_FILE, "field '%s': a non-negative number is needed",
+					    metrics[i].key);
 		}
 		if (!(v > 0) || !(was > 0))
 			continue;
@@ -62,15 +63,16 @@ int capy_gate_timing(struct capy_gate *g, struct capy_gate_report *r, struct cap
 		/* slower by more than the tolerance: the time per token (or in all) grew by more */
 		slower = metrics[i].rate ? was / v > 1 + g->timing_tolerance : v / was > 1 + g->timing_tolerance;
 		slow += slower;
-		n += (size_t)snprintf(r->line + n, sizeof(r->line) - n, "%s%s %.4g %s (reference %.4g, %.2fx%s)", n ? ", " : "",
-				      metrics[i].key, v, metrics[i].unit, was, metrics[i].rate ? v / was : was / v,
-				      slower ? ", slower" : "");
+		n += (size_t)snprintf(r->line + n, sizeof(r->line) - n, "%s%s %.4g %s (reference %.4g, %.2fx%s)",
+				      n ? ", " : "", metrics[i].key, v, metrics[i].unit, was,
+				      metrics[i].rate ? v / was : was / v, slower ? ", slower" : "");
 	}
 	cJSON_Delete(ref);
 	if (!measured)
 		snprintf(r->line, sizeof(r->line), "nothing to compare (no stage measured what the reference holds)");
 	r->verdict = slow || !measured ? CAPY_GATE_WARN : CAPY_GATE_PASS;
 	if (slow && n < sizeof(r->line))
-		snprintf(r->line + n, sizeof(r->line) - n, "; %zu slower by more than %.0f %%", slow, 100 * g->timing_tolerance);
+		snprintf(r->line + n, sizeof(r->line) - n, "; %zu slower by more than %.0f %%", slow,
+			 100 * g->timing_tolerance);
 	return 0;
 }

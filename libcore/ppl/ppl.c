@@ -14,14 +14,16 @@ int capy_ppl_run(struct capy_engine *e, const int32_t *ids, uint64_t n, const st
 
 	memset(out, 0, sizeof(*out));
 	if (ctx < 2 || stride > ctx)
-		return capy_err_set(err, CAPY_EINVAL, "ppl: ctx %" PRIu64 " and stride %" PRIu64 " (need 2 <= ctx, stride <= ctx)",
-				    ctx, stride);
+		return capy_err_set(err, CAPY_EINVAL,
+				    "ppl: ctx %" PRIu64 " and stride %" PRIu64 " (need 2 <= ctx, stride <= ctx)", ctx,
+				    stride);
 	if (n < 2)
 		return capy_err_set(err, CAPY_EINVAL, "ppl: %" PRIu64 " tokens; at least 2 are needed", n);
 	V = capy_engine_config(e)->vocab_size;
 	logits = malloc((size_t)CAPY_MIN(ctx, n) * V * sizeof(float));
 	if (!logits)
-		return capy_err_set(err, CAPY_ENOMEM, "ppl: out of memory for %" PRIu64 " rows of logits", CAPY_MIN(ctx, n));
+		return capy_err_set(err, CAPY_ENOMEM, "ppl: out of memory for %" PRIu64 " rows of logits",
+				    CAPY_MIN(ctx, n));
 	out->tokens = n;
 	for (uint64_t begin = 0; prev_end < n; begin += stride) {
 		uint64_t end = CAPY_MIN(begin + ctx, n), first = CAPY_MAX(prev_end, begin + 1);
@@ -98,7 +100,8 @@ int capy_ppl_format_window(char *buf, size_t size, const struct capy_ppl_window 
 	char nll[32];
 
 	capy_ppl_format_nll(nll, sizeof(nll), capy_ppl_window_nll(w));
-	return snprintf(buf, size, "{\"begin\": %" PRIu64 ", \"end\": %" PRIu64 ", \"scored\": %" PRIu64 ", \"nll\": %s}",
+	return snprintf(buf, size,
+			"{\"begin\": %" PRIu64 ", \"end\": %" PRIu64 ", \"scored\": %" PRIu64 ", \"nll\": %s}",
 			w->begin, w->end, w->scored, nll);
 }
 

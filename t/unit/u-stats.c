@@ -11,7 +11,8 @@
 #include "test.h"
 #include "stats/stats.h"
 
-#define CHECK_NEAR(a, b, tol) CHECK_MSG(fabs((a) - (b)) <= (tol), "%.17g != %.17g (tol %g)", (double)(a), (double)(b), (double)(tol))
+#define CHECK_NEAR(a, b, tol)                                                                                          \
+	CHECK_MSG(fabs((a) - (b)) <= (tol), "%.17g != %.17g (tol %g)", (double)(a), (double)(b), (double)(tol))
 
 static void test_t_two_sided(void)
 {
