@@ -152,13 +152,91 @@ oom:
 	return NULL;
 }
 
+/* What the prompts add up to. */
+struct golden_run {
+	int64_t n_predict;
+	size_t prompts, generated, failed; /* prompts seen, run, differing */
+	double prefill_s, decode_s;
+	uint64_t prefilled, decoded;
+};
+
+/* Record the ids into the prompt's object. */
+static int record_ids(cJSON *p, const int32_t *prompt, size_t n_prompt, const int32_t *out, size_t n,
+		      struct capy_err *err)
+{
+	cJSON *a = gate_ids_json(prompt, n_prompt), *b = gate_ids_json(out, n);
+
+	cJSON_DeleteItemFromObjectCaseSensitive(p, "prompt_ids");
+	cJSON_DeleteItemFromObjectCaseSensitive(p, "ids");
+	if (a && b && cJSON_AddItemToObject(p, "prompt_ids", a)) {
+		a = NULL;
+		if (cJSON_AddItemToObject(p, "ids", b))
+			return 0;
+	}
+	cJSON_Delete(a);
+	cJSON_Delete(b);
+	return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+}
+
+/* One prompt: its ids now against the reference's, then its greedy ids (or, recording, both
+ * written into p). The first difference of the stage goes to r->line. */
+static int one_prompt(struct capy_gate *g, cJSON *p, struct golden_run *run, struct capy_gate_report *r,
+		      struct capy_err *err)
+{
+	const cJSON *name = cJSON_GetObjectItemCaseSensitive(p, "name");
+	const char *nm = cJSON_IsString(name) ? name->valuestring : "?";
+	size_t n = (size_t)run->n_predict, i = run->prompts++, n_ref_prompt = 0, n_ref_out = 0;
+	int32_t *ref_prompt = NULL, *ref_out = NULL, *out = NULL;
+	struct capy_tokens ids = { 0 };
+	char what[64];
+	int rc;
+
+	if ((rc = prompt_ids(g, p, i, &ids, err)) < 0)
+		return rc;
+	if (!g->record) {
+		snprintf(what, sizeof(what), "prompts[%zu].prompt_ids", i);
+		rc = gate_json_ids(g, GOLDEN_FILE, cJSON_GetObjectItemCaseSensitive(p, "prompt_ids"), what, &ref_prompt,
+				   &n_ref_prompt, err);
+		snprintf(what, sizeof(what), "prompts[%zu].ids", i);
+		if (rc == 0)
+			rc = gate_json_ids(g, GOLDEN_FILE, cJSON_GetObjectItemCaseSensitive(p, "ids"), what, &ref_out,
+					   &n_ref_out, err);
+		if (rc < 0)
+			goto done;
+		if (ids.n != n_ref_prompt || memcmp(ids.ids, ref_prompt, ids.n * sizeof(int32_t))) {
+			/* the tokenizer or the template moved: the ids after would differ for that
+			 * reason alone, so they are not run */
+			if (!run->failed++)
+				describe_diff(r->line, sizeof(r->line), nm, "prompt ids", ids.ids, ids.n, ref_prompt,
+					      n_ref_prompt);
+			goto done;
+		}
+	}
+	if (!(out = malloc(n * sizeof(int32_t)))) {
+		rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
+		goto done;
+	}
+	if ((rc = generate(g, ids.ids, ids.n, n, out, &run->prefill_s, &run->decode_s, err)) < 0)
+		goto done;
+	run->generated++;
+	run->prefilled += ids.n;
+	run->decoded += n;
+	if (g->record)
+		rc = record_ids(p, ids.ids, ids.n, out, n, err);
+	else if ((n != n_ref_out || memcmp(out, ref_out, n * sizeof(int32_t))) && !run->failed++)
+		describe_diff(r->line, sizeof(r->line), nm, "greedy ids", out, n, ref_out, n_ref_out);
+done:
+	free(out);
+	free(ref_prompt);
+	free(ref_out);
+	capy_tokens_release(&ids);
+	return rc;
+}
+
 int capy_gate_golden(struct capy_gate *g, struct capy_gate_report *r, struct capy_err *err)
 {
+	struct golden_run run = { .n_predict = GOLDEN_N_PREDICT };
 	cJSON *root = NULL, *list, *p;
-	int64_t n_predict = 0;
-	size_t i = 0, total = 0, failed = 0;
-	double prefill_s = 0, decode_s = 0;
-	uint64_t prefilled = 0, decoded = 0;
 	int rc = 0;
 
 	if (g->record)
@@ -167,102 +245,35 @@ int capy_gate_golden(struct capy_gate *g, struct capy_gate_report *r, struct cap
 		return CAPY_EFORMAT;
 	if (!root)
 		return err->code;
-	if (g->record)
-		n_predict = GOLDEN_N_PREDICT;
-	else if (capy_json_get_i64(root, "n_predict", true, &n_predict, GOLDEN_FILE, NULL) < 0 || n_predict < 1 ||
-		 n_predict > 1 << 20)
+	if (!g->record && (capy_json_get_i64(root, "n_predict", true, &run.n_predict, GOLDEN_FILE, NULL) < 0 ||
+			   run.n_predict < 1 || run.n_predict > 1 << 20))
 		rc = gate_bad_ref(g, err, GOLDEN_FILE, "field 'n_predict': an integer 1..1048576 is needed");
 	list = cJSON_GetObjectItemCaseSensitive(root, "prompts");
 	if (!rc && (!cJSON_IsArray(list) || !cJSON_GetArraySize(list)))
 		rc = gate_bad_ref(g, err, GOLDEN_FILE, "field 'prompts': a non-empty list is needed");
 	r->verdict = g->record ? CAPY_GATE_RECORDED : CAPY_GATE_PASS;
 	if (!rc)
-		cJSON_ArrayForEach(p, list) {
-			struct capy_tokens ids = { 0 };
-			const cJSON *name = cJSON_GetObjectItemCaseSensitive(p, "name");
-			const char *nm = cJSON_IsString(name) ? name->valuestring : "?";
-			int32_t *ref_prompt = NULL, *ref_out = NULL, *out = NULL;
-			size_t n_ref_prompt = 0, n_ref_out = 0;
-			char what[64];
-
-			if ((rc = prompt_ids(g, p, i, &ids, err)) < 0)
+		cJSON_ArrayForEach(p, list)
+			if ((rc = one_prompt(g, p, &run, r, err)) < 0)
 				break;
-			if (!g->record) {
-				snprintf(what, sizeof(what), "prompts[%zu].prompt_ids", i);
-				if ((rc = gate_json_ids(g, GOLDEN_FILE,
-							cJSON_GetObjectItemCaseSensitive(p, "prompt_ids"), what,
-							&ref_prompt, &n_ref_prompt, err)) < 0) {
-					capy_tokens_release(&ids);
-					break;
-				}
-				snprintf(what, sizeof(what), "prompts[%zu].ids", i);
-				if ((rc = gate_json_ids(g, GOLDEN_FILE, cJSON_GetObjectItemCaseSensitive(p, "ids"),
-							what, &ref_out, &n_ref_out, err)) < 0) {
-					free(ref_prompt);
-					capy_tokens_release(&ids);
-					break;
-				}
-			}
-			if (!(out = malloc((size_t)n_predict * sizeof(int32_t)))) {
-				rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
-			} else if (!g->record &&
-				   (ids.n != n_ref_prompt || memcmp(ids.ids, ref_prompt, ids.n * sizeof(int32_t)))) {
-				/* other prompt ids: the tokenizer or the template moved; the ids after
-				 * them would differ for that reason alone */
-				if (!failed++)
-					describe_diff(r->line, sizeof(r->line), nm, "prompt ids", ids.ids, ids.n,
-						      ref_prompt, n_ref_prompt);
-			} else if ((rc = generate(g, ids.ids, ids.n, (size_t)n_predict, out, &prefill_s, &decode_s,
-						  err)) == 0) {
-				prefilled += ids.n;
-				decoded += (uint64_t)n_predict;
-				total += (size_t)n_predict;
-				if (g->record) {
-					cJSON *a = gate_ids_json(ids.ids, ids.n),
-					      *b = gate_ids_json(out, (size_t)n_predict);
-					cJSON_DeleteItemFromObjectCaseSensitive(p, "prompt_ids");
-					cJSON_DeleteItemFromObjectCaseSensitive(p, "ids");
-					if (!a || !b || !cJSON_AddItemToObject(p, "prompt_ids", a)) {
-						cJSON_Delete(a);
-						cJSON_Delete(b);
-						rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
-					} else if (!cJSON_AddItemToObject(p, "ids", b)) {
-						cJSON_Delete(b);
-						rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
-					}
-				} else if ((size_t)n_predict != n_ref_out ||
-					   memcmp(out, ref_out, n_ref_out * sizeof(int32_t))) {
-					if (!failed++)
-						describe_diff(r->line, sizeof(r->line), nm, "greedy ids", out,
-							      (size_t)n_predict, ref_out, n_ref_out);
-				}
-			}
-			free(out);
-			free(ref_prompt);
-			free(ref_out);
-			capy_tokens_release(&ids);
-			if (rc < 0)
-				break;
-			i++;
-		}
 	if (!rc && g->record)
 		rc = gate_write_json(g, GOLDEN_FILE, root, err);
 	cJSON_Delete(root);
 	if (rc < 0)
 		return rc;
-	if (prefill_s > 0)
-		g->timing.prefill_tok_s = (double)prefilled / prefill_s;
-	if (decode_s > 0 && decoded > i)
-		g->timing.decode_tok_s = (double)(decoded - i) / decode_s; /* the last id of each needs no step */
-	if (failed) {
-		char more[64] = "";
+	if (run.prefill_s > 0)
+		g->timing.prefill_tok_s = (double)run.prefilled / run.prefill_s;
+	/* the last id of each prompt needs no step */
+	if (run.decode_s > 0 && run.decoded > run.generated)
+		g->timing.decode_tok_s = (double)(run.decoded - run.generated) / run.decode_s;
+	if (run.failed) {
 		size_t n = strlen(r->line);
 		r->verdict = CAPY_GATE_FAIL;
-		if (failed > 1)
-			snprintf(more, sizeof(more), "; %zu of %zu prompts differ", failed, i);
-		snprintf(r->line + n, sizeof(r->line) - n, "%s", more);
+		if (run.failed > 1)
+			snprintf(r->line + n, sizeof(r->line) - n, "; %zu of %zu prompts differ", run.failed,
+				 run.prompts);
 	} else {
-		snprintf(r->line, sizeof(r->line), "%zu prompts, %zu greedy ids %s", i, total,
+		snprintf(r->line, sizeof(r->line), "%zu prompts, %" PRIu64 " greedy ids %s", run.prompts, run.decoded,
 			 g->record ? "recorded" : "equal");
 	}
 	return 0;
