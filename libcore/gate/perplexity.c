@@ -189,8 +189,8 @@ static int compare_paired(const struct table *t, const struct capy_ppl_result *r
 	big = fabs(p.change) >= 0.005;
 	rep->verdict = worse || big ? CAPY_GATE_FAIL : CAPY_GATE_PASS;
 	snprintf(rep->line, sizeof(rep->line),
-		 "paired over %zu windows: mean NLL change %+.3g (se %.3g, t %.3g, p %.3g), ppl change %+.4f %% "
-		 "(95 %%: %+.4f .. %+.4f %%), sign test %" PRIu64 " worse %" PRIu64 " better %" PRIu64
+		 "paired over %zu windows: mean NLL change %+.3g (se %.3g, t %.3g, p %.3g), ppl change %+.3g %% "
+		 "(95 %%: %+.3g .. %+.3g %%), sign test %" PRIu64 " worse %" PRIu64 " better %" PRIu64
 		 " equal p %.3g%s%s",
 		 p.n, p.mean, p.se, p.t, p.p, 100 * p.change, 100 * p.change_lo, 100 * p.change_hi, p.worse, p.better,
 		 p.ties, p.sign_p, worse ? "; worse at p < 0.05" : "", big ? "; |change| >= 0.5 %" : "");
