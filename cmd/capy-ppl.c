@@ -4,6 +4,7 @@
 #include "engine/engine.h"
 #include "model/assets.h"
 #include "offload/plan.h"
+#include "ppl/ppl.h"
 #include "util/file.h"
 #include "util/parse.h"
 
@@ -84,6 +85,12 @@ static void write_counts(const char *path, const char *model, const uint64_t *co
 	free(c);
 }
 
+static void show_progress(void *ud, uint64_t end, uint64_t n, double nll_sum, uint64_t scored)
+{
+	fprintf(stderr, "\r%s: %" PRIu64 "/%" PRIu64 " tokens, ppl so far %.4f", capy_tool_name, end, n,
+		exp(nll_sum / (double)scored));
+}
+
 int cmd_main(int argc, char **argv)
 {
 	struct capy_artifact *a;
@@ -94,9 +101,10 @@ int cmd_main(int argc, char **argv)
 	struct capy_err err = { 0 };
 	enum capy_kv_dtype kv;
 	int kv_type;
-	uint64_t V, N, scored = 0, prev_end = 0, *counts = NULL;
-	double nll_sum = 0, t0;
-	float *logits;
+	struct capy_ppl_opts po = { 0 };
+	struct capy_ppl_result r;
+	uint64_t V, N, scored, *counts = NULL;
+	double t0;
 	double *tok_nll;
 	char *text;
 	size_t len;
@@ -155,59 +163,32 @@ int cmd_main(int argc, char **argv)
 			capy_plan_log(e);
 	}
 	V = capy_engine_config(e)->vocab_size;
-	logits = malloc((size_t)CAPY_MIN((uint64_t)opt_ctx, N) * V * sizeof(float));
 	tok_nll = calloc(N, sizeof(double));
 	if (opt_argmax)
 		counts = calloc(V, sizeof(*counts));
-	if (!logits || !tok_nll || (opt_argmax && !counts))
+	if (!tok_nll || (opt_argmax && !counts))
 		capy_die("out of memory");
 
 	t0 = capy_now();
-	if (opt_json)
-		printf("{\"model\": \"%s\", \"windows\": [", argv[0]);
-	/* Windows [begin, end) every stride tokens; each scores the tokens not scored before. */
-	for (uint64_t begin = 0, w = 0; prev_end < N; begin += (uint64_t)opt_stride, w++) {
-		uint64_t end = CAPY_MIN(begin + (uint64_t)opt_ctx, N), first = CAPY_MAX(prev_end, begin + 1);
-		struct capy_seq *s;
-		double wsum = 0;
-		if (capy_seq_new(e, &s, &err) < 0 ||
-		    capy_engine_forward(e, s, toks.ids + begin, end - begin, logits, true, &err) < 0)
-			capy_die("%s", err.msg);
-		for (uint64_t t = first; t < end; t++) {
-			const float *l = logits + (t - 1 - begin) * V;
-			double mx = -INFINITY, z = 0;
-			uint64_t best = 0;
-			for (uint64_t v = 0; v < V; v++) {
-				if (l[v] > mx)
-					mx = l[v];
-				if (l[v] > l[best])
-					best = v;
-			}
-			for (uint64_t v = 0; v < V; v++)
-				z += exp(l[v] - mx);
-			tok_nll[t] = -((double)l[toks.ids[t]] - mx - log(z));
-			wsum += tok_nll[t];
-			if (counts)
-				counts[best]++;
-		}
-		capy_seq_free(s);
-		if (opt_json)
-			printf("%s{\"begin\": %" PRIu64 ", \"end\": %" PRIu64 ", \"scored\": %" PRIu64 ", \"nll\": %.9g}",
-			       w ? ", " : "", begin, end, end - first, (end > first) ? wsum / (double)(end - first) : 0.0);
-		nll_sum += wsum;
-		scored += end - first;
-		prev_end = end;
-		if (!opt_quiet && !opt_json)
-			fprintf(stderr, "\r%s: %" PRIu64 "/%" PRIu64 " tokens, ppl so far %.4f", capy_tool_name, end, N,
-				exp(nll_sum / (double)scored));
-		if (end == N)
-			break;
-	}
-	if (!opt_quiet && !opt_json)
+	po.ctx = (uint64_t)opt_ctx;
+	po.stride = (uint64_t)opt_stride;
+	po.tok_nll = tok_nll;
+	po.argmax_counts = counts;
+	po.progress = opt_quiet || opt_json ? NULL : show_progress;
+	if (capy_ppl_run(e, toks.ids, N, &po, &r, &err) < 0)
+		capy_die("%s", err.msg);
+	scored = r.scored;
+	if (po.progress)
 		fputc('\n', stderr);
 	if (opt_json) {
+		char buf[256];
+		printf("{\"model\": \"%s\", \"windows\": [", argv[0]);
+		for (size_t w = 0; w < r.n_windows; w++) {
+			capy_ppl_format_window(buf, sizeof(buf), &r.windows[w]);
+			printf("%s%s", w ? ", " : "", buf);
+		}
 		printf("], \"tokens\": %" PRIu64 ", \"scored\": %" PRIu64 ", \"nll\": %.9g, \"ppl\": %.9g", N, scored,
-		       nll_sum / (double)scored, exp(nll_sum / (double)scored));
+		       r.nll_sum / (double)scored, exp(r.nll_sum / (double)scored));
 		if (opt_per_token) {
 			printf(", \"token_nll\": [");
 			for (uint64_t t = 1; t < N; t++)
@@ -216,8 +197,9 @@ int cmd_main(int argc, char **argv)
 		}
 		printf("}\n");
 	} else {
-		printf("ppl %.6f over %" PRIu64 " tokens (ctx %" PRId64 ", stride %" PRId64 ")\n",
-		       exp(nll_sum / (double)scored), scored, opt_ctx, opt_stride);
+		char line[256];
+		capy_ppl_format_summary(line, sizeof(line), &r, (uint64_t)opt_ctx, (uint64_t)opt_stride);
+		printf("%s\n", line);
 	}
 	if (!opt_quiet)
 		fprintf(stderr, "%s: %" PRIu64 " tokens in %.2f s (%.1f tok/s), %d threads\n", capy_tool_name, N,
@@ -226,7 +208,7 @@ int cmd_main(int argc, char **argv)
 		write_counts(opt_argmax, argv[0], counts, V, scored);
 	free(counts);
 	free(tok_nll);
-	free(logits);
+	capy_ppl_result_release(&r);
 	capy_engine_free(e);
 	capy_tokens_release(&toks);
 	capy_assets_release(&as);

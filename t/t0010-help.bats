@@ -43,6 +43,16 @@ tools() {
 	done
 }
 
+@test "a bad CAPY_ISA (unknown, or beyond this CPU) is refused with exit 2" {
+	for t in $(tools); do
+		CAPY_ISA=mmx run --separate-stderr "$t" --help
+		[ "$status" -eq 2 ]
+		[[ "$stderr" == "$t: error: CAPY_ISA='mmx' is not scalar, avx2, avx512 or avx512-vnni (this CPU's best: "* ]]
+	done
+	CAPY_ISA=scalar run --separate-stderr capy-gen --help
+	[ "$status" -eq 0 ]
+}
+
 @test "every tool has a man page whose SYNOPSIS matches --help" {
 	for t in $(tools); do
 		page="$SRC/man/man1/$t.1"

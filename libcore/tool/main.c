@@ -1,5 +1,6 @@
 /* main.c - the only main(): program name, signals, CAPY_LOG, then cmd_main(). */
 #include "tool.h"
+#include "../cpu/linear.h"
 #include "../util/log.h"
 
 #include <signal.h>
@@ -35,6 +36,20 @@ int main(int argc, char **argv)
 			return CAPY_EXIT_USAGE;
 		}
 		capy_log_set_level((enum capy_log_level)level);
+	}
+	/* CAPY_ISA: the CPU kernels of an ISA below the best one, for results of another machine
+	 * (each ISA has its own summation order; capy-gate sets it to a reference's) */
+	env = getenv("CAPY_ISA");
+	if (env && *env) {
+		int isa;
+		for (isa = 0; isa < CAPY_ISA_COUNT && strcmp(env, capy_isa_name((enum capy_isa)isa)); isa++)
+			;
+		if (isa == CAPY_ISA_COUNT || capy_isa_set((enum capy_isa)isa) < 0) {
+			fprintf(stderr, "%s: error: CAPY_ISA='%s' is %s (this CPU's best: %s)\n", capy_tool_name, env,
+				isa == CAPY_ISA_COUNT ? "not scalar, avx2, avx512 or avx512-vnni" : "beyond this CPU",
+				capy_isa_name(capy_isa_best()));
+			return CAPY_EXIT_USAGE;
+		}
 	}
 	return cmd_main(argc, argv);
 }
