@@ -20,7 +20,6 @@
 
 static const char *const usage[] = {
 	"capy-gen <model.capy> (-p <text> | --prompt-ids <ids> | --messages <file>) [--chat] [-n <n>] [--ids] [<options>]",
-	"capy-gen <model.capy> (-p <text> | --prompt-ids <ids>) --spec ngram [--draft-tokens <k>] [--ngram-min <n>] [<options>]",
 	"capy-gen --tokenize (<model.capy> | <tokenizer.json>) < <text>",
 	"capy-gen --detokenize (<model.capy> | <tokenizer.json>) < <ids>",
 	"capy-gen --render (<model.capy> | --template <file>) [-p <text>] [--system <text>] [--messages <file>] [--no-think]",
