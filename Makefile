@@ -223,6 +223,7 @@ CUDA_TESTS += u-cuda-sample
 BENCHES += expert-cache-bench
 BENCHES += linear-bench
 BENCHES += mask-bench
+BENCHES += spec-bench
 BENCHES += step-bench
 BENCHES += tokenizer-bench
 
