@@ -25,7 +25,9 @@
  * with one sequence gives the same bits as capy_engine_forward of the same tokens. How a
  * sequence's tokens are cut into steps does matter, in the last bits, for the recurrent
  * (Gated DeltaNet) layers: one token after a non-empty history runs the recurrent form,
- * more tokens the chunked form.
+ * more tokens the chunked form — except in a step item with keep_states (speculative
+ * verification), whose tokens run the recurrent form one by one and so give the bits of
+ * one-token steps.
  *
  * Attention cache: the KV rows of the attention layers (BF16 by default, F32, or INT8 with
  * per-group scales; QSA indexer keys and pooled block keys too) live in pages of
