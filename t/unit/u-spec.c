@@ -3,7 +3,7 @@
  * shown to fail the same test), reproducibility, and the engine's verification steps: a
  * step of n tokens with keep_states gives the bits of n one-token steps, and a sequence cut
  * back to a kept length continues exactly as one that never ran the rejected tokens, on
- * every fixture family and capy-tiny. */
+ * every fixture family and capy-tiny, alone and in a step with another sequence. */
 #include "test.h"
 #include "test-fixture.h"
 #include "engine/engine.h"
@@ -477,6 +477,40 @@ static void check_model(const char *name)
 		}
 		capy_seq_free(sa);
 		capy_seq_free(sb);
+	}
+	/* In a step with another sequence (as capy-serve will run them): the same rows, and the
+	 * other sequence's logits those of its step alone. */
+	{
+		struct capy_seq *sa, *sb;
+		float *rows2 = malloc((n + 1) * Vv * sizeof(float));
+		int32_t other = tok(5, Vv);
+		CHECK_EQ_INT(capy_seq_new(e, &sa, &err), 0);
+		CHECK_EQ_INT(capy_seq_new(e, &sb, &err), 0);
+		CHECK_EQ_INT(capy_engine_forward(e, sa, prompt, 9, one, false, &err), 0);
+		CHECK_EQ_INT(capy_engine_forward(e, sb, prompt + 20, 13, one, false, &err), 0);
+		struct capy_step_item two[2] = {
+			{ .seq = sb, .tokens = &other, .n = 1, .logits = next_a },
+			{ .seq = sa, .tokens = run, .n = n, .logits = rows2, .all_logits = true, .keep_states = true },
+		};
+		CHECK_EQ_INT(capy_engine_step(e, two, 2, &err), 0);
+		CHECK_EQ_INT(capy_seq_truncate(sa, 9 + 2, &err), 0);
+		capy_seq_free(sa);
+		capy_seq_free(sb);
+		CHECK_EQ_INT(capy_seq_new(e, &sa, &err), 0);
+		CHECK_EQ_INT(capy_seq_new(e, &sb, &err), 0);
+		CHECK_EQ_INT(capy_engine_forward(e, sa, prompt, 9, one, false, &err), 0);
+		CHECK_EQ_INT(capy_engine_forward(e, sb, prompt + 20, 13, one, false, &err), 0);
+		CHECK_EQ_INT(capy_engine_step(e, &(struct capy_step_item){ .seq = sb, .tokens = &other, .n = 1,
+					      .logits = next_b }, 1, &err), 0);
+		CHECK_EQ_INT(capy_engine_step(e, &(struct capy_step_item){ .seq = sa, .tokens = run, .n = n, .logits = rows,
+					      .all_logits = true, .keep_states = true }, 1, &err), 0);
+		CHECK_MSG(!memcmp(rows, rows2, n * Vv * sizeof(float)), "%s: a window's rows depend on its step's company",
+			  name);
+		CHECK_MSG(!memcmp(next_a, next_b, Vv * sizeof(float)), "%s: a sequence's logits depend on a window beside it",
+			  name);
+		capy_seq_free(sa);
+		capy_seq_free(sb);
+		free(rows2);
 	}
 	CHECK_MSG(!bad_rows, "%s: %d rows of a keep_states step differ from one-token steps", name, bad_rows);
 	CHECK_MSG(!bad_cut, "%s: %d continuations after a cut differ", name, bad_cut);
