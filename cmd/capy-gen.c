@@ -455,16 +455,14 @@ static void mask_stats(struct constraint *c)
 		capy_tool_name, c->n, comp, wait, total, (int)opt_mask_threads, opt_mask_threads == 1 ? "" : "s");
 }
 
-/* Speculative decoding's state in generate(): the drafter, the window's logits rows and
- * drafts, and what the windows did. */
+/* Speculative decoding's state in generate() beside the drafter: the window's logits rows
+ * and drafts, and what the windows did. */
 struct spec_run {
 	struct capy_spec_stats st;
 	uint64_t plain_steps;         /* steps of one token (no draft) */
 	float *rows;                  /* [draft_tokens + 1][vocab] */
 	int32_t *drafts;              /* [draft_tokens] */
 };
-
-static struct spec_run spec_run;
 
 /* The next tokens into queue[0..*qn) once those before are printed: the prompt's logits'
  * answer (a grammar's first token), or a step on the last printed token queue[*qn - 1]:
@@ -548,7 +546,7 @@ static int generate(const char *model)
 	uint64_t produced = 0;
 	const char *why = "length";
 	struct capy_ngram *spec = NULL;
-	struct spec_run *sr = &spec_run;
+	struct spec_run spec_run = { 0 }, *sr = &spec_run;
 	int32_t *queue;
 	size_t qn = 0, qi = 0;
 
