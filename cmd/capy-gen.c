@@ -9,6 +9,7 @@
 #include "model/assets.h"
 #include "offload/plan.h"
 #include "sample/sample.h"
+#include "spec/spec.h"
 #include "util/file.h"
 #include "util/json.h"
 #include "util/parse.h"
@@ -27,9 +28,10 @@ static const char *const usage[] = {
 };
 
 static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg, *opt_tokenizer,
-	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema, *opt_regex;
+	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema, *opt_regex, *opt_spec = "off";
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos, opt_plan;
+static int64_t opt_draft_tokens = 4, opt_ngram_min = 2;
 static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu, opt_max_context, opt_mask_threads = 1;
 static uint64_t opt_gpu_mem;
 static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_presence, opt_frequency;
@@ -52,6 +54,10 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "regex", &opt_regex, "pattern", "generate only text this regular expression matches whole"),
 	CAPY_OPT_INT(0, "mask-threads", &opt_mask_threads, "n",
 		     "threads computing the next token mask during the step (default 1; 0: after it)", 0, 64),
+	CAPY_OPT_GROUP("Speculative decoding"),
+	CAPY_OPT_STRING(0, "spec", &opt_spec, "ngram|off", "draft tokens and verify them in one step (default off)"),
+	CAPY_OPT_INT(0, "draft-tokens", &opt_draft_tokens, "k", "drafts per window at most (default 4)", 1, 64),
+	CAPY_OPT_INT(0, "ngram-min", &opt_ngram_min, "n", "ngram: the shortest match that drafts (default 2)", 1, 1 << 20),
 	CAPY_OPT_GROUP("Sampling (defaults: the model's generation_config.json; greedy without one)"),
 	CAPY_OPT_DOUBLE(0, "temp", &opt_temp, "t", "temperature; 0 is greedy", 0, 100),
 	CAPY_OPT_INT(0, "top-k", &opt_top_k, "k", "keep the k most likely tokens (0: off)", 0, 1e9),
@@ -449,6 +455,70 @@ static void mask_stats(struct constraint *c)
 		capy_tool_name, c->n, comp, wait, total, (int)opt_mask_threads, opt_mask_threads == 1 ? "" : "s");
 }
 
+/* Speculative decoding's state in generate() beside the drafter: the window's logits rows
+ * and drafts, and what the windows did. */
+struct spec_run {
+	struct capy_spec_stats st;
+	uint64_t plain_steps;         /* steps of one token (no draft) */
+	float *rows;                  /* [draft_tokens + 1][vocab] */
+	int32_t *drafts;              /* [draft_tokens] */
+};
+
+/* The next tokens into queue[0..*qn) once those before are printed: the prompt's logits'
+ * answer (a grammar's first token), or a step on the last printed token queue[*qn - 1]:
+ * a window when the drafter has drafts (at most left - 1, so no more than left tokens come
+ * back), else one token. */
+static int refill(struct capy_engine *e, struct capy_seq *s, struct capy_sampler *smp, struct constraint *con,
+		  float *logits, struct capy_ngram *spec, int32_t *queue, size_t *qn, uint64_t left,
+		  struct spec_run *sr, struct capy_err *err)
+{
+	int32_t feed = *qn ? queue[*qn - 1] : -1;
+	uint64_t k = 0, m;
+	int rc;
+
+	if (feed < 0) { /* a grammar's first token: the prompt's logits are here */
+		queue[0] = next_token(smp, logits, con);
+		*qn = 1;
+		return 0;
+	}
+	if (spec && left > 1)
+		k = capy_ngram_draft(spec, CAPY_MIN((uint64_t)opt_draft_tokens, left - 1), sr->drafts, NULL);
+	if (k) {
+		if ((rc = capy_spec_window(e, s, smp, feed, sr->drafts, k, sr->rows, queue, &m, &sr->st, err)) < 0)
+			return rc;
+		*qn = m;
+		return 0;
+	}
+	/* Without a grammar the step samples the next token itself (on the GPU, next to the
+	 * logits); a grammar's mask needs the logits here. */
+	struct capy_step_item it = { .seq = s, .tokens = &feed, .n = 1 };
+	if (con->g)
+		it.logits = logits;
+	else
+		it.sampler = smp, it.token = &queue[0];
+	if ((rc = capy_engine_step(e, &it, 1, err)) < 0)
+		return rc;
+	if (con->g)
+		queue[0] = next_token(smp, logits, con);
+	*qn = 1;
+	sr->plain_steps++;
+	return 0;
+}
+
+/* The windows' statistics (stderr). */
+static void spec_stats(const struct spec_run *sr)
+{
+	const struct capy_spec_stats *st = &sr->st;
+	double w = st->windows ? (double)st->windows : 1;
+
+	fprintf(stderr, "%s: spec %s: %" PRIu64 " windows of up to %d drafts, %" PRIu64 " drafted, %" PRIu64
+		" accepted (%.1f%%), %.2f tokens per window, %.2f ms per window (cut back %.3f ms); %" PRIu64
+		" one-token steps\n",
+		capy_tool_name, opt_spec, st->windows, (int)opt_draft_tokens, st->drafted, st->accepted,
+		st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0, (double)st->tokens / w,
+		1e3 * st->seconds / w, 1e3 * st->cut_seconds / w, sr->plain_steps);
+}
+
 static double pick(double opt, double model_default, double fallback)
 {
 	if (!isnan(opt))
@@ -474,8 +544,11 @@ static int generate(const char *model)
 	float *logits;
 	double t0, t1, t2;
 	uint64_t produced = 0;
-	int32_t next;
 	const char *why = "length";
+	struct capy_ngram *spec = NULL;
+	struct spec_run spec_run = { 0 }, *sr = &spec_run;
+	int32_t *queue;
+	size_t qn = 0, qi = 0;
 
 	load_assets(model, &a, &as);
 	if (!a)
@@ -534,8 +607,20 @@ static int generate(const char *model)
 	if (!opt_ids && as.tok && !(dt = capy_detok_new(as.tok, opt_raw ? 0 : CAPY_TOK_SKIP_SPECIAL)))
 		capy_die("out of memory");
 	logits = malloc(capy_engine_config(e)->vocab_size * sizeof(float));
-	if (!logits)
+	queue = malloc(((size_t)opt_draft_tokens + 1) * sizeof(*queue));
+	if (!logits || !queue)
 		capy_die("out of memory");
+	if (!strcmp(opt_spec, "ngram")) {
+		if (!capy_engine_keeps_states(e))
+			capy_die("--spec: the %s backend cannot verify drafts yet (use --device cpu)", capy_engine_device(e));
+		if ((uint64_t)opt_draft_tokens + 1 > capy_engine_step_tokens(e))
+			capy_die("--draft-tokens %" PRId64 ": a window must fit a step of %" PRIu64 " tokens", opt_draft_tokens,
+				 capy_engine_step_tokens(e));
+		sr->rows = malloc(((size_t)opt_draft_tokens + 1) * capy_engine_config(e)->vocab_size * sizeof(float));
+		sr->drafts = malloc((size_t)opt_draft_tokens * sizeof(int32_t));
+		if (!sr->rows || !sr->drafts || capy_ngram_new(&spec, (uint64_t)opt_ngram_min, &err) < 0)
+			capy_die("%s", err.code ? err.msg : "out of memory");
+	}
 	if (!!opt_grammar + !!opt_schema + !!opt_regex > 1)
 		capy_die("--grammar, --json-schema and --regex: one constraint at a time");
 	if (opt_grammar || opt_schema || opt_regex)
@@ -543,19 +628,30 @@ static int generate(const char *model)
 										      : load_regex(opt_regex),
 				&as, (uint32_t)capy_engine_config(e)->vocab_size);
 
+	if (spec && capy_ngram_add(spec, prompt.ids, prompt.n, &err) < 0)
+		capy_die("%s", err.msg);
 	t0 = capy_now();
 	if (capy_engine_forward(e, s, prompt.ids, prompt.n, logits, false, &err) < 0)
 		capy_die("%s", err.msg);
 	t1 = capy_now();
+	/* queue[qi..qn): tokens the model gave that are not printed yet (a window gives
+	 * several); the last of them is the next to run. */
 	if (!con.g)
-		next = capy_sampler_next(smp, logits);
+		queue[qn++] = capy_sampler_next(smp, logits);
 	while (produced < (uint64_t)opt_n) {
 		if (con.g && capy_grammar_finished(con.state)) {
 			why = "grammar";
 			break;
 		}
-		int32_t id = con.g ? next_token(smp, logits, &con) : next;
+		if (qi == qn) {
+			if (refill(e, s, smp, &con, logits, spec, queue, &qn, (uint64_t)opt_n - produced, sr, &err) < 0)
+				capy_die("%s", err.msg);
+			qi = 0;
+		}
+		int32_t id = queue[qi++];
 		produced++;
+		if (spec && capy_ngram_add(spec, &id, 1, &err) < 0)
+			capy_die("%s", err.msg);
 		if (!opt_ignore_eos && capy_assets_is_eos(&as, id)) {
 			why = "eos";
 			break;
@@ -589,17 +685,6 @@ static int generate(const char *model)
 			}
 		}
 		fflush(stdout);
-		if (produced == (uint64_t)opt_n)
-			break;
-		/* Without a grammar the step samples the next token itself (on the GPU, next to the
-		 * logits); a grammar's mask needs the logits here. */
-		struct capy_step_item it = { .seq = s, .tokens = &id, .n = 1 };
-		if (con.g)
-			it.logits = logits;
-		else
-			it.sampler = smp, it.token = &next;
-		if (capy_engine_step(e, &it, 1, &err) < 0)
-			capy_die("%s", err.msg);
 	}
 	if (dt) {
 		const char *piece;
@@ -626,7 +711,13 @@ static int generate(const char *model)
 			fprintf(stderr, "%s: %s\n", capy_tool_name, d);
 		}
 		mask_stats(&con);
+		if (spec)
+			spec_stats(sr);
 	}
+	capy_ngram_free(spec);
+	free(sr->rows);
+	free(sr->drafts);
+	free(queue);
 	constraint_release(&con);
 	free(stop_buf);
 	free(logits);
@@ -676,6 +767,10 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, "--prompt-ids does not go with --chat");
 	if (opt_messages && !opt_chat)
 		capy_usage_error(usage, opts, "--messages goes with --chat or --render");
+	if (strcmp(opt_spec, "ngram") && strcmp(opt_spec, "off"))
+		capy_usage_error(usage, opts, "--spec: '%s' is not ngram or off", opt_spec);
+	if (!strcmp(opt_spec, "ngram") && (opt_grammar || opt_schema || opt_regex))
+		capy_usage_error(usage, opts, "--spec ngram does not go with --grammar, --json-schema or --regex yet");
 	if ((opt_system || opt_no_think) && !opt_chat)
 		capy_usage_error(usage, opts, "--system and --no-think go with --chat or --render");
 	return generate(model);

@@ -45,6 +45,10 @@ struct capy_seq {
 	void *state;             /* the backend's recurrent state */
 	bool state_valid;        /* false after capy_seq_share(n < len) until restored */
 	struct capy_snapshot *checkpoint;
+	/* the states kept by the last step with keep_states: kept[i] is the state at length
+	 * kept_base + i + 1 (i < kept_n; the last one is the sequence's own state) */
+	void **kept;
+	uint64_t kept_cap, kept_base, kept_n;
 };
 
 struct capy_snapshot {
@@ -69,6 +73,10 @@ struct capy_batch_item {
 	bool all_logits;
 	struct capy_sampler *sampler; /* backends with ops.samples only: as in capy_step_item */
 	int32_t *token;
+	/* keep_states (backends with ops.keeps_states only): states[t] (t < n - 1, each made by
+	 * state_new) receives the recurrent state after the item's token t; the sequence's own
+	 * state ends after its last token as usual. NULL: none kept. */
+	void *const *states;
 };
 
 struct capy_batch {
@@ -103,6 +111,8 @@ struct capy_backend_ops {
 	/* step() samples the items that have a sampler itself; else the engine core gives them
 	 * logits and samples on the host. */
 	bool samples;
+	/* step() honours batch items' states (keep_states); else such steps are refused. */
+	bool keeps_states;
 };
 
 /* Where one attention layer's rows are inside an attention-cache page (byte offsets): K and V

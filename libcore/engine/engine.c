@@ -174,6 +174,11 @@ uint64_t capy_engine_state_bytes(const struct capy_engine *e)
 	return e->ops->state_bytes(e);
 }
 
+bool capy_engine_keeps_states(const struct capy_engine *e)
+{
+	return e->ops->keeps_states;
+}
+
 uint64_t capy_engine_weight_bytes(const struct capy_engine *e)
 {
 	return e->ops->weight_bytes(e);
@@ -281,6 +286,30 @@ static int check_item(const struct capy_engine *e, const struct capy_step_item *
 		if (it->tokens[t] < 0 || (uint64_t)it->tokens[t] >= V)
 			return capy_err_set(err, CAPY_EINVAL, "token id %" PRId32 " at position %" PRIu64
 					    " is outside the vocabulary [0, %" PRIu64 ")", it->tokens[t], t, V);
+	if (it->keep_states && !e->ops->keeps_states)
+		return capy_err_set(err, CAPY_EUNSUPPORTED, "the %s backend cannot keep per-token states "
+				    "(speculative verification)", e->ops->name);
+	if (it->keep_states && !it->seq->len)
+		return capy_err_set(err, CAPY_EINVAL, "step item %zu: keep_states needs a sequence with a history", i);
+	return 0;
+}
+
+/* Room for the states a keep_states item keeps (one per token but the last), made once and
+ * reused by the sequence's later verification steps. */
+static int seq_kept_reserve(struct capy_seq *s, uint64_t n, struct capy_err *err)
+{
+	struct capy_engine *e = s->e;
+	int rc;
+
+	if (n <= s->kept_cap)
+		return 0;
+	void **p = realloc(s->kept, n * sizeof(*p));
+	if (!p)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory for %" PRIu64 " kept states", n);
+	s->kept = p;
+	for (; s->kept_cap < n; s->kept_cap++)
+		if ((rc = e->ops->state_new(e, &s->kept[s->kept_cap], err)) < 0)
+			return rc;
 	return 0;
 }
 
@@ -354,8 +383,10 @@ int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, 
 		const struct capy_step_item *it = &items[i];
 		if ((rc = seq_make_writable(it->seq, it->n, err)) < 0 || (rc = seq_reserve_history(it->seq, it->n, err)) < 0)
 			goto out;
+		if (it->keep_states && (rc = seq_kept_reserve(it->seq, it->n - 1, err)) < 0)
+			goto out;
 		bi[i] = (struct capy_batch_item){ it->seq, it->tokens, it->n, t0, it->logits, it->all_logits, it->sampler,
-						  it->token };
+						  it->token, it->keep_states ? it->seq->kept : NULL };
 		if (it->sampler && !it->token) {
 			rc = capy_err_set(err, CAPY_EINVAL, "step item %zu: a sampler but nowhere for its token", i);
 			goto out;
@@ -372,6 +403,8 @@ int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, 
 	for (size_t i = 0; i < n_items; i++) {
 		struct capy_seq *s = items[i].seq;
 		memcpy(s->tokens + s->len, items[i].tokens, items[i].n * sizeof(int32_t));
+		s->kept_base = s->len;
+		s->kept_n = items[i].keep_states ? items[i].n : 0;
 		s->len += items[i].n;
 	}
 out:

@@ -25,7 +25,9 @@
  * with one sequence gives the same bits as capy_engine_forward of the same tokens. How a
  * sequence's tokens are cut into steps does matter, in the last bits, for the recurrent
  * (Gated DeltaNet) layers: one token after a non-empty history runs the recurrent form,
- * more tokens the chunked form.
+ * more tokens the chunked form — except in a step item with keep_states (speculative
+ * verification), whose tokens run the recurrent form one by one and so give the bits of
+ * one-token steps.
  *
  * Attention cache: the KV rows of the attention layers (BF16 by default, F32, or INT8 with
  * per-group scales; QSA indexer keys and pooled block keys too) live in pages of
@@ -94,6 +96,8 @@ void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size);
 /* The memory plan of a GPU backend in one line (offload/plan.h); false (buf empty) for a
  * backend without one (the CPU). */
 bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size);
+/* Whether the backend can run steps with keep_states (speculative verification). */
+bool capy_engine_keeps_states(const struct capy_engine *e);
 /* Bytes of weights the engine reads per decoded token with all experts (for reports). */
 uint64_t capy_engine_weight_bytes(const struct capy_engine *e);
 
@@ -129,8 +133,11 @@ int capy_seq_restore(struct capy_seq *s, const struct capy_snapshot *sn, struct 
 /* Remember the recurrent state at the current length, so the sequence can later be cut
  * back to it; one checkpoint is kept (a new one replaces it). */
 int capy_seq_checkpoint(struct capy_seq *s, struct capy_err *err);
-/* Cut the sequence back to n tokens: n must be the current length or the length of the
- * checkpoint (attention caches are cut, recurrent state restored from the checkpoint). */
+/* Cut the sequence back to n tokens: n must be the current length, the length of the
+ * checkpoint, or (speculative verification) one of the lengths the sequence's last step
+ * passed through when that step had keep_states (attention caches are cut, recurrent state
+ * restored from the checkpoint or from the state kept at n). Positions kept by a step are
+ * forgotten by the sequence's next step or truncate. */
 int capy_seq_truncate(struct capy_seq *s, uint64_t n, struct capy_err *err);
 
 /* --- running tokens ---------------------------------------------------------------------- */
@@ -150,6 +157,12 @@ struct capy_step_item {
 	bool all_logits;
 	struct capy_sampler *sampler;
 	int32_t *token;
+	/* Speculative verification (spec/spec.h): keep the recurrent state after each of the n
+	 * tokens, so that capy_seq_truncate can cut the sequence back to any of those lengths,
+	 * and give the same bits as n one-token steps would (the recurrent layers run token by
+	 * token, never the chunked form). Needs a non-empty sequence and a backend that keeps
+	 * states (capy_engine_keeps_states). */
+	bool keep_states;
 };
 
 /* Run one step: every item's tokens through the model in one pass (the weights are read

@@ -33,6 +33,9 @@ void capy_seq_free(struct capy_seq *s)
 	if (s->state)
 		s->e->ops->state_free(s->e, s->state);
 	capy_snapshot_free(s->checkpoint);
+	for (uint64_t i = 0; i < s->kept_cap; i++)
+		s->e->ops->state_free(s->e, s->kept[i]);
+	free(s->kept);
 	free(s->pages);
 	free(s->tokens);
 	free(s);
@@ -228,13 +231,19 @@ int capy_seq_checkpoint(struct capy_seq *s, struct capy_err *err)
 int capy_seq_truncate(struct capy_seq *s, uint64_t n, struct capy_err *err)
 {
 	uint64_t P = s->e->page_tokens;
+	bool kept = n > s->kept_base && n <= s->kept_base + s->kept_n;
 
 	if (n == s->len)
 		return 0;
-	if (!s->checkpoint || s->checkpoint->len != n)
+	if (!kept && (!s->checkpoint || s->checkpoint->len != n))
 		return capy_err_set(err, CAPY_EINVAL, "cannot cut a sequence of %" PRIu64 " tokens back to %" PRIu64
-				    " (no checkpoint there)", s->len, n);
+				    " (no checkpoint or kept state there)", s->len, n);
 	drop_pages_from(s, (n + P - 1) / P);
 	s->len = n;
+	s->kept_n = 0;
+	if (kept) { /* the step that kept it left the sequence's state valid */
+		s->e->ops->state_copy(s->e, s->state, s->kept[n - s->kept_base - 1]);
+		return 0;
+	}
 	return capy_seq_restore(s, s->checkpoint, err);
 }

@@ -93,12 +93,13 @@ static int32_t record(struct capy_sampler *s, int32_t id)
 	return id;
 }
 
-/* The draw over the candidates s->c[0..n) (every token within e^-40 of the best after
- * temperature, unsorted): sorted, cut by top-k, top-p and min-p, then one draw. */
-static int32_t draw_sorted(struct capy_sampler *s, uint64_t n)
+/* The distribution over the candidates s->c[0..n) (every token within e^-40 of the best
+ * after temperature, unsorted): sorted, cut by top-k, top-p and min-p; returns how many are
+ * kept, their weights being exp(logit - s->c[0].logit) (*sum in all). */
+static uint64_t kept_sorted(struct capy_sampler *s, uint64_t n, double *sum_out)
 {
 	const struct capy_sampler_params *p = &s->p;
-	double sum = 0, u, acc = 0;
+	double sum = 0;
 	float mx;
 
 	qsort(s->c, n, sizeof(*s->c), cmp_cand);
@@ -128,13 +129,55 @@ static int32_t draw_sorted(struct capy_sampler *s, uint64_t n)
 	sum = 0;
 	for (uint64_t i = 0; i < n; i++)
 		sum += exp((double)(s->c[i].logit - mx));
-	u = capy_rng_uniform(&s->rng) * sum;
+	*sum_out = sum;
+	return n;
+}
+
+/* One draw from the kept candidates s->c[0..n) of weights summing to sum, leaving out the one
+ * at index skip (n or more: none; then sum must not count it). */
+static int32_t draw_kept(struct capy_sampler *s, uint64_t n, double sum, uint64_t skip)
+{
+	float mx = s->c[0].logit;
+	double u = capy_rng_uniform(&s->rng) * sum, acc = 0;
+	uint64_t last = n;
+
 	for (uint64_t i = 0; i < n; i++) {
+		if (i == skip)
+			continue;
 		acc += exp((double)(s->c[i].logit - mx));
+		last = i;
 		if (u < acc)
 			return record(s, s->c[i].id);
 	}
-	return record(s, s->c[n - 1].id);
+	return record(s, s->c[last < n ? last : n - 1].id);
+}
+
+static int32_t draw_sorted(struct capy_sampler *s, uint64_t n)
+{
+	double sum;
+
+	n = kept_sorted(s, n, &sum);
+	return draw_kept(s, n, sum, n);
+}
+
+/* The candidates of logits l after penalties and temperature (see draw); 0 when every logit is
+ * -inf. */
+static uint64_t candidates(struct capy_sampler *s, const float *l)
+{
+	const struct capy_sampler_params *p = &s->p;
+	uint64_t m = 0;
+	float mx = -INFINITY;
+
+	for (uint64_t i = 0; i < s->vocab; i++)
+		mx = fmaxf(mx, l[i] / p->temperature);
+	if (mx == -INFINITY)
+		return 0;
+	for (uint64_t i = 0; i < s->vocab; i++) {
+		float v = l[i] / p->temperature;
+		if (v >= mx - 40.0f)
+			s->c[m++] = (struct cand){ v, (int32_t)i };
+	}
+	return m;
 }
 
 /* The next token from logits l; first is the lowest id that may be drawn at all (greedy starts
@@ -143,7 +186,6 @@ static int32_t draw(struct capy_sampler *s, float *l, uint64_t first)
 {
 	const struct capy_sampler_params *p = &s->p;
 	uint64_t n = s->vocab;
-	float mx;
 
 	penalize(s, l);
 	if (p->temperature == 0 || p->top_k == 1) {
@@ -157,20 +199,8 @@ static int32_t draw(struct capy_sampler *s, float *l, uint64_t first)
 	 * total probability below vocab * 4e-18, which no draw can resolve; sorting only the
 	 * rest keeps a step cheap on a 248k vocabulary. Ties sort by id, so draws are
 	 * reproducible. */
-	mx = -INFINITY;
-	for (uint64_t i = 0; i < n; i++)
-		mx = fmaxf(mx, l[i] / p->temperature);
-	if (mx == -INFINITY)
+	if (!(n = candidates(s, l)))
 		return record(s, (int32_t)first);
-	{
-		uint64_t m = 0;
-		for (uint64_t i = 0; i < s->vocab; i++) {
-			float v = l[i] / p->temperature;
-			if (v >= mx - 40.0f)
-				s->c[m++] = (struct cand){ v, (int32_t)i };
-		}
-		n = m;
-	}
 	return draw_sorted(s, n);
 }
 
@@ -240,4 +270,31 @@ int32_t capy_sampler_next_top(struct capy_sampler *s, const float *v, const int3
 		if (v[i] >= mx - 40.0f)
 			s->c[m++] = (struct cand){ v[i], ids[i] };
 	return draw_sorted(s, m);
+}
+
+int32_t capy_sampler_verify(struct capy_sampler *s, float *logits, int32_t draft)
+{
+	const struct capy_sampler_params *p = &s->p;
+	uint64_t n, d;
+	double sum, pd;
+
+	if (draft < 0 || (uint64_t)draft >= s->vocab)
+		return capy_sampler_next(s, logits);
+	/* Greedy: p is a point mass on the first maximum, so the rule accepts exactly the draft
+	 * that is the argmax and otherwise gives the argmax, drawing nothing. */
+	if (p->temperature == 0 || p->top_k == 1)
+		return draw(s, logits, 0);
+	penalize(s, logits);
+	if (!(n = candidates(s, logits)))
+		return record(s, 0); /* as draw(): nothing finite, the first id */
+	n = kept_sorted(s, n, &sum);
+	for (d = 0; d < n && s->c[d].id != draft; d++)
+		;
+	pd = d < n ? exp((double)(s->c[d].logit - s->c[0].logit)) : 0;
+	/* Accept with probability p(draft) = pd / sum (one uniform, drawn whatever pd is). */
+	if (capy_rng_uniform(&s->rng) * sum < pd)
+		return record(s, draft);
+	/* Rejected: the residual max(0, p - q) with q the point mass on the draft is p with the
+	 * draft left out, renormalised. */
+	return draw_kept(s, n, sum - pd, d);
 }

@@ -47,6 +47,16 @@ int32_t capy_sampler_next(struct capy_sampler *s, float *logits);
  * allowed. With every bit set it draws what capy_sampler_next draws. */
 int32_t capy_sampler_next_masked(struct capy_sampler *s, float *logits, const uint32_t *allowed);
 
+/* Speculative sampling (spec/spec.h) with a deterministic drafter (q a point mass on draft):
+ * with p the distribution capy_sampler_next would draw from these logits (penalties,
+ * temperature, top-k, top-p, min-p applied), accept draft with probability p(draft) (one
+ * uniform of the sampler's stream) and return it; else return a token drawn from p with
+ * draft left out, renormalised (a second uniform). Over both draws the token is distributed
+ * exactly as p, and a draft run then continues from the target's own distribution. Greedy
+ * (temperature 0 or top_k 1) draws nothing: the argmax, whatever the draft. The returned
+ * token is recorded as output, as by capy_sampler_next; logits are modified in place. */
+int32_t capy_sampler_verify(struct capy_sampler *s, float *logits, int32_t draft);
+
 /* Sampling where the logits are (a GPU backend): what a device must compute so that the host
  * picks exactly the token capy_sampler_next would pick from the same logits.
  * - GREEDY (no penalties; temperature 0 or top_k 1): the first index of the maximum of the

@@ -166,4 +166,5 @@ const struct capy_backend_ops capy_backend_cpu = {
 	.state_copy = cpu_state_copy,
 	.state_free = cpu_state_free,
 	.step = cpu_step,
+	.keeps_states = true,
 };

@@ -26,6 +26,7 @@ struct gdn_job {
 	bool recurrent;
 	float *o;           /* [T][nv * dv] */
 	int slot;           /* the layer's index among the GDN states */
+	void *const *keep;  /* keep_states: the state after each token but the last, or NULL */
 };
 
 static void l2norm_scaled(const float *x, float *y, uint64_t n, float scale)
@@ -79,6 +80,8 @@ CAPY_HOT static void head_recurrent(const struct gdn_job *j, uint64_t head, floa
 				o[x] += Sy[x] * qy;
 			}
 		}
+		if (j->keep && t + 1 < j->T)
+			memcpy(((struct cpu_state *)j->keep[t])->gdn[j->slot].S + head * dk * dv, S, dk * dv * sizeof(float));
 	}
 }
 
@@ -208,7 +211,9 @@ CAPY_HOT static void head_chunked(const struct gdn_job *j, uint64_t head, float 
 
 /* One (sequence, value head) per work unit: the job's arrays cover all rows of the step,
  * each unit sees its sequence's rows and state. One token after a history runs the
- * recurrent form, anything else the chunked one. */
+ * recurrent form, anything else the chunked one, except a verification (keep_states): its
+ * tokens run the recurrent form one by one, as one-token steps would, since the two forms
+ * differ in the last bits (and only the recurrent one passes through each token's state). */
 static void gdn_heads(void *p, uint64_t b, uint64_t end, int ith)
 {
 	const struct gdn_job *j = p;
@@ -228,7 +233,8 @@ static void gdn_heads(void *p, uint64_t b, uint64_t end, int ith)
 		sub.z = j->z + t0 * nv * dv;
 		sub.o = j->o + t0 * nv * dv;
 		sub.T = it->n;
-		sub.recurrent = it->n == 1 && it->seq->len > 0;
+		sub.keep = it->states;
+		sub.recurrent = (it->n == 1 && it->seq->len > 0) || it->states;
 		if (sub.recurrent)
 			head_recurrent(&sub, h, ws);
 		else
@@ -253,6 +259,21 @@ static void gated_norm(const struct cpu_engine *e, const struct capy_gdn_w *w, f
 		for (uint64_t i = 0; i < dv; i++) {
 			float act = c->output_gate_sigmoid ? sigmoidf_(g[i]) : silu(g[i]);
 			x[i] = (w->norm[i] * (x[i] * r)) * act;
+		}
+	}
+}
+
+/* keep_states: the window after each token t < T - 1 (the last K - 1 inputs of [window |
+ * rows 0..t]) into the kept state of t, before the window moves on. */
+static void keep_windows(void *const *keep, int slot, const struct gdn_state *st, const float *qkv, uint64_t T,
+			 uint64_t C, uint64_t K)
+{
+	for (uint64_t t = 0; t + 1 < T; t++) {
+		float *win = ((struct cpu_state *)keep[t])->gdn[slot].conv;
+		for (uint64_t i = 0; i < K - 1; i++) {
+			int64_t src = (int64_t)t + 1 - (int64_t)(K - 1) + (int64_t)i;
+			const float *from = src >= 0 ? qkv + (uint64_t)src * C : st->conv + (uint64_t)(src + (int64_t)K - 1) * C;
+			memcpy(win + i * C, from, C * sizeof(float));
 		}
 	}
 }
@@ -291,7 +312,7 @@ void gdn_forward(struct cpu_engine *e, const struct capy_layer_w *l, const float
 	uint64_t C = 2 * c->linear_key_heads * c->linear_key_head_dim + nv * dv;
 	float *qkv = e->s.big1, *conv = e->s.big2, *z = e->s.big3, *ba = e->s.tmp, *o = e->s.mix;
 	float *bb = ba, *aa = ba + T * nv, *beta = aa + T * nv, *g = beta + T * nv;
-	struct gdn_job job = { e, w, NULL, conv, beta, g, z, T, false, o, l->gdn_slot };
+	struct gdn_job job = { e, w, NULL, conv, beta, g, z, T, false, o, l->gdn_slot, NULL };
 
 	par_linear(e, &w->qkv, xn, T, qkv);
 	par_linear(e, &w->z, xn, T, z);
@@ -299,7 +320,10 @@ void gdn_forward(struct cpu_engine *e, const struct capy_layer_w *l, const float
 	par_linear(e, &w->a, xn, T, aa);
 	for (size_t i = 0; i < bt->n_items; i++) {
 		const struct capy_batch_item *it = &bt->items[i];
-		conv_rows(w, &seq_state(it->seq)->gdn[l->gdn_slot], qkv + it->t0 * C, it->n, C, K, conv + it->t0 * C);
+		struct gdn_state *st = &seq_state(it->seq)->gdn[l->gdn_slot];
+		if (it->states)
+			keep_windows(it->states, l->gdn_slot, st, qkv + it->t0 * C, it->n, C, K);
+		conv_rows(w, st, qkv + it->t0 * C, it->n, C, K, conv + it->t0 * C);
 	}
 	for (uint64_t t = 0; t < T * nv; t++) {
 		beta[t] = sigmoidf_(bb[t]);

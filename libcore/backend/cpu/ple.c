@@ -40,6 +40,40 @@ static int ngram_rows(struct cpu_engine *e, const struct capy_ple_w *pl, struct 
 	return 0;
 }
 
+/* keep_states: each token's context (the last ngram_size - 1 ids of [context | ids 0..t])
+ * into the kept state of t < T - 1, before the sequence's own context moves on. */
+static void keep_contexts(const struct cpu_engine *e, void *const *keep, int slot, const struct ple_state *st,
+			  const int32_t *ids, uint64_t T)
+{
+	uint64_t ctx = e->c.ngram_size - 1;
+
+	for (uint64_t t = 0; t + 1 < T; t++) {
+		int32_t *k = ((struct cpu_state *)keep[t])->ple[slot].ctx;
+		for (uint64_t i = 0; i < ctx; i++) {
+			int64_t src = (int64_t)t + 1 - (int64_t)ctx + (int64_t)i;
+			k[i] = src >= 0 ? ids[src] : st->ctx[src + (int64_t)ctx];
+		}
+	}
+}
+
+/* ... and each token's conv window (the last (K - 1) dil inputs of [window | rows 0..t]),
+ * before the sequence's own window moves on. */
+static void keep_windows(const struct cpu_engine *e, void *const *keep, int slot, const struct ple_state *st,
+			 const float *gvn, uint64_t T)
+{
+	const struct capy_model_config *c = &e->c;
+	uint64_t hh = c->hc_count * c->hidden_size, win = (c->ple_conv_kernel - 1) * c->ngram_size;
+
+	for (uint64_t t = 0; t + 1 < T; t++) {
+		float *k = ((struct cpu_state *)keep[t])->ple[slot].conv;
+		for (uint64_t i = 0; i < win; i++) {
+			int64_t src = (int64_t)t + 1 - (int64_t)win + (int64_t)i;
+			const float *from = src >= 0 ? gvn + (uint64_t)src * hh : st->conv + (uint64_t)(src + (int64_t)win) * hh;
+			memcpy(k + i * hh, from, hh * sizeof(float));
+		}
+	}
+}
+
 /* Dilated causal depthwise conv of one sequence's rows over [window | new normed values],
  * silu, added with gv into X; the window keeps the last (K - 1) * dil inputs. */
 static void conv_rows(const struct cpu_engine *e, const struct capy_ple_w *pl, struct ple_state *st, const float *gv,
@@ -82,8 +116,10 @@ int ple_forward(struct cpu_engine *e, const struct capy_layer_w *l, float *X, ui
 
 	for (size_t i = 0; i < bt->n_items; i++) {
 		const struct capy_batch_item *it = &bt->items[i];
-		if ((rc = ngram_rows(e, pl, &seq_state(it->seq)->ple[l->ple_slot], it->tokens, it->n, emb + it->t0 * dim,
-				     err)) < 0)
+		struct ple_state *st = &seq_state(it->seq)->ple[l->ple_slot];
+		if (it->states)
+			keep_contexts(e, it->states, l->ple_slot, st, it->tokens, it->n);
+		if ((rc = ngram_rows(e, pl, st, it->tokens, it->n, emb + it->t0 * dim, err)) < 0)
 			return rc;
 	}
 	par_linear(e, &pl->key, emb, T, key);
@@ -106,8 +142,10 @@ int ple_forward(struct cpu_engine *e, const struct capy_layer_w *l, float *X, ui
 	}
 	for (size_t i = 0; i < bt->n_items; i++) {
 		const struct capy_batch_item *it = &bt->items[i];
-		conv_rows(e, pl, &seq_state(it->seq)->ple[l->ple_slot], gv + it->t0 * hh, gvn + it->t0 * hh, it->n,
-			  X + it->t0 * hh);
+		struct ple_state *st = &seq_state(it->seq)->ple[l->ple_slot];
+		if (it->states)
+			keep_windows(e, it->states, l->ple_slot, st, gvn + it->t0 * hh, it->n);
+		conv_rows(e, pl, st, gv + it->t0 * hh, gvn + it->t0 * hh, it->n, X + it->t0 * hh);
 	}
 	return 0;
 }
