@@ -2,18 +2,21 @@
  * machine's memory read bandwidth. Not a test; results go to docs/perf.md.
  *
  *	make bench && build/bench/linear-bench [--quick] [--experts N] [--isa NAME]
+ *		[--threads 1,2,...] [--m 1,4,16] [--split rows|experts]
  *		[--only bandwidth|decode|hot|prefill|prepare]
  *
- * 1. Read bandwidth: sum a 1 GiB buffer with 1 and 2 threads (best of 5), and again between
- *    the timed passes of every kernel (the VM's share of the host varies).
+ * 1. Read bandwidth: sum a 1 GiB buffer with each thread count (default 1 and 2, at most the
+ *    CPU count; best of 5), and again between the timed passes of every kernel (the VM's share
+ *    of the host varies).
  * 2. Decode: NVFP4 expert matvec over Flash-Next-shaped experts (gate_up [1024, 2048] with two
  *    parts, down [2048, 512]), one contiguous record pair per expert as in an artifact, rotating
- *    over N experts (default 512, ~900 MB) so nothing stays in cache; m = 1, 4 and 16. Rows are
- *    split over the pool's threads for each matrix ("rows"), or each thread takes whole experts
- *    ("experts"). Prints GB/s of weights read and % of the read bandwidth with as many threads.
- *    BF16 [2048, 2048] matvec the same way (64 matrices, 512 MB).
+ *    over N experts (default 512, ~900 MB) so nothing stays in cache; m from --m (activation
+ *    rows per expert, default 1, 4 and 16). Rows are split over the pool's threads for each
+ *    matrix ("rows"), or each thread takes whole experts ("experts"). Prints GB/s of weights
+ *    read and % of the read bandwidth with as many threads. BF16 [2048, 2048] matvec the same
+ *    way (64 matrices, 512 MB; m = 1, 4, 8, 16).
  * 3. The same kernels with the weights in L2 (8 NVFP4 [64, 2048], 2 BF16 [64, 2048]): what the
- *    core computes when memory is not the limit.
+ *    core computes when memory is not the limit (NVFP4 at every m of --m).
  * 4. Prefill-like: m = 64 and 512 on in-cache-sized sets, GFLOP/s (2 m n k per call).
  */
 #include "core.h"
@@ -63,6 +66,22 @@ static void fill_random(uint8_t *p, size_t n)
 	}
 	for (; i < n; i++)
 		p[i] = (uint8_t)rnd();
+}
+
+/* A comma-separated list of integers in [lo, hi] into out (at most max); the count, or -1. */
+static int parse_list(const char *s, uint64_t *out, int max, uint64_t lo, uint64_t hi)
+{
+	int n = 0;
+
+	while (*s) {
+		char *end;
+		unsigned long long v = strtoull(s, &end, 10);
+		if (end == s || v < lo || v > hi || n == max || (*end && *end != ','))
+			return -1;
+		out[n++] = v;
+		s = *end ? end + 1 : end;
+	}
+	return n;
 }
 
 /* --- read bandwidth ------------------------------------------------------------------------ */
@@ -299,11 +318,12 @@ int main(int argc, char **argv)
 	size_t nexp = 512;
 	const char *only = NULL;
 	int isa_lo = 0, isa_hi = (int)capy_isa_best();
-	struct capy_pool *pool[3] = { 0 };
+	struct capy_pool *pool[16] = { 0 };
 	double bw;
 	struct capy_err err = { 0 };
 	const uint64_t gu_parts[2] = { 512, 512 };
-	int maxth = CAPY_MIN(2, capy_cpu_count());
+	uint64_t threads[16] = { 1, 2 }, ms_fp4[16] = { 1, 4, 16 };
+	int nthr = capy_cpu_count() > 1 ? 2 : 1, nm_fp4 = 3, splits = 3; /* bit 0 rows, 1 experts */
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick"))
@@ -322,30 +342,51 @@ int main(int argc, char **argv)
 				fprintf(stderr, "linear-bench: ISA '%s' unknown or not on this CPU\n", name);
 				return 2;
 			}
+		} else if (!strcmp(argv[i], "--threads") && i + 1 < argc) {
+			if ((nthr = parse_list(argv[++i], threads, 16, 1, 1024)) <= 0) {
+				fprintf(stderr, "linear-bench: --threads wants up to 16 counts, e.g. 1,2,4,8,16\n");
+				return 2;
+			}
+		} else if (!strcmp(argv[i], "--m") && i + 1 < argc) {
+			if ((nm_fp4 = parse_list(argv[++i], ms_fp4, 16, 1, 512)) <= 0) {
+				fprintf(stderr, "linear-bench: --m wants up to 16 row counts in 1..512, e.g. 1,2,4,8,16\n");
+				return 2;
+			}
+		} else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
+			const char *v = argv[++i];
+			splits = !strcmp(v, "rows") ? 1 : !strcmp(v, "experts") ? 2 : 0;
+			if (!splits) {
+				fprintf(stderr, "linear-bench: --split is rows or experts, not '%s'\n", v);
+				return 2;
+			}
 		} else {
 			fprintf(stderr, "usage: linear-bench [--quick] [--experts N] [--isa NAME] "
+				"[--threads 1,2,...] [--m 1,4,16] [--split rows|experts] "
 				"[--only bandwidth|decode|hot|prefill|prepare]\n");
 			return 2;
 		}
 	}
 	if (quick)
 		nexp = CAPY_MIN(nexp, 64);
-	for (int t = 1; t <= maxth; t++)
-		if (capy_pool_new(&pool[t], t, &err) < 0) {
+	for (int ti = 0; ti < nthr; ti++)
+		if (capy_pool_new(&pool[ti], (int)threads[ti], &err) < 0) {
 			fprintf(stderr, "linear-bench: %s\n", err.msg);
 			return 1;
 		}
 
 	printf("# linear-bench: best ISA %s, %d CPUs\n", capy_isa_name(capy_isa_best()), capy_cpu_count());
 	bw_init();
-	for (int t = 1; t <= maxth; t++) {
+	for (int ti = 0; ti < nthr; ti++) {
 		double best = 0;
 		for (int i = 0; i < 5; i++)
-			best = fmax(best, bw_pass(pool[t]));
-		printf("read bandwidth, %d thread%s: %.2f GB/s\n", t, t > 1 ? "s" : "", best);
+			best = fmax(best, bw_pass(pool[ti]));
+		printf("read bandwidth, %d thread%s: %.2f GB/s\n", (int)threads[ti],
+		       threads[ti] > 1 ? "s" : "", best);
 	}
-	if (maxth > 1)
-		printf("capy_pool_run of an empty job, 2 threads: %.1f us\n", pool_overhead(pool[2]));
+	for (int ti = 0; ti < nthr; ti++)
+		if (threads[ti] > 1)
+			printf("capy_pool_run of an empty job, %d threads: %.1f us\n", (int)threads[ti],
+			       pool_overhead(pool[ti]));
 	if (only && !strcmp(only, "bandwidth"))
 		return 0;
 
@@ -381,21 +422,25 @@ int main(int argc, char **argv)
 		capy_isa_set((enum capy_isa)isa);
 		for (int kind = 0; kind < 2; kind++) {
 			/* NVFP4: the decode shapes of experts; BF16: batched decode of m sequences. */
-			static const uint64_t ms_fp4[] = { 1, 4, 16 }, ms_bf16[] = { 1, 4, 8, 16 };
+			static const uint64_t ms_bf16[] = { 1, 4, 8, 16 };
 			const uint64_t *ms = kind ? ms_bf16 : ms_fp4;
-			for (size_t mi = 0; mi < (kind ? ARRAY_SIZE(ms_bf16) : ARRAY_SIZE(ms_fp4)); mi++) {
+			for (size_t mi = 0; mi < (kind ? ARRAY_SIZE(ms_bf16) : (size_t)nm_fp4); mi++) {
 				uint64_t m = ms[mi];
 				if (isa == CAPY_ISA_SCALAR && m > 1)
 					continue;
-				for (int t = 1; t <= maxth; t++)
-					for (int split = 0; split < (t > 1 ? 2 : 1); split++) {
+				for (int ti = 0; ti < nthr; ti++)
+					for (int split = 0; split < 2; split++) {
+						int t = (int)threads[ti];
 						struct run r;
+						/* One thread: the two splits are the same run. */
+						if (t == 1 ? split : !(splits >> split & 1))
+							continue;
 						size_t n = kind ? nbf : 2 * nexp;
 						if (isa == CAPY_ISA_SCALAR)
 							n = kind ? 4 : 16; /* slow; cache effects do not matter */
 						setup_run(&r, kind ? bmats : emats, n, kind ? 1 : 2, m, t, x);
 						r.split_units = split;
-						double s = best_pass(pool[t], &r, quick || isa == CAPY_ISA_SCALAR ? 1 : 3, &bw);
+						double s = best_pass(pool[ti], &r, quick || isa == CAPY_ISA_SCALAR ? 1 : 3, &bw);
 						double gbs = (double)total_bytes(&r) / s / 1e9;
 						printf("| %s | %" PRIu64 " | %s | %d | %s | %.2f | %.2f | %.0f %% | %.1f |\n",
 						       kind ? "BF16 [2048,2048]" : "NVFP4 expert", m,
@@ -421,10 +466,10 @@ int main(int argc, char **argv)
 		plain_matrix(hot + 8 * 81920 + i * 64 * 2048 * 2, 64, 2048, CAPY_DT_BF16, &hmats[8 + i]);
 	printf("\n| weights in L2 | m | ISA | GB/s | ns per 128 weights x row |\n|---|---|---|---|---|\n");
 	for (int isa = isa_hi; isa >= isa_lo; isa--) {
-		static const uint64_t ms[] = { 1, 4, 16 };
+		const uint64_t *ms = ms_fp4;
 		capy_isa_set((enum capy_isa)isa);
 		for (int kind = 0; kind < 2; kind++)
-			for (size_t mi = 0; mi < (kind ? 1 : ARRAY_SIZE(ms)); mi++) {
+			for (size_t mi = 0; mi < (kind ? 1 : (size_t)nm_fp4); mi++) {
 				struct mat *hm = hmats + (kind ? 8 : 0);
 				int nm = kind ? 2 : 8, reps = quick ? 20 : 200;
 				struct capy_linear_input *in[8];
@@ -463,10 +508,11 @@ int main(int argc, char **argv)
 		static const uint64_t ms[] = { 64, 512 };
 		for (size_t mi = 0; mi < ARRAY_SIZE(ms); mi++)
 			for (int kind = 0; kind < 2; kind++)
-				for (int t = 1; t <= maxth; t++) {
+				for (int ti = 0; ti < nthr; ti++) {
+					int t = (int)threads[ti];
 					struct run r;
 					setup_run(&r, kind ? bmats : emats, kind ? 2 : 4, 1, ms[mi], t, x);
-					double s = best_pass(pool[t], &r, quick ? 1 : 2, &bw);
+					double s = best_pass(pool[ti], &r, quick ? 1 : 2, &bw);
 					printf("| %s | %" PRIu64 " | %s | %d | %.1f |\n",
 					       kind ? "BF16 [2048,2048]" : "NVFP4 [1024,2048]+[2048,512]", ms[mi],
 					       capy_isa_name((enum capy_isa)isa), t, flops(&r) / s / 1e9);
@@ -499,8 +545,8 @@ int main(int argc, char **argv)
 	}
 	}
 	capy_isa_set(capy_isa_best());
-	for (int t = 1; t <= maxth; t++)
-		capy_pool_free(pool[t]);
+	for (int ti = 0; ti < nthr; ti++)
+		capy_pool_free(pool[ti]);
 	free((void *)bw_job.buf);
 	free(experts);
 	free(emats);

@@ -1,18 +1,27 @@
 /* cpu-impl.h - private to libcore/cpu: the prepared-activation layout and the per-ISA kernel table.
  *
- * NVFP4 activations are prepared in chunks of 128 elements (8 blocks, the 64 code bytes one
- * AVX-512 register holds). A chunk is 256 bytes, four 64-byte parts:
+ * NVFP4 activations are prepared in chunks of 256 elements (16 blocks, the 128 code bytes of two
+ * AVX-512 registers). A chunk is 384 bytes, six 64-byte parts; dword d of every part belongs to
+ * block d of the chunk:
  *
- *	lo[64]  int8   a = 2*e2m1 of element 2t (t = 0..63): the low nibble of weight code byte t
- *	hi[64]  int8   a of element 2t+1: the high nibble of code byte t
- *	nc[16]  int32  nc[2j] = -12 * (sum of the 16 a of block j), nc[2j+1] = 0
- *	sa[16]  int32  sa[2j] = the block's E4M3 scale as an integer (value * 2^9), sa[2j+1] = 0
+ *	e0[64]  int8   bytes 4d..4d+3: a = 2*e2m1 of block d's elements 0, 2, 4, 6 (the low
+ *	               nibbles of its code bytes 0-3)
+ *	e1[64]  int8   elements 8, 10, 12, 14 (low nibbles of code bytes 4-7)
+ *	e2[64]  int8   elements 1, 3, 5, 7 (high nibbles of code bytes 0-3)
+ *	e3[64]  int8   elements 9, 11, 13, 15 (high nibbles of code bytes 4-7)
+ *	nc[16]  int32  -12 * (sum of the 16 a of block d)
+ *	sa[16]  int32  the block's E4M3 scale as an integer (value * 2^9)
  *
- * The vector kernels turn weight codes into b + 12 (unsigned, 0..24) and take the unsigned x
- * signed byte dot product with a (vpdpbusd / vpmaddubsw), which adds 12 * sum(a) per block;
- * starting the accumulator from nc removes it. The dword pairs (2j, 2j+1) are one block, so the
- * block sum ends up in the low dword of qword j, where vpmuldq reads it. Elements past k are
- * zero in every part, so a partial last chunk adds nothing.
+ * Why: the kernels turn a row's weight codes into b + 12 (unsigned, 0..24) once and arrange them
+ * the same way (even dwords of the code bytes into e0/e2, odd ones into e1/e3); then for every
+ * activation row the unsigned x signed byte dot products of the four parts (vpdpbusd, or
+ * vpmaddubsw + vpaddw + vpmaddwd) land one whole block in one dword, with no horizontal adds.
+ * Starting from nc removes the 12 * sum(a) the unsigned weights add. The per-activation-row cost
+ * of a chunk is then the dot products, one vpmulld by S_a (|block sum * S_a| < 2^30) and two
+ * vpmuldq by S_w into int64: the arrangement work is per weight row, shared by all the
+ * activation rows of a group. Elements and blocks past k are zero in every part, so a partial
+ * last chunk adds nothing. AVX2 takes a chunk as two halves of 8 blocks (the low and high 32
+ * bytes of each part).
  *
  * Workspace: the header (struct capy_linear_input) at a 64-byte boundary, then the chunks
  * [nvar][m][nchunks], then gs [nvar][m] (vLLM's float global scale 1/input_scale of each row and
@@ -24,8 +33,18 @@
 #include "linear.h"
 #include "../quant/floats.h"
 
-#define CAPY_NV_CHUNK 128      /* elements per chunk */
-#define CAPY_NV_CHUNK_BYTES 256
+#define CAPY_NV_CHUNK 256 /* elements per chunk */
+#define CAPY_NV_CHUNK_BYTES 384
+#define CAPY_NV_NC 256 /* offsets of nc and sa in a chunk */
+#define CAPY_NV_SA 320
+
+/* Where element e (0..15) of block d (0..15) of a chunk goes: see above. */
+static inline unsigned capy_nv_slot(unsigned d, unsigned e)
+{
+	unsigned part = (e & 1) * 2 + ((e >> 3) & 1);
+
+	return 64 * part + 4 * d + ((e >> 1) & 3);
+}
 
 struct capy_linear_input {
 	enum capy_dtype dtype;

@@ -47,6 +47,18 @@
  *   CAPY_LINEAR_NVFP4_MAX_K / 16 = 2^16 blocks stay below 2^63. capy_linear_init refuses a
  *   larger k.
  *
+ * - Several activation rows (batched decode, speculative verification, prefill): the kernels
+ *   decode a weight row's codes and scales once, arrange them like the prepared activations
+ *   (cpu-impl.h: one whole block per 32-bit lane) and run up to 8 activation rows against them
+ *   from registers. What each activation row then costs per 16 blocks is the byte dot products
+ *   (4 vpdpbusd) and the exact scale step: vpmulld by S_a (|block sum * S_a| <= 2304 * 245760
+ *   < 2^30, exact in int32) and vpmuldq by S_w into the int64 accumulator (< 2^47 per block).
+ *   Nothing is rounded before the final double expression, so the result is the definition's
+ *   bit for bit. Cheaper stand-ins are weighed in docs/perf.md ("CPU linear
+ *   kernels"): a double accumulator is exact only while every partial sum stays below 2^53,
+ *   i.e. at most 64 worst-case blocks (2304 * 245760^2 < 2^47) per lane, and its conversions
+ *   cost what vpmuldq costs.
+ *
  * Thread-safety: capy_linear_rows may run concurrently on disjoint row ranges of one y.
  * Nothing here allocates, locks or starts threads. capy_isa_set is process-wide and not meant
  * to be called while kernels run.

@@ -1,8 +1,9 @@
 /* nvfp4-avx2.c - NVFP4 (W4A4) with AVX2 + FMA + F16C.
  *
- * The scheme of nvfp4-avx512.c on 256-bit registers: a 128-element chunk is two halves of
- * 4 blocks (32 code bytes); the byte dot products go through vpmaddubsw + vpmaddwd. The last,
- * partial chunk is copied into zero-padded buffers (AVX2 has no byte-masked load).
+ * The scheme of nvfp4-avx512.c on 256-bit registers: a 256-element chunk is two halves of
+ * 8 blocks (64 code bytes, the low and high 32 bytes of each prepared part); the byte dot
+ * products go through vpmaddubsw + vpaddw + vpmaddwd. The last, partial chunk is copied into
+ * zero-padded buffers (AVX2 has no byte-masked load).
  */
 #include "cpu-impl.h"
 #include "../quant/nvfp4.h"
@@ -55,15 +56,15 @@ void T256 capy_nvfp4_prep_avx2(CAPY_PREP_ARGS)
 	}
 	g = 1.0f / is;
 	inv_g = 1.0f / g;
-	if (nb % 8)
+	if (nb % 16)
 		memset(q + (nchunks - 1) * CAPY_NV_CHUNK_BYTES, 0, CAPY_NV_CHUNK_BYTES);
 	for (uint64_t b = 0; b < nb; b++) {
 		__m256 x0 = _mm256_loadu_ps(x + b * 16), x1 = _mm256_loadu_ps(x + b * 16 + 8);
 		__m256 a0 = _mm256_and_ps(x0, absm), a1 = _mm256_and_ps(x1, absm), mx;
 		__m256i q0, q1, n0, n1;
-		uint8_t *c = q + (b / 8) * CAPY_NV_CHUNK_BYTES, sc;
-		unsigned j = (unsigned)(b % 8);
-		int32_t vals[16], sum = 0, nc[2] = { 0, 0 }, sa[2] = { 0, 0 };
+		uint8_t *c = q + (b / 16) * CAPY_NV_CHUNK_BYTES, sc;
+		unsigned d = (unsigned)(b % 16);
+		int32_t vals[16], sum = 0, nc, sa;
 		float m8[8], amax = 0, mul;
 
 		bad = _mm256_or_si256(bad, _mm256_cmpgt_epi32(_mm256_castps_si256(a0), inf));
@@ -86,60 +87,75 @@ void T256 capy_nvfp4_prep_avx2(CAPY_PREP_ARGS)
 		q1 = _mm256_sub_epi32(_mm256_xor_si256(q1, n1), n1);
 		_mm256_storeu_si256((__m256i *)vals, q0);
 		_mm256_storeu_si256((__m256i *)(vals + 8), q1);
-		for (unsigned t = 0; t < 8; t++) {
-			c[8 * j + t] = (uint8_t)(int8_t)vals[2 * t];
-			c[64 + 8 * j + t] = (uint8_t)(int8_t)vals[2 * t + 1];
-			sum += vals[2 * t] + vals[2 * t + 1];
+		for (unsigned e = 0; e < 16; e++) {
+			c[capy_nv_slot(d, e)] = (uint8_t)(int8_t)vals[e];
+			sum += vals[e];
 		}
-		nc[0] = -12 * sum;
-		sa[0] = capy_nv_scale_int(sc);
-		memcpy(c + 128 + 8 * j, nc, 8);
-		memcpy(c + 192 + 8 * j, sa, 8);
+		nc = -12 * sum;
+		sa = capy_nv_scale_int(sc);
+		memcpy(c + CAPY_NV_NC + 4 * d, &nc, 4);
+		memcpy(c + CAPY_NV_SA + 4 * d, &sa, 4);
 	}
 	*gs = !_mm256_testz_si256(bad, bad) || !isfinite(g) ? NAN : g;
 }
 
 /* --- weights -------------------------------------------------------------------------------- */
 
+/* Row-tile height and the largest group of activation rows one pass keeps in registers: per row
+ * one accumulator, next to the 4 weight registers, the 2 scale registers and the constant. */
 #define RT 16
-#define GMAX 4
+#define GMAX 8
 #define PREFETCH 2048 /* see nvfp4-avx512.c */
 
-INLINE T256 void unpack(__m256i v, __m256i *lo, __m256i *hi)
+/* Half a chunk's weights, arranged as the activations (cpu-impl.h): b + 12 of the low and high
+ * nibbles of the even and the odd dwords of 64 code bytes (8 blocks), block d in dword d. */
+struct half {
+	__m256i w[4];      /* against parts e0..e3 */
+	__m256i sw0, sw1;  /* S_w of blocks 0, 2, 4, 6 and 1, 3, 5, 7 in the low dwords of qwords */
+};
+
+INLINE T256 void arrange(const uint8_t *cw, const uint8_t *sb, struct half *h)
 {
 	const __m256i lut = _mm256_setr_epi8(12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0,
 					     12, 13, 14, 15, 16, 18, 20, 24, 12, 11, 10, 9, 8, 6, 4, 0);
 	const __m256i m0f = _mm256_set1_epi8(0x0f);
+	__m256 y0 = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)cw));
+	__m256 y1 = _mm256_castsi256_ps(_mm256_loadu_si256((const __m256i *)(cw + 32)));
+	/* vshufps picks dwords 0 and 2 (1 and 3) of each 128-bit lane of y0 then y1: blocks in the
+	 * order 0 1 4 5 | 2 3 6 7; vpermq puts the 64-bit pairs back in block order. */
+	__m256i ev = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(y0, y1, 0x88)), 0xd8);
+	__m256i od = _mm256_permute4x64_epi64(_mm256_castps_si256(_mm256_shuffle_ps(y0, y1, 0xdd)), 0xd8);
+	__m128i s = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sb));
+	__m256i sw;
 
-	*lo = _mm256_shuffle_epi8(lut, _mm256_and_si256(v, m0f));
-	*hi = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(v, 4), m0f));
+	h->w[0] = _mm256_shuffle_epi8(lut, _mm256_and_si256(ev, m0f));
+	h->w[1] = _mm256_shuffle_epi8(lut, _mm256_and_si256(od, m0f));
+	h->w[2] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(ev, 4), m0f));
+	h->w[3] = _mm256_shuffle_epi8(lut, _mm256_and_si256(_mm256_srli_epi16(od, 4), m0f));
+	/* E4M3 -> S through F16: see nvfp4-avx512.c. */
+	s = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(s, _mm_set1_epi16(0x7f)), 7),
+			 _mm_slli_epi16(_mm_and_si128(s, _mm_set1_epi16(0x80)), 8));
+	sw = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_cvtph_ps(s), _mm256_set1_ps(0x1p17f)));
+	h->sw0 = sw;
+	h->sw1 = _mm256_srli_epi64(sw, 32);
 }
 
-/* A chunk's 8 E4M3 bytes -> S of blocks 0-3 and 4-7 as qwords (low dwords; see
- * nvfp4-avx512.c). */
-INLINE T256 void wscale(const uint8_t *sb, __m256i *s0, __m256i *s1)
+/* Half a chunk of one activation row (a: the chunk plus 32 for the high half) against h: the
+ * 8 exact block sums in 8 dwords, times S_a, times S_w into 4 int64. */
+INLINE T256 __m256i step(__m256i acc, const struct half *h, const uint8_t *a)
 {
-	__m128i h = _mm_cvtepu8_epi16(_mm_loadl_epi64((const __m128i *)sb)), d;
-
-	h = _mm_or_si128(_mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x7f)), 7),
-			 _mm_slli_epi16(_mm_and_si128(h, _mm_set1_epi16(0x80)), 8));
-	__m256i i = _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_cvtph_ps(h), _mm256_set1_ps(0x1p17f)));
-	d = _mm256_castsi256_si128(i);
-	*s0 = _mm256_cvtepi32_epi64(d);
-	*s1 = _mm256_cvtepi32_epi64(_mm256_extracti128_si256(i, 1));
-}
-
-/* Half h of one activation row's chunk a against the unpacked weights. */
-INLINE T256 __m256i step(__m256i acc, __m256i wlo, __m256i whi, __m256i sw, const uint8_t *a)
-{
-	__m256i p = _mm256_add_epi16(_mm256_maddubs_epi16(wlo, _mm256_load_si256((const __m256i *)a)),
-				     _mm256_maddubs_epi16(whi, _mm256_load_si256((const __m256i *)(a + 64))));
+	__m256i p0 = _mm256_maddubs_epi16(h->w[0], _mm256_load_si256((const __m256i *)a));
+	__m256i p1 = _mm256_maddubs_epi16(h->w[1], _mm256_load_si256((const __m256i *)(a + 64)));
+	__m256i p2 = _mm256_maddubs_epi16(h->w[2], _mm256_load_si256((const __m256i *)(a + 128)));
+	__m256i p3 = _mm256_maddubs_epi16(h->w[3], _mm256_load_si256((const __m256i *)(a + 192)));
+	/* 8 products of at most 24 * 12 per int16: no overflow. */
+	__m256i p = _mm256_add_epi16(_mm256_add_epi16(p0, p1), _mm256_add_epi16(p2, p3));
 	__m256i t = _mm256_add_epi32(_mm256_madd_epi16(p, _mm256_set1_epi16(1)),
-				     _mm256_load_si256((const __m256i *)(a + 128)));
+				     _mm256_load_si256((const __m256i *)(a + CAPY_NV_NC)));
 
-	t = _mm256_add_epi32(t, _mm256_srli_epi64(t, 32));
-	t = _mm256_mullo_epi32(t, _mm256_load_si256((const __m256i *)(a + 192)));
-	return _mm256_add_epi64(acc, _mm256_mul_epi32(t, sw));
+	t = _mm256_mullo_epi32(t, _mm256_load_si256((const __m256i *)(a + CAPY_NV_SA)));
+	acc = _mm256_add_epi64(acc, _mm256_mul_epi32(t, h->sw0));
+	return _mm256_add_epi64(acc, _mm256_mul_epi32(_mm256_srli_epi64(t, 32), h->sw1));
 }
 
 INLINE T256 int64_t hsum64(__m256i v)
@@ -149,47 +165,46 @@ INLINE T256 int64_t hsum64(__m256i v)
 	return _mm_cvtsi128_si64(s) + _mm_extract_epi64(s, 1);
 }
 
-/* All halves of one chunk (code bytes cw, scale bytes sw) with data in them. */
+/* The halves of one chunk (code bytes cw, scale bytes sw) that have data in them. */
 INLINE T256 void chunk(__m256i *acc, const uint8_t *cw, const uint8_t *sw, const uint8_t *a,
 		       uint64_t qrow, int halves, const int G)
 {
-	__m256i s[2];
-
-	wscale(sw, &s[0], &s[1]);
-	for (int h = 0; h < halves; h++) {
-		__m256i wlo, whi;
-		unpack(_mm256_loadu_si256((const __m256i *)(cw + 32 * h)), &wlo, &whi);
-#pragma GCC unroll 4
+	for (int hf = 0; hf < halves; hf++) {
+		struct half h;
+		arrange(cw + 64 * hf, sw + 8 * hf, &h);
+#pragma GCC unroll 8
 		for (int g = 0; g < G; g++)
-			acc[g] = step(acc[g], wlo, whi, s[h], a + g * qrow + 32 * h);
+			acc[g] = step(acc[g], &h, a + g * qrow + 32 * hf);
 	}
 }
 
 INLINE T256 void row(const struct capy_linear *w, const uint8_t *q, uint64_t qrow,
 		     const double *f, uint64_t i0, const int G, float *y, uint64_t r)
 {
-	const uint64_t k = w->k, nb = k / 16, full = nb / 8, rest = nb % 8;
+	const uint64_t k = w->k, nb = k / 16, full = nb / 16, rest = nb % 16;
 	const uint8_t *cw = w->codes + r * (k / 2), *sw = w->scales + r * nb;
 	const uint8_t *a = q + i0 * qrow;
 	__m256i acc[GMAX];
 	uint64_t c = 0;
 
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int g = 0; g < G; g++)
 		acc[g] = _mm256_setzero_si256();
 	for (; c < full; c++) {
-		_mm_prefetch((const char *)(cw + c * 64 + PREFETCH), _MM_HINT_T0);
-		if (!(c & 7))
-			_mm_prefetch((const char *)(sw + c * 8 + PREFETCH / 8), _MM_HINT_T0);
-		chunk(acc, cw + c * 64, sw + c * 8, a + c * CAPY_NV_CHUNK_BYTES, qrow, 2, G);
+		_mm_prefetch((const char *)(cw + c * 128 + PREFETCH), _MM_HINT_T0);
+		_mm_prefetch((const char *)(cw + c * 128 + 64 + PREFETCH), _MM_HINT_T0);
+		if (!(c & 3))
+			_mm_prefetch((const char *)(sw + c * 16 + PREFETCH / 8), _MM_HINT_T0);
+		chunk(acc, cw + c * 128, sw + c * 16, a + c * CAPY_NV_CHUNK_BYTES, qrow, 2, G);
 	}
 	if (rest) {
-		uint8_t codes[64] = { 0 }, scales[8] = { 0 };
-		memcpy(codes, cw + c * 64, rest * 8);
-		memcpy(scales, sw + c * 8, rest);
-		chunk(acc, codes, scales, a + c * CAPY_NV_CHUNK_BYTES, qrow, rest > 4 ? 2 : 1, G);
+		/* Codes past the row read as 0 (b + 12 = 12) against prepared zeros. */
+		uint8_t codes[128] = { 0 }, scales[16] = { 0 };
+		memcpy(codes, cw + c * 128, rest * 8);
+		memcpy(scales, sw + c * 16, rest);
+		chunk(acc, codes, scales, a + c * CAPY_NV_CHUNK_BYTES, qrow, rest > 8 ? 2 : 1, G);
 	}
-#pragma GCC unroll 4
+#pragma GCC unroll 8
 	for (int g = 0; g < G; g++)
 		y[(i0 + g) * w->n + r] = capy_nv_finish(hsum64(acc[g]), f[g]);
 }

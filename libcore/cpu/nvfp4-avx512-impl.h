@@ -7,46 +7,40 @@
 INLINE NV_T void NV_NAME(row)(const struct capy_linear *w, const uint8_t *q, uint64_t qrow,
 			      const double *f, uint64_t i0, const int G, float *y, uint64_t r)
 {
-	const uint64_t k = w->k, nb = k / 16, full = nb / 8, rest = nb % 8;
+	const uint64_t k = w->k, nb = k / 16, full = nb / 16, rest = nb % 16;
 	const uint8_t *cw = w->codes + r * (k / 2), *sw = w->scales + r * nb;
 	const uint8_t *a = q + i0 * qrow;
-	__m512i acc[GMAX], wlo, whi, s;
+	__m512i acc[GMAX];
+	struct wchunk wc;
 	uint64_t c = 0;
 
 #pragma GCC unroll 8
 	for (int g = 0; g < G; g++)
 		acc[g] = _mm512_setzero_si512();
-	for (; c + 2 <= full; c += 2) {
-		__m512i s1;
-		_mm_prefetch((const char *)(cw + c * 64 + PREFETCH), _MM_HINT_T0);
-		_mm_prefetch((const char *)(cw + c * 64 + 64 + PREFETCH), _MM_HINT_T0);
-		if (!(c & 7))
-			_mm_prefetch((const char *)(sw + c * 8 + PREFETCH / 8), _MM_HINT_T0);
-		wscale16(_mm_loadu_si128((const __m128i *)(sw + c * 8)), &s, &s1);
-		unpack(_mm512_loadu_si512(cw + c * 64), &wlo, &whi);
+	for (; c < full; c++) {
+		_mm_prefetch((const char *)(cw + c * 128 + PREFETCH), _MM_HINT_T0);
+		_mm_prefetch((const char *)(cw + c * 128 + 64 + PREFETCH), _MM_HINT_T0);
+		if (!(c & 3))
+			_mm_prefetch((const char *)(sw + c * 16 + PREFETCH / 8), _MM_HINT_T0);
+		arrange(_mm512_loadu_si512(cw + c * 128), _mm512_loadu_si512(cw + c * 128 + 64),
+			_mm_loadu_si128((const __m128i *)(sw + c * 16)), &wc);
 #pragma GCC unroll 8
 		for (int g = 0; g < G; g++)
-			acc[g] = NV_STEP(acc[g], wlo, whi, s, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
-		unpack(_mm512_loadu_si512(cw + c * 64 + 64), &wlo, &whi);
-#pragma GCC unroll 8
-		for (int g = 0; g < G; g++)
-			acc[g] = NV_STEP(acc[g], wlo, whi, s1, a + g * qrow + (c + 1) * CAPY_NV_CHUNK_BYTES);
-	}
-	if (c < full) {
-		unpack(_mm512_loadu_si512(cw + c * 64), &wlo, &whi);
-		s = wscale(_mm_loadl_epi64((const __m128i *)(sw + c * 8)));
-#pragma GCC unroll 8
-		for (int g = 0; g < G; g++)
-			acc[g] = NV_STEP(acc[g], wlo, whi, s, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
-		c++;
+			acc[g] = NV_STEP(acc[g], &wc, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
 	}
 	if (rest) {
-		/* Codes past the row load as 0 (b + 12 = 12) against prepared zeros. */
-		unpack(_mm512_maskz_loadu_epi8((1ull << (8 * rest)) - 1, cw + c * 64), &wlo, &whi);
-		s = wscale(_mm_maskz_loadu_epi8((__mmask16)((1u << rest) - 1), sw + c * 8));
+		/* Codes and scales past the row load as 0 (b + 12 = 12, S_w = 0) against prepared
+		 * zeros. rest * 8 code bytes: up to 64 in the first register, the others in the
+		 * second. */
+		uint64_t cb = rest * 8;
+		__mmask64 m0 = cb >= 64 ? ~0ull : (1ull << cb) - 1;
+		__mmask64 m1 = cb > 64 ? (1ull << (cb - 64)) - 1 : 0;
+		arrange(_mm512_maskz_loadu_epi8(m0, cw + c * 128),
+			_mm512_maskz_loadu_epi8(m1, cw + c * 128 + 64),
+			_mm_maskz_loadu_epi8((__mmask16)((1u << rest) - 1), sw + c * 16), &wc);
 #pragma GCC unroll 8
 		for (int g = 0; g < G; g++)
-			acc[g] = NV_STEP(acc[g], wlo, whi, s, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
+			acc[g] = NV_STEP(acc[g], &wc, a + g * qrow + c * CAPY_NV_CHUNK_BYTES);
 	}
 #pragma GCC unroll 8
 	for (int g = 0; g < G; g++)

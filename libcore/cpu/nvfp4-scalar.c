@@ -22,29 +22,28 @@ void capy_nvfp4_prep_scalar(CAPY_PREP_ARGS)
 	*gs = 1.0f / is;
 	if (bad || !isfinite(*gs))
 		*gs = NAN;
-	if (nb % 8)
+	if (nb % 16)
 		memset(q + (nchunks - 1) * CAPY_NV_CHUNK_BYTES, 0, CAPY_NV_CHUNK_BYTES);
 	for (uint64_t b = 0; b < nb; b++) {
-		uint8_t codes[8], sc, *c = q + (b / 8) * CAPY_NV_CHUNK_BYTES;
-		unsigned j = (unsigned)(b % 8);
-		int32_t sum = 0, nc[2], sa[2];
+		uint8_t codes[8], sc, *c = q + (b / 16) * CAPY_NV_CHUNK_BYTES;
+		unsigned d = (unsigned)(b % 16);
+		int32_t sum = 0, nc, sa;
 
 		capy_nvfp4_quantize_act(x + b * 16, 16, is, codes, &sc);
-		for (unsigned t = 0; t < 8; t++) {
-			int8_t lo = capy_nv_code2[codes[t] & 15], hi = capy_nv_code2[codes[t] >> 4];
-			c[8 * j + t] = (uint8_t)lo;
-			c[64 + 8 * j + t] = (uint8_t)hi;
-			sum += lo + hi;
+		for (unsigned e = 0; e < 16; e++) {
+			int8_t a = capy_nv_code2[(codes[e / 2] >> (4 * (e & 1))) & 15];
+			c[capy_nv_slot(d, e)] = (uint8_t)a;
+			sum += a;
 		}
-		nc[0] = -12 * sum;
-		nc[1] = 0;
-		sa[0] = capy_nv_scale_int(sc);
-		sa[1] = 0;
-		memcpy(c + 128 + 8 * j, nc, 8);
-		memcpy(c + 192 + 8 * j, sa, 8);
+		nc = -12 * sum;
+		sa = capy_nv_scale_int(sc);
+		memcpy(c + CAPY_NV_NC + 4 * d, &nc, 4);
+		memcpy(c + CAPY_NV_SA + 4 * d, &sa, 4);
 	}
 }
 
+/* The definition in linear.h, one product at a time (it reads only the a and S_a of the layout,
+ * so the layout's bias terms are checked by the vector kernels agreeing with this one). */
 void capy_nvfp4_scalar(CAPY_NVFP4_ARGS)
 {
 	const uint64_t k = w->k, n = w->n, nb = k / 16, qrow = nchunks * CAPY_NV_CHUNK_BYTES;
@@ -55,15 +54,15 @@ void capy_nvfp4_scalar(CAPY_NVFP4_ARGS)
 			const uint8_t *a = q + i * qrow;
 			int64_t acc = 0;
 			for (uint64_t b = 0; b < nb; b++) {
-				const uint8_t *c = a + (b / 8) * CAPY_NV_CHUNK_BYTES;
-				unsigned j = (unsigned)(b % 8);
+				const uint8_t *c = a + (b / 16) * CAPY_NV_CHUNK_BYTES;
+				unsigned d = (unsigned)(b % 16);
 				int32_t dot = 0, sa;
-				for (unsigned t = 0; t < 8; t++) {
-					uint8_t byte = cw[b * 8 + t];
-					dot += (int8_t)c[8 * j + t] * capy_nv_code2[byte & 15] +
-					       (int8_t)c[64 + 8 * j + t] * capy_nv_code2[byte >> 4];
+				for (unsigned e = 0; e < 16; e++) {
+					uint8_t byte = cw[b * 8 + e / 2];
+					dot += (int8_t)c[capy_nv_slot(d, e)] *
+					       capy_nv_code2[(byte >> (4 * (e & 1))) & 15];
 				}
-				memcpy(&sa, c + 192 + 8 * j, 4);
+				memcpy(&sa, c + CAPY_NV_SA + 4 * d, 4);
 				acc += (int64_t)dot * sa * capy_nv_scale_int(sw[b]);
 			}
 			y[i * n + r] = capy_nv_finish(acc, capy_nv_factor(scale2, gs[i]));

@@ -556,6 +556,110 @@ static void test_nvfp4_bound(void)
 	free(x);
 }
 
+/* The definition of linear.h computed independently of the kernels' layout: the reference
+ * quantization (capy_nvfp4_quantize_act), the decoded values as integers, one int64 sum, the
+ * double expression. Weight scale bytes must be finite (0x7f is NaN to capy_e4m3_to_f32). */
+static void nvfp4_int64_reference(const struct capy_linear *w, const float *x, uint64_t m,
+				  float *y)
+{
+	const uint64_t k = w->k, n = w->n;
+	uint8_t *ac = xalloc(k / 2), *as = xalloc(k / 16);
+	uint64_t r0 = 0;
+
+	for (uint32_t p = 0; p < w->nparts; p++) {
+		uint64_t r1 = r0 + w->part_rows[p];
+		for (uint64_t i = 0; i < m; i++) {
+			const float *xi = x + i * k;
+			float is = w->input_scale[p], amax = 0, gs;
+			for (uint64_t j = 0; j < k; j++)
+				amax = fmaxf(amax, fabsf(xi[j]));
+			if (is == 0)
+				is = capy_nvfp4_weight_scale2(amax);
+			gs = 1.0f / is;
+			capy_nvfp4_quantize_act(xi, k, is, ac, as);
+			for (uint64_t r = r0; r < r1; r++) {
+				const uint8_t *wc = w->codes + r * k / 2, *ws = w->scales + r * k / 16;
+				int64_t acc = 0;
+				for (uint64_t b = 0; b < k / 16; b++) {
+					int64_t dot = 0;
+					for (uint64_t j = 16 * b; j < 16 * b + 16; j++)
+						dot += (int64_t)(2 * capy_nvfp4_code_value(ac, j)) *
+						       (int64_t)(2 * capy_nvfp4_code_value(wc, j));
+					acc += dot * (int64_t)(capy_e4m3_to_f32(as[b]) * 512.0f) *
+					       (int64_t)(capy_e4m3_to_f32(ws[b]) * 512.0f);
+				}
+				y[i * n + r] = (float)(((double)acc * 0x1p-20) *
+						       ((double)w->scale2[p] / (double)gs));
+			}
+		}
+		r0 = r1;
+	}
+	free(ac);
+	free(as);
+}
+
+/* The largest values everywhere, for every batch size 1..17 through every ISA: codes +-6 (and
+ * random), weight scales 448 / -448 / the smallest subnormal (and 0x7f, which the kernels read
+ * as 480, in a second pass compared across ISAs only), activations that quantize to +-6 with
+ * block scale 448, blocks of opposite signs so partial sums go both ways; k with a partial
+ * last chunk and above the int32 range of any one row's sum. Each ISA's bits equal the
+ * independent int64 reference, any row range included. */
+static void test_nvfp4_extremes(void)
+{
+	const uint64_t k = 4096 + 16 * 9, n = 21, parts[2] = { 12, 9 };
+	const float is[2] = { 1.0f, 0 };
+
+	for (int nan_scales = 0; nan_scales < 2; nan_scales++)
+		for (uint64_t m = 1; m <= 17; m++) {
+			struct capy_nvfp4_layout l;
+			uint8_t *rec;
+			float *x = xalloc(m * k * sizeof(float)), *ref = xalloc(m * n * sizeof(float));
+			struct capy_linear w;
+			char what[64];
+
+			capy_nvfp4_layout(n, k, 2, &l);
+			rec = make_nvfp4(n, k, 2, parts, is, true);
+			for (uint64_t e = 0; e < n * k / 2; e++) {
+				static const uint8_t big[4] = { 0x77, 0xff, 0x7f, 0xf7 };
+				rec[l.codes_off + e] = below(4) ? big[below(4)] : (uint8_t)below(256);
+			}
+			for (uint64_t e = 0; e < n * k / 16; e++) {
+				static const uint8_t sc[5] = { 0x7e, 0xfe, 0x7e, 0x01, 0x7f };
+				rec[l.scales_off + e] = sc[below(nan_scales ? 5 : 4)];
+			}
+			for (uint64_t i = 0; i < m; i++)
+				for (uint64_t j = 0; j < k; j++) {
+					/* Row 0 all at the largest magnitude, the others mostly. */
+					float mag = i == 0 || below(8) ? 6.0f * 448.0f : (float)unif(0, 2688);
+					x[i * k + j] = ((j / 16 + i) & 1) ? -mag : mag;
+				}
+			snprintf(what, sizeof(what), "extremes m=%" PRIu64 "%s", m,
+				 nan_scales ? " (0x7f scales)" : "");
+			CHECK(capy_linear_init(&w, CAPY_DT_NVFP4, n, k, 2, parts, rec, NULL) == 0);
+			if (!nan_scales) {
+				nvfp4_int64_reference(&w, x, m, ref);
+			} else {
+				void *ws;
+				run_isa(CAPY_ISA_SCALAR, &w, x, m, ref, &ws);
+				free(ws);
+			}
+			for (int isa = 0; isa < nisa; isa++) {
+				float *y = xalloc(m * n * sizeof(float));
+				void *ws;
+				run_isa(isa, &w, x, m, y, &ws);
+				free(ws);
+				CHECK_MSG(!memcmp(y, ref, m * n * sizeof(float)), "%s: %s differs from the %s",
+					  what, capy_isa_name((enum capy_isa)isa),
+					  nan_scales ? "scalar kernel" : "int64 reference");
+				check_splits(isa, &w, x, m, ref, what);
+				free(y);
+			}
+			free(rec);
+			free(x);
+			free(ref);
+		}
+}
+
 /* The recorded vLLM activation vectors: project each row on identity weights (code 1.0, block
  * scale 1.0, scale_2 1.0) with the recorded input_scale; y = x_dq, which the reference computes
  * as q * float(s / gs) and we as q * s / gs rounded once: equal where |q| is a power of two,
@@ -720,6 +824,7 @@ int main(void)
 	RUN(test_nvfp4);
 	RUN(test_nvfp4_nonfinite);
 	RUN(test_nvfp4_bound);
+	RUN(test_nvfp4_extremes);
 	RUN(test_threads);
 	capy_isa_set(capy_isa_best());
 	cJSON_Delete(vectors);
