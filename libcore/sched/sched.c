@@ -27,6 +27,7 @@ struct req {
 	int32_t next;                 /* the sampled token the next step feeds */
 	int32_t sampled;              /* the step's pick, where the step samples (no logprobs) */
 	uint64_t generated, cached, max_new;
+	enum capy_kv_tier tier;       /* where the cached prefix came from */
 	struct prefix_entry *entry;
 	/* constrained (r.grammar): this request's masker (its caches are per grammar and not
 	 * thread-safe, so never shared), the grammar state of the output so far, and the job
@@ -108,7 +109,7 @@ static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why
 		   const char *error)
 {
 	double t = now();
-	struct capy_gen_event ev = { .type = CAPY_GEN_END, .id = q->id, .cached_tokens = q->cached };
+	struct capy_gen_event ev = { .type = CAPY_GEN_END, .id = q->id, .cached_tokens = q->cached, .cache_tier = q->tier };
 
 	if (s->pc && q->seq && why != CAPY_FINISH_ERROR) {
 		struct capy_err err = { 0 };
@@ -146,16 +147,19 @@ static void remove_active(struct capy_sched *s, size_t i)
 static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 {
 	uint64_t cached = 0;
+	enum capy_kv_tier tier = CAPY_KV_TIER_NONE;
 	int rc;
 	struct capy_gen_event ev = { .type = CAPY_GEN_START, .id = q->id };
 
 	q->t_start = now();
 	if (s->pc) {
-		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, err)) < 0)
+		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, &tier, err)) < 0)
 			return rc;
 		pthread_mutex_lock(&s->mu);
 		s->st.cache_lookups++;
 		s->st.cache_hits += cached > 0;
+		s->st.tier_hits[tier] += cached > 0;
+		s->st.tier_cached_tokens[tier] += cached;
 		pthread_mutex_unlock(&s->mu);
 	}
 	if (!q->seq && (rc = capy_seq_new(s->e, &q->seq, err)) < 0)
@@ -173,6 +177,7 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 		capy_mask_ahead_start(q->ahead, q->gstate); /* the first mask, while the prompt is read */
 	}
 	q->cached = cached;
+	q->tier = tier;
 	q->phase = PREFILL;
 	pthread_mutex_lock(&s->mu);
 	s->st.prompt_tokens += q->r.n_prompt;
@@ -180,6 +185,7 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 	s->st.requests++;
 	pthread_mutex_unlock(&s->mu);
 	ev.cached_tokens = cached;
+	ev.cache_tier = tier;
 	q->r.cb(q->r.ud, &ev);
 	return 0;
 }
@@ -534,10 +540,14 @@ static bool admit(struct capy_sched *s)
 static void update_stats(struct capy_sched *s)
 {
 	struct prefix_stats ps = { 0 };
+	struct capy_kvstore_stats ks = { 0 };
 
 	if (s->pc)
 		prefix_stats(s->pc, &ps);
+	if (s->o.kvstore)
+		capy_kvstore_stats(s->o.kvstore, &ks);
 	pthread_mutex_lock(&s->mu);
+	s->st.kv = ks;
 	s->st.active = s->n_active;
 	s->st.cache_bytes = ps.bytes;
 	s->st.cache_entries = ps.entries;
@@ -600,8 +610,9 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 		rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (s->o.cache_bytes && (rc = prefix_new(&s->pc, e, s->o.cache_bytes, err)) < 0)
+	if (s->o.cache_bytes && (rc = prefix_new(&s->pc, e, s->o.cache_bytes, s->o.kvstore, err)) < 0)
 		goto fail;
+	s->st.tiers = s->pc && s->o.kvstore;
 	if (s->o.mask_threads > 0 && (rc = capy_mask_pool_new(&s->masks, s->o.mask_threads, err)) < 0)
 		goto fail;
 	s->st.page_bytes = capy_engine_page_bytes(e);

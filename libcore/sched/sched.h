@@ -37,6 +37,7 @@
 
 #include "../engine/engine.h"
 #include "../sample/sample.h"
+#include "../kvstore/kvstore.h"
 
 struct capy_sched;
 struct capy_grammar;
@@ -53,6 +54,11 @@ struct capy_sched_opts {
 	 * engine runs the step that gives its logits (0: 2; < 0: none, each mask computed after
 	 * the step, as it is needed). The tokens are the same either way. */
 	int mask_threads;
+	/* The context cache's host and disk tiers (kvstore.h; NULL: none): what the prefix cache
+	 * evicts is demoted there, and a prompt that matches more there than in the prefix cache
+	 * is restored from it. The caller's: it outlives the scheduler (whose free demotes the
+	 * prefix cache's entries into it when it has a disk tier, for a restart to find). */
+	struct capy_kvstore *kvstore;
 };
 
 enum capy_gen_event_type {
@@ -77,6 +83,7 @@ struct capy_gen_event {
 	enum capy_gen_event_type type;
 	uint64_t id;
 	uint64_t cached_tokens;      /* START, END: prompt tokens served from the prefix cache */
+	enum capy_kv_tier cache_tier; /* START, END: the tier they came from (NONE: no hit) */
 	/* TOKEN */
 	int32_t token;
 	uint64_t index;              /* 0 for the first generated token */
@@ -132,6 +139,11 @@ struct capy_sched_stats {
 	uint64_t cache_bytes, cache_entries, cache_snapshots;
 	uint64_t cache_lookups, cache_hits;  /* requests that looked, that found a prefix */
 	uint64_t kv_pages, page_bytes;       /* attention-cache pages in use, bytes each */
+	/* hits and the prompt tokens they served, by tier (enum capy_kv_tier; device = the
+	 * prefix cache itself), and the lower tiers' own counts (with kvstore set) */
+	uint64_t tier_hits[4], tier_cached_tokens[4];
+	bool tiers;
+	struct capy_kvstore_stats kv;
 	bool failed;                         /* an engine-wide failure stopped the scheduler */
 };
 
