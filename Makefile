@@ -172,6 +172,7 @@ endif
 
 PROGRAMS += capy-convert
 PROGRAMS += capy-gen
+PROGRAMS += capy-kvdump
 PROGRAMS += capy-ppl
 PROGRAMS += capy-serve
 PROGRAMS += capy-shortlist
@@ -181,6 +182,7 @@ UNIT_TESTS += u-artifact
 UNIT_TESTS += u-engine
 UNIT_TESTS += u-grammar
 UNIT_TESTS += u-json-schema
+UNIT_TESTS += u-kvstore
 UNIT_TESTS += u-expert-cache
 UNIT_TESTS += u-http
 UNIT_TESTS += u-linear
