@@ -222,6 +222,7 @@ CUDA_TESTS += u-cuda-sample
 
 
 BENCHES += expert-cache-bench
+BENCHES += kvstore-bench
 BENCHES += linear-bench
 BENCHES += mask-bench
 BENCHES += step-bench
