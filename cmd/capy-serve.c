@@ -41,7 +41,8 @@ static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, op
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
 	       opt_max_tokens, opt_gpu, opt_mask_threads = 2;
 static uint64_t opt_gpu_mem;
-static double opt_host_cache_mib, opt_disk_cache_gib = 16;
+static double opt_host_cache_mib, opt_disk_cache_gib = 16, opt_kv_budget_mib;
+static int64_t opt_lease_window = 512;
 static const char *opt_disk_cache_dir;
 static double opt_cache_mib = 1024, opt_request_timeout = 30, opt_idle_timeout = 75, opt_shutdown = 10;
 static uint64_t opt_max_body = 32u << 20;
@@ -72,6 +73,12 @@ static const struct capy_opt opts[] = {
 			"disk tier: what host RAM evicts is written there and found again after a restart"),
 	CAPY_OPT_DOUBLE(0, "disk-cache-gib", &opt_disk_cache_gib, "gib", "the disk tier's size bound (default 16)", 0.001,
 			1 << 20),
+	CAPY_OPT_INT(0, "kv-lease-window", &opt_lease_window, "n",
+		     "KV a request reserves beyond its prompt, grown by n as it answers (default 512; 0: max_tokens)", 0,
+		     1 << 24),
+	CAPY_OPT_DOUBLE(0, "kv-budget-mib", &opt_kv_budget_mib, "mib",
+			"attention-cache pages the requests' leases and the prefix cache share (default 0: no bound)", 0,
+			1 << 24),
 	CAPY_OPT_INT(0, "snapshot-interval", &opt_snapshot, "n", "prefix-cache snapshot every n prompt tokens (default 4096)",
 		     1, 1 << 24),
 	CAPY_OPT_INT(0, "max-tokens", &opt_max_tokens, "n", "clamp a request's max_tokens to n (default: the context)", 0,
@@ -302,6 +309,10 @@ int cmd_main(int argc, char **argv)
 	sco.cache_bytes = (uint64_t)(opt_cache_mib * 1048576.0);
 	sco.snapshot_interval = (uint64_t)opt_snapshot;
 	sco.mask_threads = opt_mask_threads ? (int)opt_mask_threads : -1;
+	sco.kv_lease_window = (uint64_t)opt_lease_window;
+	sco.kv_pages = (uint64_t)(opt_kv_budget_mib * 1048576.0) / capy_engine_page_bytes(e);
+	if (opt_kv_budget_mib > 0 && !sco.kv_pages)
+		capy_usage_error(usage, opts, "--kv-budget-mib %g is less than one attention-cache page", opt_kv_budget_mib);
 	if (opt_host_cache_mib > 0 || opt_disk_cache_dir) {
 		if (!sco.cache_bytes)
 			capy_usage_error(usage, opts, "--host-cache-mib and --disk-cache-dir need the prefix cache (--cache-mib > 0)");

@@ -192,6 +192,12 @@ static void shrink(struct prefix_cache *pc)
 		evict_one(pc);
 }
 
+void prefix_make_room(struct prefix_cache *pc, uint64_t max_pages)
+{
+	while (pc->distinct_pages > max_pages && (pc->n_snaps || pc->distinct_pages))
+		evict_one(pc);
+}
+
 int prefix_insert(struct prefix_cache *pc, struct prefix_entry **entry, const struct capy_seq *seq,
 		  struct capy_err *err)
 {
@@ -258,18 +264,14 @@ static uint64_t common_prefix(const int32_t *a, const int32_t *b, uint64_t n)
 	return i;
 }
 
-int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
-		  struct capy_seq **out, uint64_t *cached, enum capy_kv_tier *tier, struct capy_err *err)
+/* The entry and snapshot with the longest usable prefix of prompt (NULL: none). */
+static struct prefix_entry *best_match(const struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
+				       size_t *bi, uint64_t *best_len)
 {
 	struct prefix_entry *best = NULL;
-	size_t bi = 0;
-	uint64_t best_len = 0;
-	struct capy_seq *s;
-	int rc;
 
-	*out = NULL;
-	*cached = 0;
-	*tier = CAPY_KV_TIER_NONE;
+	*bi = 0;
+	*best_len = 0;
 	for (struct prefix_entry *en = pc->head; en; en = en->next) {
 		uint64_t m;
 		if (!en->holder || !en->n_snaps)
@@ -279,15 +281,40 @@ int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, ui
 		for (size_t i = en->n_snaps; i-- > 0;) {
 			uint64_t p = capy_snapshot_len(en->snaps[i].sn);
 			if (p <= m) {
-				if (p > best_len) {
+				if (p > *best_len) {
 					best = en;
-					bi = i;
-					best_len = p;
+					*bi = i;
+					*best_len = p;
 				}
 				break;
 			}
 		}
 	}
+	return best;
+}
+
+uint64_t prefix_match(const struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit)
+{
+	size_t bi;
+	uint64_t len;
+
+	best_match(pc, prompt, n, limit, &bi, &len);
+	return len;
+}
+
+int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
+		  struct capy_seq **out, uint64_t *cached, enum capy_kv_tier *tier, struct capy_err *err)
+{
+	size_t bi;
+	uint64_t best_len;
+	struct prefix_entry *best;
+	struct capy_seq *s;
+	int rc;
+
+	*out = NULL;
+	*cached = 0;
+	*tier = CAPY_KV_TIER_NONE;
+	best = best_match(pc, prompt, n, limit, &bi, &best_len);
 	/* A longer prefix in a lower tier is worth its copy: each token of it saves a prefill. */
 	if (pc->kv && (rc = capy_kvstore_lookup(pc->kv, prompt, n, limit, best_len, out, cached, tier, err)) < 0)
 		return rc;

@@ -30,11 +30,18 @@ void prefix_free(struct prefix_cache *pc);
 int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
 		  struct capy_seq **out, uint64_t *cached, enum capy_kv_tier *tier, struct capy_err *err);
 
+/* The length prefix_lookup would find in the cache itself (not its lower tiers), without
+ * taking it. */
+uint64_t prefix_match(const struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit);
+
 /* Cache seq's state at its current length. *entry is the caller's handle on the entry its
  * sequence extends: NULL the first time (an entry is made and *entry set); the cache sets it
  * back to NULL if it evicts the entry. May evict other snapshots to stay within the budget. */
 int prefix_insert(struct prefix_cache *pc, struct prefix_entry **entry, const struct capy_seq *seq,
 		  struct capy_err *err);
+/* Evict (demote) until the cache's distinct pages are at most max_pages: room for the KV
+ * leases of requests (sched.c). */
+void prefix_make_room(struct prefix_cache *pc, uint64_t max_pages);
 /* The caller's sequence is done with *entry (it will not be extended any more). */
 void prefix_detach(struct prefix_cache *pc, struct prefix_entry **entry);
 

@@ -28,6 +28,7 @@ struct req {
 	int32_t sampled;              /* the step's pick, where the step samples (no logprobs) */
 	uint64_t generated, cached, max_new;
 	enum capy_kv_tier tier;       /* where the cached prefix came from */
+	uint64_t lease;               /* KV reserved up to this position (engine thread) */
 	struct prefix_entry *entry;
 	/* constrained (r.grammar): this request's masker (its caches are per grammar and not
 	 * thread-safe, so never shared), the grammar state of the output so far, and the job
@@ -143,6 +144,49 @@ static void remove_active(struct capy_sched *s, size_t i)
 	s->n_active--;
 }
 
+/* --- KV leases (sched.h: kv_lease_window, kv_pages) --- */
+
+/* The lease of a request at length len: a window beyond it, never past what it can reach. */
+static uint64_t lease_for(const struct capy_sched *s, const struct req *q, uint64_t len)
+{
+	uint64_t end = q->r.n_prompt + q->max_new, w = s->o.kv_lease_window;
+
+	return w ? CAPY_MIN(len + w, end) : end;
+}
+
+/* Pages of a lease: those beyond the cached prefix the request shares with the prefix cache
+ * (counted there). */
+static uint64_t lease_pages(const struct capy_sched *s, uint64_t lease, uint64_t cached)
+{
+	uint64_t P = capy_engine_page_tokens(s->e);
+
+	return (lease + P - 1) / P - cached / P;
+}
+
+static uint64_t leased_pages(const struct capy_sched *s)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < s->n_active; i++)
+		n += lease_pages(s, s->active[i]->lease, s->active[i]->cached);
+	return n;
+}
+
+/* Whether `extra` more leased pages fit kv_pages, after the prefix cache gave way. */
+static bool lease_room(struct capy_sched *s, uint64_t extra)
+{
+	uint64_t leased = leased_pages(s) + extra;
+	struct prefix_stats ps = { 0 };
+
+	if (!s->o.kv_pages)
+		return true;
+	if (s->pc) {
+		prefix_make_room(s->pc, leased < s->o.kv_pages ? s->o.kv_pages - leased : 0);
+		prefix_stats(s->pc, &ps);
+	}
+	return leased + ps.pages <= s->o.kv_pages;
+}
+
 /* Enter the batch: the longest cached prefix, or a fresh sequence; START. */
 static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 {
@@ -178,6 +222,7 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 	}
 	q->cached = cached;
 	q->tier = tier;
+	q->lease = lease_for(s, q, q->r.n_prompt);
 	q->phase = PREFILL;
 	pthread_mutex_lock(&s->mu);
 	s->st.prompt_tokens += q->r.n_prompt;
@@ -343,6 +388,10 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 		finish(s, q, CAPY_FINISH_LENGTH, 0, NULL);
 		return;
 	}
+	if (capy_seq_len(q->seq) + 1 > q->lease) { /* the answer reached the end of its lease */
+		q->lease = lease_for(s, q, capy_seq_len(q->seq) + 1);
+		lease_room(s, 0);
+	}
 	q->next = tok;
 	q->phase = DECODE;
 	if (q->r.grammar) /* the next mask, while the engine computes the logits it will mask */
@@ -497,6 +546,24 @@ static bool admit(struct capy_sched *s)
 			finish(s, q, CAPY_FINISH_CANCELLED, 0, NULL);
 			continue;
 		}
+		/* Its lease (beyond what it will share with the prefix cache) must fit, unless
+		 * nothing runs (then it goes anyway: someone must). Else it and those after it go
+		 * back to the head of the queue, in order. */
+		uint64_t shared = s->pc ? prefix_match(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1) : 0;
+		if (!lease_room(s, lease_pages(s, lease_for(s, q, q->r.n_prompt), shared)) && s->n_active) {
+			pthread_mutex_lock(&s->mu);
+			for (size_t j = n_start; j-- > i;) {
+				start_list[j]->qnext = s->q_head;
+				s->q_head = start_list[j];
+				if (!s->q_tail)
+					s->q_tail = start_list[j];
+				s->n_queued++;
+			}
+			s->st.kv_lease_waits++;
+			s->st.queued = s->n_queued;
+			pthread_mutex_unlock(&s->mu);
+			break;
+		}
 		if (start(s, q, &err) < 0) {
 			finish(s, q, CAPY_FINISH_ERROR, 0, err.msg);
 			continue;
@@ -553,6 +620,7 @@ static void update_stats(struct capy_sched *s)
 	s->st.cache_entries = ps.entries;
 	s->st.cache_snapshots = ps.snapshots;
 	s->st.kv_pages = capy_engine_pages_used(s->e);
+	s->st.kv_leased_pages = leased_pages(s);
 	pthread_mutex_unlock(&s->mu);
 }
 

@@ -59,6 +59,17 @@ struct capy_sched_opts {
 	 * is restored from it. The caller's: it outlives the scheduler (whose free demotes the
 	 * prefix cache's entries into it when it has a disk tier, for a restart to find). */
 	struct capy_kvstore *kvstore;
+	/* KV leases: a request reserves the attention-cache pages of its prompt plus
+	 * kv_lease_window tokens (0: plus its whole max_new_tokens), and extends the lease by the
+	 * window each time its answer reaches the end of it. With kv_pages (the pages the requests'
+	 * leases and the prefix cache's pages share; 0: no bound, leases only counted), a request
+	 * whose lease does not fit first makes the prefix cache demote what it must, then waits in
+	 * the queue while others run; a lease that grows past the bound makes the cache give way
+	 * too (a running request is never stopped for it). So a large max_tokens reserves only
+	 * a window, and pushes no one else's conversation out of the cache for tokens it may
+	 * never write. */
+	uint64_t kv_lease_window;
+	uint64_t kv_pages;
 };
 
 enum capy_gen_event_type {
@@ -144,6 +155,8 @@ struct capy_sched_stats {
 	uint64_t tier_hits[4], tier_cached_tokens[4];
 	bool tiers;
 	struct capy_kvstore_stats kv;
+	uint64_t kv_leased_pages;            /* the running requests' leases */
+	uint64_t kv_lease_waits;             /* admissions deferred for want of lease room */
 	bool failed;                         /* an engine-wide failure stopped the scheduler */
 };
 

@@ -223,6 +223,10 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	tier_metrics(&b, &st);
 	metric(&b, "capy_kv_pages", "gauge", "Attention-cache pages in use.", (double)st.kv_pages);
 	metric(&b, "capy_kv_page_bytes", "gauge", "Bytes of one attention-cache page.", (double)st.page_bytes);
+	metric(&b, "capy_kv_leased_pages", "gauge", "Attention-cache pages the running requests' KV leases reserve.",
+	       (double)st.kv_leased_pages);
+	metric(&b, "capy_kv_lease_waits_total", "counter", "Admissions deferred until a KV lease fit --kv-budget-mib.",
+	       (double)st.kv_lease_waits);
 	metric(&b, "capy_engine_failed", "gauge", "1 after an engine-wide failure.", st.failed ? 1 : 0);
 	if (b.oom)
 		capy_http_respond_error(x, 500, "out of memory");
