@@ -172,14 +172,18 @@ static uint64_t leased_pages(const struct capy_sched *s)
 	return n;
 }
 
-/* Whether `extra` more leased pages fit kv_pages, after the prefix cache gave way. */
-static bool lease_room(struct capy_sched *s, uint64_t extra)
+/* Whether `extra` more leased pages fit kv_pages, after the prefix cache gave way. Unless
+ * `must` (the pages will be written anyway), the cache is left alone when even emptying it
+ * would not make room. */
+static bool lease_room(struct capy_sched *s, uint64_t extra, bool must)
 {
 	uint64_t leased = leased_pages(s) + extra;
 	struct prefix_stats ps = { 0 };
 
 	if (!s->o.kv_pages)
 		return true;
+	if (leased > s->o.kv_pages && !must)
+		return false;
 	if (s->pc) {
 		prefix_make_room(s->pc, leased < s->o.kv_pages ? s->o.kv_pages - leased : 0);
 		prefix_stats(s->pc, &ps);
@@ -390,7 +394,7 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 	}
 	if (capy_seq_len(q->seq) + 1 > q->lease) { /* the answer reached the end of its lease */
 		q->lease = lease_for(s, q, capy_seq_len(q->seq) + 1);
-		lease_room(s, 0);
+		lease_room(s, 0, true);
 	}
 	q->next = tok;
 	q->phase = DECODE;
@@ -550,7 +554,7 @@ static bool admit(struct capy_sched *s)
 		 * nothing runs (then it goes anyway: someone must). Else it and those after it go
 		 * back to the head of the queue, in order. */
 		uint64_t shared = s->pc ? prefix_match(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1) : 0;
-		if (!lease_room(s, lease_pages(s, lease_for(s, q, q->r.n_prompt), shared)) && s->n_active) {
+		if (!lease_room(s, lease_pages(s, lease_for(s, q, q->r.n_prompt), shared), !s->n_active) && s->n_active) {
 			pthread_mutex_lock(&s->mu);
 			for (size_t j = n_start; j-- > i;) {
 				start_list[j]->qnext = s->q_head;

@@ -575,6 +575,33 @@ static void test_kv_lease_window(void)
 			CHECK_EQ_U64(r.cached, 0);
 		capy_sched_free(s, 5);
 	}
+	/* Two leases of 2 pages under a bound of 2: the second request waits for the first. */
+	struct capy_err err = { 0 };
+	struct capy_sched *s = NULL;
+	struct capy_sched_stats st;
+	struct capy_sampler_params sp = { 0 };
+	struct result x, y;
+	struct capy_sched_opts o = { .max_concurrency = 2, .max_context = 400, .prefill_chunk = 64,
+				     .cache_bytes = 64u << 20, .snapshot_interval = 128, .kv_lease_window = 16,
+				     .kv_pages = 2 };
+	int32_t px[70], py[70], ref[20];
+
+	make_prompt(px, 70, 31);
+	make_prompt(py, 70, 32);
+	CHECK(capy_sched_new(&s, eng, &o, &err) == 0);
+	result_init(&x);
+	result_init(&y);
+	submit(s, px, 70, 20, &sp, &x);
+	submit(s, py, 70, 20, &sp, &y);
+	CHECK(wait_end(&x) && wait_end(&y));
+	CHECK_EQ_INT(x.finish, CAPY_FINISH_LENGTH);
+	CHECK_EQ_INT(y.finish, CAPY_FINISH_LENGTH);
+	capy_sched_stats(s, &st);
+	CHECK(st.kv_lease_waits >= 1);
+	CHECK_EQ_U64(st.kv_leased_pages, 0);
+	reference(py, 70, (const uint64_t[]){ 64, 70 }, 2, 20, &sp, ref);
+	CHECK(!memcmp(y.tokens, ref, sizeof(ref)));
+	capy_sched_free(s, 5);
 }
 
 int main(void)
