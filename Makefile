@@ -207,6 +207,7 @@ FUZZERS += fuzz-artifact
 FUZZERS += fuzz-grammar
 FUZZERS += fuzz-hfconfig
 FUZZERS += fuzz-json-schema
+FUZZERS += fuzz-kventry
 FUZZERS += fuzz-outparse
 FUZZERS += fuzz-safetensors
 FUZZERS += fuzz-template

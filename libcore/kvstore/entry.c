@@ -12,6 +12,8 @@
 #define SECTION_BYTES 40       /* one row of the section table */
 #define CODEC_ZSTD 1
 #define MAX_SNAPS 4096
+#define MAX_TOKENS (1ull << 26)  /* above any context: bounds what a header can make us allocate */
+#define MAX_RATIO 65536          /* raw bytes per stored byte no zstd frame exceeds (RLE blocks: 32768) */
 
 const char *capy_kv_tier_name(enum capy_kv_tier t)
 {
@@ -375,12 +377,18 @@ static int read_header(int fd, const char *path, struct capy_kv_file_info *fi, s
 		free(table);
 		return capy_err_set(err, CAPY_ECHECKSUM, "'%s': header checksum mismatch (offset 96)", path);
 	}
-	if (!fi->id.page_tokens || !fi->id.page_bytes || !fi->n_tokens) {
+	if (!fi->id.page_tokens || !fi->id.page_bytes || !fi->n_tokens || fi->n_tokens > MAX_TOKENS) {
 		free(table);
-		return capy_err_set(err, CAPY_EFORMAT, "'%s': an entry of %" PRIu64 " tokens in pages of %" PRIu64, path,
-				    fi->n_tokens, fi->id.page_tokens);
+		return capy_err_set(err, CAPY_EFORMAT, "'%s': an entry of %" PRIu64 " tokens in pages of %" PRIu64 " (offset 40)",
+				    path, fi->n_tokens, fi->id.page_tokens);
 	}
 	pages = (fi->n_tokens + fi->id.page_tokens - 1) / fi->id.page_tokens;
+	uint64_t pages_raw;
+	if (capy_mul_overflow(pages, fi->id.page_bytes, &pages_raw)) {
+		free(table);
+		return capy_err_set(err, CAPY_EFORMAT, "'%s': %" PRIu64 " pages of %" PRIu64 " bytes (offset 48)", path, pages,
+				    fi->id.page_bytes);
+	}
 	off = HEADER_BYTES + table_bytes;
 	fi->raw_bytes = 0;
 	for (uint32_t i = 0; i < fi->n_sections; i++) {
@@ -388,7 +396,7 @@ static int read_header(int fd, const char *path, struct capy_kv_file_info *fi, s
 		const uint8_t *row = table + (size_t)i * SECTION_BYTES;
 		uint32_t want_type = i < 3 ? i + 1 : CAPY_KV_SEC_STATE;
 		uint64_t want_raw = i == 0 ? fi->n_tokens * 4 : i == 1 ? (uint64_t)fi->n_snaps * 8 :
-				    i == 2 ? pages * fi->id.page_bytes : fi->id.state_bytes;
+				    i == 2 ? pages_raw : fi->id.state_bytes;
 		s->type = get32(row);
 		s->raw = get64(row + 8);
 		s->stored = get64(row + 16);
@@ -400,6 +408,11 @@ static int read_header(int fd, const char *path, struct capy_kv_file_info *fi, s
 					    " bytes at %" PRIu64 ", expected %s of %" PRIu64 " bytes at %" PRIu64, path, i,
 					    capy_kv_section_name(want_type), s->type, s->raw, s->offset,
 					    capy_kv_section_name(want_type), want_raw, off);
+		}
+		if (s->raw / MAX_RATIO > s->stored) { /* no zstd frame of that size holds so much */
+			free(table);
+			return capy_err_set(err, CAPY_EFORMAT, "'%s': section %" PRIu32 " (%s): %" PRIu64 " bytes cannot be stored in %"
+					    PRIu64, path, i, capy_kv_section_name(s->type), s->raw, s->stored);
 		}
 		if (capy_add_overflow(off, s->stored, &off) || off > fi->file_bytes) {
 			free(table);
