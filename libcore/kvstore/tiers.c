@@ -246,7 +246,8 @@ static int disk_index(struct capy_kvstore *kv, struct capy_err *err)
 	closedir(d);
 	if (rc < 0)
 		return rc;
-	qsort(kv->disk, kv->n_disk, sizeof(*kv->disk), cmp_used);
+	if (kv->n_disk)
+		qsort(kv->disk, kv->n_disk, sizeof(*kv->disk), cmp_used);
 	for (size_t i = 0; i < kv->n_disk; i++)
 		kv->disk[i].used = ++kv->tick;
 	disk_shrink(kv);
