@@ -220,6 +220,7 @@ CUDA_TESTS += u-cuda-gdn
 CUDA_TESTS += u-cuda-linear
 CUDA_TESTS += u-cuda-attention
 CUDA_TESTS += u-cuda-sample
+CUDA_TESTS += u-cuda-kvstore
 
 
 BENCHES += expert-cache-bench
