@@ -41,6 +41,9 @@ static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, op
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
 	       opt_max_tokens, opt_gpu, opt_mask_threads = 2;
 static uint64_t opt_gpu_mem;
+static double opt_host_cache_mib, opt_disk_cache_gib = 16, opt_kv_budget_mib;
+static int64_t opt_lease_window = 512;
+static const char *opt_disk_cache_dir;
 static double opt_cache_mib = 1024, opt_request_timeout = 30, opt_idle_timeout = 75, opt_shutdown = 10;
 static uint64_t opt_max_body = 32u << 20;
 static bool opt_log_prompts, opt_plan;
@@ -63,6 +66,19 @@ static const struct capy_opt opts[] = {
 		     1 << 16),
 	CAPY_OPT_DOUBLE(0, "cache-mib", &opt_cache_mib, "mib", "prefix cache budget in MiB; 0 turns it off (default 1024)",
 			0, 1 << 24),
+	CAPY_OPT_DOUBLE(0, "host-cache-mib", &opt_host_cache_mib, "mib",
+			"host-RAM tier of the context cache: what the prefix cache evicts moves there (default 0: off)", 0,
+			1 << 24),
+	CAPY_OPT_STRING(0, "disk-cache-dir", &opt_disk_cache_dir, "dir",
+			"disk tier: what host RAM evicts is written there and found again after a restart"),
+	CAPY_OPT_DOUBLE(0, "disk-cache-gib", &opt_disk_cache_gib, "gib", "the disk tier's size bound (default 16)", 0.001,
+			1 << 20),
+	CAPY_OPT_INT(0, "kv-lease-window", &opt_lease_window, "n",
+		     "KV a request reserves beyond its prompt, grown by n as it answers (default 512; 0: max_tokens)", 0,
+		     1 << 24),
+	CAPY_OPT_DOUBLE(0, "kv-budget-mib", &opt_kv_budget_mib, "mib",
+			"attention-cache pages the requests' leases and the prefix cache share (default 0: no bound)", 0,
+			1 << 24),
 	CAPY_OPT_INT(0, "snapshot-interval", &opt_snapshot, "n", "prefix-cache snapshot every n prompt tokens (default 4096)",
 		     1, 1 << 24),
 	CAPY_OPT_INT(0, "max-tokens", &opt_max_tokens, "n", "clamp a request's max_tokens to n (default: the context)", 0,
@@ -200,6 +216,15 @@ static void log_request(void *arg, const char *line, size_t len)
 	free(buf);
 }
 
+/* A disk-cache entry that is not one of this model's (corrupt, truncated, foreign, another
+ * version): the library removed it; say which and why. */
+static void log_refused(void *ud, const char *path, const char *why)
+{
+	(void)ud;
+	(void)path; /* why names it */
+	capy_log_warn("context cache: refused and removed: %s", why);
+}
+
 static char *default_model_id(const char *path)
 {
 	const char *base = strrchr(path, '/');
@@ -221,6 +246,7 @@ int cmd_main(int argc, char **argv)
 	struct capy_assets as;
 	struct capy_engine *e;
 	struct capy_sched *sched;
+	struct capy_kvstore *kvs = NULL;
 	struct capy_server *srv;
 	struct capy_server_opts so = { 0 };
 	struct capy_engine_opts eo = { 0 };
@@ -283,6 +309,19 @@ int cmd_main(int argc, char **argv)
 	sco.cache_bytes = (uint64_t)(opt_cache_mib * 1048576.0);
 	sco.snapshot_interval = (uint64_t)opt_snapshot;
 	sco.mask_threads = opt_mask_threads ? (int)opt_mask_threads : -1;
+	sco.kv_lease_window = (uint64_t)opt_lease_window;
+	sco.kv_pages = (uint64_t)(opt_kv_budget_mib * 1048576.0) / capy_engine_page_bytes(e);
+	if (opt_kv_budget_mib > 0 && !sco.kv_pages)
+		capy_usage_error(usage, opts, "--kv-budget-mib %g is less than one attention-cache page", opt_kv_budget_mib);
+	if (opt_host_cache_mib > 0 || opt_disk_cache_dir) {
+		if (!sco.cache_bytes)
+			capy_usage_error(usage, opts, "--host-cache-mib and --disk-cache-dir need the prefix cache (--cache-mib > 0)");
+		if (capy_kvstore_open(&kvs, e, &(struct capy_kvstore_opts){
+			.host_bytes = (uint64_t)(opt_host_cache_mib * 1048576.0), .disk_dir = opt_disk_cache_dir,
+			.disk_bytes = (uint64_t)(opt_disk_cache_gib * 1073741824.0), .refused = log_refused }, &err) < 0)
+			capy_die("context cache: %s", err.msg);
+		sco.kvstore = kvs;
+	}
 	if (capy_sched_new(&sched, e, &sco, &err) < 0)
 		capy_die("%s", err.msg);
 	model_id = opt_model_id ? strdup(opt_model_id) : default_model_id(args[0]);
@@ -316,6 +355,17 @@ int cmd_main(int argc, char **argv)
 		opt_profile ? opt_profile : "", capy_tool_name, opt_max_context, opt_concurrency, opt_queue, opt_chunk,
 		sco.cache_bytes ? cache : "off", state, opt_snapshot, capy_engine_page_tokens(e), page,
 		so.n_api_keys ? "API key required" : "no API key");
+	if (kvs) {
+		struct capy_kvstore_stats ks;
+		char host[32], disk[32];
+		capy_kvstore_stats(kvs, &ks);
+		capy_human_bytes(host, sizeof(host), opt_host_cache_mib * 1048576.0);
+		capy_human_bytes(disk, sizeof(disk), opt_disk_cache_gib * 1073741824.0);
+		fprintf(stderr, "%s: context cache tiers: host RAM %s, disk %s%s%s (%" PRIu64 " entries, %" PRIu64
+			" bytes found there)\n", capy_tool_name, opt_host_cache_mib > 0 ? host : "off",
+			opt_disk_cache_dir ? opt_disk_cache_dir : "off", opt_disk_cache_dir ? " up to " : "",
+			opt_disk_cache_dir ? disk : "", ks.disk_entries, ks.disk_bytes);
+	}
 	if (strcmp(opt_device, "cpu")) {
 		char d[512];
 		capy_engine_describe(e, d, sizeof(d));
@@ -344,6 +394,7 @@ int cmd_main(int argc, char **argv)
 	capy_sched_stop(sched, opt_shutdown);
 	capy_server_stop(srv, 2);
 	capy_sched_free(sched, 0);
+	capy_kvstore_close(kvs); /* after the scheduler, which demotes into it */
 	capy_engine_free(e);
 	capy_assets_release(&as);
 	capy_artifact_close(a);

@@ -102,6 +102,14 @@ struct capy_backend_ops {
 	int (*state_new)(struct capy_engine *e, void **out, struct capy_err *err);
 	void (*state_copy)(struct capy_engine *e, void *dst, const void *src);
 	void (*state_free)(struct capy_engine *e, void *st);
+	/* Optional (the context cache's host and disk tiers need them): a page's bytes to host
+	 * memory and back (page_bytes each), and a recurrent state to and from state_io_bytes
+	 * host bytes, exactly (a state written back is bitwise the one read). */
+	int (*page_read)(struct capy_engine *e, uint32_t id, void *dst, struct capy_err *err);
+	int (*page_write)(struct capy_engine *e, uint32_t id, const void *src, struct capy_err *err);
+	uint64_t (*state_io_bytes)(const struct capy_engine *e);
+	int (*state_read)(struct capy_engine *e, const void *st, void *dst, struct capy_err *err);
+	int (*state_write)(struct capy_engine *e, void *st, const void *src, struct capy_err *err);
 	/* Optional: one line describing the device and its memory (capy_engine_describe). */
 	void (*describe)(const struct capy_engine *e, char *buf, size_t size);
 	/* Optional: the memory plan its sizes came from, in one line (capy_engine_plan_line). */

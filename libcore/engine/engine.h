@@ -140,6 +140,30 @@ int capy_seq_checkpoint(struct capy_seq *s, struct capy_err *err);
  * forgotten by the sequence's next step or truncate. */
 int capy_seq_truncate(struct capy_seq *s, uint64_t n, struct capy_err *err);
 
+/* --- the context cache's host and disk tiers (libcore/kvstore) ----------------------------
+ * A cached prefix leaves the engine as host bytes — its token ids, the attention-cache pages
+ * of [0, n) whole, in the cache's dtype (BF16, F32, or INT8 with its scales) and the
+ * backend's page layout, and the recurrent state of a snapshot at n — and comes back as a
+ * new sequence, bitwise the state it left as (through the backend: device copies on a GPU). */
+
+/* Whether the backend can move pages and recurrent states to host memory and back. */
+bool capy_engine_can_export(const struct capy_engine *e);
+/* Host bytes of one recurrent state (capy_snapshot_export), the artifact and KV dtype. */
+uint64_t capy_engine_state_io_bytes(const struct capy_engine *e);
+const struct capy_artifact *capy_engine_artifact(const struct capy_engine *e);
+enum capy_kv_dtype capy_engine_kv_dtype(const struct capy_engine *e);
+/* The pages covering tokens [0, n) of s (ceil(n / page_tokens) of them, page_bytes each)
+ * into dst, in token order. */
+int capy_seq_export_pages(const struct capy_seq *s, uint64_t n, void *dst, struct capy_err *err);
+/* The recurrent state of sn into dst (capy_engine_state_io_bytes bytes). */
+int capy_snapshot_export(const struct capy_snapshot *sn, void *dst, struct capy_err *err);
+/* A new sequence of the n tokens ids: fresh pages filled from pages (as
+ * capy_seq_export_pages wrote them for n tokens) and its recurrent state from state (as
+ * capy_snapshot_export wrote a snapshot at n). The caller vouches that they belong together
+ * and to this engine's model, dtype and backend (libcore/kvstore checks an entry's identity). */
+int capy_seq_import(struct capy_engine *e, const int32_t *ids, uint64_t n, const void *pages, const void *state,
+		    struct capy_seq **out, struct capy_err *err);
+
 /* --- running tokens ---------------------------------------------------------------------- */
 
 /* One sequence's part of a step: its next n tokens, and where its logits go: NULL for

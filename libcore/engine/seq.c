@@ -247,3 +247,81 @@ int capy_seq_truncate(struct capy_seq *s, uint64_t n, struct capy_err *err)
 	}
 	return capy_seq_restore(s, s->checkpoint, err);
 }
+
+bool capy_engine_can_export(const struct capy_engine *e)
+{
+	const struct capy_backend_ops *o = e->ops;
+
+	return o->page_read && o->page_write && o->state_io_bytes && o->state_read && o->state_write;
+}
+
+uint64_t capy_engine_state_io_bytes(const struct capy_engine *e)
+{
+	return capy_engine_can_export(e) ? e->ops->state_io_bytes(e) : 0;
+}
+
+const struct capy_artifact *capy_engine_artifact(const struct capy_engine *e)
+{
+	return e->a;
+}
+
+enum capy_kv_dtype capy_engine_kv_dtype(const struct capy_engine *e)
+{
+	return e->opts.kv;
+}
+
+static int no_export(const struct capy_engine *e, struct capy_err *err)
+{
+	return capy_err_set(err, CAPY_EUNSUPPORTED, "the %s backend cannot move cached state to host memory", e->ops->name);
+}
+
+int capy_seq_export_pages(const struct capy_seq *s, uint64_t n, void *dst, struct capy_err *err)
+{
+	struct capy_engine *e = s->e;
+	uint64_t P = e->page_tokens, np = (n + P - 1) / P, pb = e->ops->page_bytes(e);
+	int rc;
+
+	if (!capy_engine_can_export(e))
+		return no_export(e, err);
+	if (n > s->len || np > s->n_pages)
+		return capy_err_set(err, CAPY_EINVAL, "cannot export %" PRIu64 " tokens of a sequence of %" PRIu64, n, s->len);
+	for (uint64_t i = 0; i < np; i++)
+		if ((rc = e->ops->page_read(e, s->pages[i], (uint8_t *)dst + i * pb, err)) < 0)
+			return rc;
+	return 0;
+}
+
+int capy_snapshot_export(const struct capy_snapshot *sn, void *dst, struct capy_err *err)
+{
+	if (!capy_engine_can_export(sn->e))
+		return no_export(sn->e, err);
+	return sn->e->ops->state_read(sn->e, sn->state, dst, err);
+}
+
+int capy_seq_import(struct capy_engine *e, const int32_t *ids, uint64_t n, const void *pages, const void *state,
+		    struct capy_seq **out, struct capy_err *err)
+{
+	uint64_t P = e->page_tokens, np = (n + P - 1) / P, pb = e->ops->page_bytes(e);
+	struct capy_seq *s;
+	int rc;
+
+	if (!capy_engine_can_export(e))
+		return no_export(e, err);
+	if ((rc = capy_seq_new(e, &s, err)) < 0)
+		return rc;
+	if (n && ((rc = seq_reserve_history(s, n, err)) < 0 || (rc = seq_make_writable(s, n, err)) < 0))
+		goto fail;
+	for (uint64_t i = 0; i < np; i++)
+		if ((rc = e->ops->page_write(e, s->pages[i], (const uint8_t *)pages + i * pb, err)) < 0)
+			goto fail;
+	if ((rc = e->ops->state_write(e, s->state, state, err)) < 0)
+		goto fail;
+	if (n)
+		memcpy(s->tokens, ids, n * sizeof(*ids));
+	s->len = n;
+	*out = s;
+	return 0;
+fail:
+	capy_seq_free(s);
+	return rc;
+}

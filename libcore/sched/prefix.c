@@ -2,6 +2,7 @@
  * recurrent state along them, looked up by the longest matching prompt prefix, evicted
  * least recently used first (see sched-impl.h). */
 #include "sched-impl.h"
+#include "../util/log.h"
 
 struct psnap {
 	struct capy_snapshot *sn;
@@ -18,6 +19,7 @@ struct prefix_entry {
 
 struct prefix_cache {
 	struct capy_engine *e;
+	struct capy_kvstore *kv;     /* the lower tiers, or NULL */
 	uint64_t budget, tick;
 	struct prefix_entry *head;
 	uint32_t *page_refs;         /* [cap_refs] holders referencing each page id */
@@ -25,13 +27,15 @@ struct prefix_cache {
 	uint64_t distinct_pages, snap_bytes, n_entries, n_snaps;
 };
 
-int prefix_new(struct prefix_cache **out, struct capy_engine *e, uint64_t budget, struct capy_err *err)
+int prefix_new(struct prefix_cache **out, struct capy_engine *e, uint64_t budget, struct capy_kvstore *kv,
+	       struct capy_err *err)
 {
 	struct prefix_cache *pc = calloc(1, sizeof(*pc));
 
 	if (!pc)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	pc->e = e;
+	pc->kv = kv;
 	pc->budget = budget;
 	*out = pc;
 	return 0;
@@ -115,6 +119,20 @@ void prefix_free(struct prefix_cache *pc)
 {
 	if (!pc)
 		return;
+	/* With a disk tier, what the cache holds is kept for the next start: demoted, oldest
+	 * entries first (the head is the newest). */
+	if (pc->kv && capy_kvstore_has_disk(pc->kv)) {
+		struct prefix_entry *en = pc->head;
+		while (en && en->next)
+			en = en->next;
+		for (; en; en = en->prev)
+			for (size_t i = 0; en->holder && i < en->n_snaps; i++) {
+				struct capy_err err = { 0 };
+				if (capy_kvstore_put(pc->kv, en->holder, en->snaps[i].sn, &err) < 0)
+					capy_log_warn("context cache: keeping %" PRIu64 " tokens: %s",
+						      capy_snapshot_len(en->snaps[i].sn), err.msg);
+			}
+	}
 	while (pc->head)
 		free_entry(pc, pc->head);
 	free(pc->page_refs);
@@ -144,6 +162,13 @@ static void evict_one(struct prefix_cache *pc)
 			drop_holder(pc, en);
 		return;
 	}
+	/* Demoted rather than dropped: the snapshot with its prefix's pages and ids. */
+	if (pc->kv && best->holder) {
+		struct capy_err err = { 0 };
+		if (capy_kvstore_put(pc->kv, best->holder, best->snaps[bi].sn, &err) < 0)
+			capy_log_warn("context cache: demoting %" PRIu64 " tokens: %s",
+				      capy_snapshot_len(best->snaps[bi].sn), err.msg);
+	}
 	pc->snap_bytes -= capy_snapshot_bytes(best->snaps[bi].sn);
 	capy_snapshot_free(best->snaps[bi].sn);
 	memmove(best->snaps + bi, best->snaps + bi + 1, (best->n_snaps - bi - 1) * sizeof(*best->snaps));
@@ -164,6 +189,12 @@ static void evict_one(struct prefix_cache *pc)
 static void shrink(struct prefix_cache *pc)
 {
 	while (cache_bytes(pc) > pc->budget && (pc->n_snaps || pc->distinct_pages))
+		evict_one(pc);
+}
+
+void prefix_make_room(struct prefix_cache *pc, uint64_t max_pages)
+{
+	while (pc->distinct_pages > max_pages && (pc->n_snaps || pc->distinct_pages))
 		evict_one(pc);
 }
 
@@ -233,17 +264,14 @@ static uint64_t common_prefix(const int32_t *a, const int32_t *b, uint64_t n)
 	return i;
 }
 
-int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
-		  struct capy_seq **out, uint64_t *cached, struct capy_err *err)
+/* The entry and snapshot with the longest usable prefix of prompt (NULL: none). */
+static struct prefix_entry *best_match(const struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
+				       size_t *bi, uint64_t *best_len)
 {
 	struct prefix_entry *best = NULL;
-	size_t bi = 0;
-	uint64_t best_len = 0;
-	struct capy_seq *s;
-	int rc;
 
-	*out = NULL;
-	*cached = 0;
+	*bi = 0;
+	*best_len = 0;
 	for (struct prefix_entry *en = pc->head; en; en = en->next) {
 		uint64_t m;
 		if (!en->holder || !en->n_snaps)
@@ -253,16 +281,44 @@ int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, ui
 		for (size_t i = en->n_snaps; i-- > 0;) {
 			uint64_t p = capy_snapshot_len(en->snaps[i].sn);
 			if (p <= m) {
-				if (p > best_len) {
+				if (p > *best_len) {
 					best = en;
-					bi = i;
-					best_len = p;
+					*bi = i;
+					*best_len = p;
 				}
 				break;
 			}
 		}
 	}
-	if (!best)
+	return best;
+}
+
+uint64_t prefix_match(const struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit)
+{
+	size_t bi;
+	uint64_t len;
+
+	best_match(pc, prompt, n, limit, &bi, &len);
+	return len;
+}
+
+int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
+		  struct capy_seq **out, uint64_t *cached, enum capy_kv_tier *tier, struct capy_err *err)
+{
+	size_t bi;
+	uint64_t best_len;
+	struct prefix_entry *best;
+	struct capy_seq *s;
+	int rc;
+
+	*out = NULL;
+	*cached = 0;
+	*tier = CAPY_KV_TIER_NONE;
+	best = best_match(pc, prompt, n, limit, &bi, &best_len);
+	/* A longer prefix in a lower tier is worth its copy: each token of it saves a prefill. */
+	if (pc->kv && (rc = capy_kvstore_lookup(pc->kv, prompt, n, limit, best_len, out, cached, tier, err)) < 0)
+		return rc;
+	if (*out || !best)
 		return 0;
 	if ((rc = capy_seq_share(best->holder, best_len, &s, err)) < 0)
 		return rc;
@@ -273,6 +329,7 @@ int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, ui
 	best->snaps[bi].used = ++pc->tick;
 	*out = s;
 	*cached = best_len;
+	*tier = CAPY_KV_TIER_DEVICE;
 	return 0;
 }
 

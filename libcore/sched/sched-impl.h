@@ -12,24 +12,36 @@
 #define CAPY_SCHED_IMPL_H
 
 #include "sched.h"
+#include "../kvstore/kvstore.h"
 
 struct prefix_cache;
 struct prefix_entry;
 
-int prefix_new(struct prefix_cache **out, struct capy_engine *e, uint64_t budget, struct capy_err *err);
+/* kv (may be NULL: none) takes what the cache evicts (its host and disk tiers) and is looked
+ * up after it; it stays the caller's. */
+int prefix_new(struct prefix_cache **out, struct capy_engine *e, uint64_t budget, struct capy_kvstore *kv,
+	       struct capy_err *err);
 void prefix_free(struct prefix_cache *pc);
 
-/* The longest usable prefix of prompt[0..n) ending at most at `limit` tokens: *out is a new
- * sequence at that length with its recurrent state restored and *cached its length; with
- * nothing usable *out is NULL and *cached 0. */
+/* The longest usable prefix of prompt[0..n) ending at most at `limit` tokens, in the cache
+ * or its lower tiers (the faster on a tie): *out is a new sequence at that length with its
+ * recurrent state restored, *cached its length and *tier where it was found; with nothing
+ * usable *out is NULL, *cached 0 and *tier CAPY_KV_TIER_NONE. */
 int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
-		  struct capy_seq **out, uint64_t *cached, struct capy_err *err);
+		  struct capy_seq **out, uint64_t *cached, enum capy_kv_tier *tier, struct capy_err *err);
+
+/* The length prefix_lookup would find in the cache itself (not its lower tiers), without
+ * taking it. */
+uint64_t prefix_match(const struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit);
 
 /* Cache seq's state at its current length. *entry is the caller's handle on the entry its
  * sequence extends: NULL the first time (an entry is made and *entry set); the cache sets it
  * back to NULL if it evicts the entry. May evict other snapshots to stay within the budget. */
 int prefix_insert(struct prefix_cache *pc, struct prefix_entry **entry, const struct capy_seq *seq,
 		  struct capy_err *err);
+/* Evict (demote) until the cache's distinct pages are at most max_pages: room for the KV
+ * leases of requests (sched.c). */
+void prefix_make_room(struct prefix_cache *pc, uint64_t max_pages);
 /* The caller's sequence is done with *entry (it will not be extended any more). */
 void prefix_detach(struct prefix_cache *pc, struct prefix_entry **entry);
 

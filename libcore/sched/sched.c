@@ -27,6 +27,8 @@ struct req {
 	int32_t next;                 /* the sampled token the next step feeds */
 	int32_t sampled;              /* the step's pick, where the step samples (no logprobs) */
 	uint64_t generated, cached, max_new;
+	enum capy_kv_tier tier;       /* where the cached prefix came from */
+	uint64_t lease;               /* KV reserved up to this position (engine thread) */
 	struct prefix_entry *entry;
 	/* constrained (r.grammar): this request's masker (its caches are per grammar and not
 	 * thread-safe, so never shared), the grammar state of the output so far, and the job
@@ -108,7 +110,7 @@ static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why
 		   const char *error)
 {
 	double t = now();
-	struct capy_gen_event ev = { .type = CAPY_GEN_END, .id = q->id, .cached_tokens = q->cached };
+	struct capy_gen_event ev = { .type = CAPY_GEN_END, .id = q->id, .cached_tokens = q->cached, .cache_tier = q->tier };
 
 	if (s->pc && q->seq && why != CAPY_FINISH_ERROR) {
 		struct capy_err err = { 0 };
@@ -142,20 +144,70 @@ static void remove_active(struct capy_sched *s, size_t i)
 	s->n_active--;
 }
 
+/* --- KV leases (sched.h: kv_lease_window, kv_pages) --- */
+
+/* The lease of a request at length len: a window beyond it, never past what it can reach. */
+static uint64_t lease_for(const struct capy_sched *s, const struct req *q, uint64_t len)
+{
+	uint64_t end = q->r.n_prompt + q->max_new, w = s->o.kv_lease_window;
+
+	return w ? CAPY_MIN(len + w, end) : end;
+}
+
+/* Pages of a lease: those beyond the cached prefix the request shares with the prefix cache
+ * (counted there). */
+static uint64_t lease_pages(const struct capy_sched *s, uint64_t lease, uint64_t cached)
+{
+	uint64_t P = capy_engine_page_tokens(s->e);
+
+	return (lease + P - 1) / P - cached / P;
+}
+
+static uint64_t leased_pages(const struct capy_sched *s)
+{
+	uint64_t n = 0;
+
+	for (size_t i = 0; i < s->n_active; i++)
+		n += lease_pages(s, s->active[i]->lease, s->active[i]->cached);
+	return n;
+}
+
+/* Whether `extra` more leased pages fit kv_pages, after the prefix cache gave way. Unless
+ * `must` (the pages will be written anyway), the cache is left alone when even emptying it
+ * would not make room. */
+static bool lease_room(struct capy_sched *s, uint64_t extra, bool must)
+{
+	uint64_t leased = leased_pages(s) + extra;
+	struct prefix_stats ps = { 0 };
+
+	if (!s->o.kv_pages)
+		return true;
+	if (leased > s->o.kv_pages && !must)
+		return false;
+	if (s->pc) {
+		prefix_make_room(s->pc, leased < s->o.kv_pages ? s->o.kv_pages - leased : 0);
+		prefix_stats(s->pc, &ps);
+	}
+	return leased + ps.pages <= s->o.kv_pages;
+}
+
 /* Enter the batch: the longest cached prefix, or a fresh sequence; START. */
 static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 {
 	uint64_t cached = 0;
+	enum capy_kv_tier tier = CAPY_KV_TIER_NONE;
 	int rc;
 	struct capy_gen_event ev = { .type = CAPY_GEN_START, .id = q->id };
 
 	q->t_start = now();
 	if (s->pc) {
-		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, err)) < 0)
+		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, &tier, err)) < 0)
 			return rc;
 		pthread_mutex_lock(&s->mu);
 		s->st.cache_lookups++;
 		s->st.cache_hits += cached > 0;
+		s->st.tier_hits[tier] += cached > 0;
+		s->st.tier_cached_tokens[tier] += cached;
 		pthread_mutex_unlock(&s->mu);
 	}
 	if (!q->seq && (rc = capy_seq_new(s->e, &q->seq, err)) < 0)
@@ -173,6 +225,8 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 		capy_mask_ahead_start(q->ahead, q->gstate); /* the first mask, while the prompt is read */
 	}
 	q->cached = cached;
+	q->tier = tier;
+	q->lease = lease_for(s, q, q->r.n_prompt);
 	q->phase = PREFILL;
 	pthread_mutex_lock(&s->mu);
 	s->st.prompt_tokens += q->r.n_prompt;
@@ -180,6 +234,7 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 	s->st.requests++;
 	pthread_mutex_unlock(&s->mu);
 	ev.cached_tokens = cached;
+	ev.cache_tier = tier;
 	q->r.cb(q->r.ud, &ev);
 	return 0;
 }
@@ -337,6 +392,10 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 		finish(s, q, CAPY_FINISH_LENGTH, 0, NULL);
 		return;
 	}
+	if (capy_seq_len(q->seq) + 1 > q->lease) { /* the answer reached the end of its lease */
+		q->lease = lease_for(s, q, capy_seq_len(q->seq) + 1);
+		lease_room(s, 0, true);
+	}
 	q->next = tok;
 	q->phase = DECODE;
 	if (q->r.grammar) /* the next mask, while the engine computes the logits it will mask */
@@ -491,6 +550,24 @@ static bool admit(struct capy_sched *s)
 			finish(s, q, CAPY_FINISH_CANCELLED, 0, NULL);
 			continue;
 		}
+		/* Its lease (beyond what it will share with the prefix cache) must fit, unless
+		 * nothing runs (then it goes anyway: someone must). Else it and those after it go
+		 * back to the head of the queue, in order. */
+		uint64_t shared = s->pc ? prefix_match(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1) : 0;
+		if (!lease_room(s, lease_pages(s, lease_for(s, q, q->r.n_prompt), shared), !s->n_active) && s->n_active) {
+			pthread_mutex_lock(&s->mu);
+			for (size_t j = n_start; j-- > i;) {
+				start_list[j]->qnext = s->q_head;
+				s->q_head = start_list[j];
+				if (!s->q_tail)
+					s->q_tail = start_list[j];
+				s->n_queued++;
+			}
+			s->st.kv_lease_waits++;
+			s->st.queued = s->n_queued;
+			pthread_mutex_unlock(&s->mu);
+			break;
+		}
 		if (start(s, q, &err) < 0) {
 			finish(s, q, CAPY_FINISH_ERROR, 0, err.msg);
 			continue;
@@ -534,15 +611,20 @@ static bool admit(struct capy_sched *s)
 static void update_stats(struct capy_sched *s)
 {
 	struct prefix_stats ps = { 0 };
+	struct capy_kvstore_stats ks = { 0 };
 
 	if (s->pc)
 		prefix_stats(s->pc, &ps);
+	if (s->o.kvstore)
+		capy_kvstore_stats(s->o.kvstore, &ks);
 	pthread_mutex_lock(&s->mu);
+	s->st.kv = ks;
 	s->st.active = s->n_active;
 	s->st.cache_bytes = ps.bytes;
 	s->st.cache_entries = ps.entries;
 	s->st.cache_snapshots = ps.snapshots;
 	s->st.kv_pages = capy_engine_pages_used(s->e);
+	s->st.kv_leased_pages = leased_pages(s);
 	pthread_mutex_unlock(&s->mu);
 }
 
@@ -600,8 +682,9 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 		rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
 		goto fail;
 	}
-	if (s->o.cache_bytes && (rc = prefix_new(&s->pc, e, s->o.cache_bytes, err)) < 0)
+	if (s->o.cache_bytes && (rc = prefix_new(&s->pc, e, s->o.cache_bytes, s->o.kvstore, err)) < 0)
 		goto fail;
+	s->st.tiers = s->pc && s->o.kvstore;
 	if (s->o.mask_threads > 0 && (rc = capy_mask_pool_new(&s->masks, s->o.mask_threads, err)) < 0)
 		goto fail;
 	s->st.page_bytes = capy_engine_page_bytes(e);

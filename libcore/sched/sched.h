@@ -37,6 +37,7 @@
 
 #include "../engine/engine.h"
 #include "../sample/sample.h"
+#include "../kvstore/kvstore.h"
 
 struct capy_sched;
 struct capy_grammar;
@@ -53,6 +54,22 @@ struct capy_sched_opts {
 	 * engine runs the step that gives its logits (0: 2; < 0: none, each mask computed after
 	 * the step, as it is needed). The tokens are the same either way. */
 	int mask_threads;
+	/* The context cache's host and disk tiers (kvstore.h; NULL: none): what the prefix cache
+	 * evicts is demoted there, and a prompt that matches more there than in the prefix cache
+	 * is restored from it. The caller's: it outlives the scheduler (whose free demotes the
+	 * prefix cache's entries into it when it has a disk tier, for a restart to find). */
+	struct capy_kvstore *kvstore;
+	/* KV leases: a request reserves the attention-cache pages of its prompt plus
+	 * kv_lease_window tokens (0: plus its whole max_new_tokens), and extends the lease by the
+	 * window each time its answer reaches the end of it. With kv_pages (the pages the requests'
+	 * leases and the prefix cache's pages share; 0: no bound, leases only counted), a request
+	 * whose lease does not fit first makes the prefix cache demote what it must, then waits in
+	 * the queue while others run; a lease that grows past the bound makes the cache give way
+	 * too (a running request is never stopped for it). So a large max_tokens reserves only
+	 * a window, and pushes no one else's conversation out of the cache for tokens it may
+	 * never write. */
+	uint64_t kv_lease_window;
+	uint64_t kv_pages;
 };
 
 enum capy_gen_event_type {
@@ -77,6 +94,7 @@ struct capy_gen_event {
 	enum capy_gen_event_type type;
 	uint64_t id;
 	uint64_t cached_tokens;      /* START, END: prompt tokens served from the prefix cache */
+	enum capy_kv_tier cache_tier; /* START, END: the tier they came from (NONE: no hit) */
 	/* TOKEN */
 	int32_t token;
 	uint64_t index;              /* 0 for the first generated token */
@@ -132,6 +150,13 @@ struct capy_sched_stats {
 	uint64_t cache_bytes, cache_entries, cache_snapshots;
 	uint64_t cache_lookups, cache_hits;  /* requests that looked, that found a prefix */
 	uint64_t kv_pages, page_bytes;       /* attention-cache pages in use, bytes each */
+	/* hits and the prompt tokens they served, by tier (enum capy_kv_tier; device = the
+	 * prefix cache itself), and the lower tiers' own counts (with kvstore set) */
+	uint64_t tier_hits[4], tier_cached_tokens[4];
+	bool tiers;
+	struct capy_kvstore_stats kv;
+	uint64_t kv_leased_pages;            /* the running requests' leases */
+	uint64_t kv_lease_waits;             /* admissions deferred for want of lease room */
 	bool failed;                         /* an engine-wide failure stopped the scheduler */
 };
 

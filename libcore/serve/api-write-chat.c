@@ -24,10 +24,11 @@ static void usage_json(struct capy_buf *d, const struct capy_api_usage *u)
 {
 	capy_buf_printf(d,
 			"{\"prompt_tokens\":%" PRId64 ",\"completion_tokens\":%" PRId64
-			",\"total_tokens\":%" PRId64 ",\"prompt_tokens_details\":{\"cached_tokens\":%" PRId64
-			"},\"completion_tokens_details\":{\"reasoning_tokens\":%" PRId64 "}}",
-			u->prompt_tokens, u->completion_tokens, u->prompt_tokens + u->completion_tokens,
-			u->cached_tokens, u->reasoning_tokens);
+			",\"total_tokens\":%" PRId64 ",\"prompt_tokens_details\":{\"cached_tokens\":%" PRId64,
+			u->prompt_tokens, u->completion_tokens, u->prompt_tokens + u->completion_tokens, u->cached_tokens);
+	if (u->cache_tier && u->cached_tokens)
+		capy_buf_printf(d, ",\"cache_tier\":\"%s\"", u->cache_tier);
+	capy_buf_printf(d, "},\"completion_tokens_details\":{\"reasoning_tokens\":%" PRId64 "}}", u->reasoning_tokens);
 }
 
 /* --- logprobs ----------------------------------------------------------------------------- */

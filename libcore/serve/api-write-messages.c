@@ -33,11 +33,14 @@ static struct capy_buf *data(struct capy_api_writer *w)
 	return &w->tmp;
 }
 
-static void usage_json(struct capy_buf *d, int64_t prompt, int64_t cached, int64_t out)
+static void usage_json(struct capy_buf *d, int64_t prompt, int64_t cached, int64_t out, const char *tier)
 {
 	capy_buf_printf(d, "{\"input_tokens\":%" PRId64 ",\"output_tokens\":%" PRId64
-			   ",\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":%" PRId64 "}",
+			   ",\"cache_creation_input_tokens\":0,\"cache_read_input_tokens\":%" PRId64,
 			prompt - cached, out, cached);
+	if (tier && cached)
+		capy_buf_printf(d, ",\"cache_tier\":\"%s\"", tier);
+	capy_buf_puts(d, "}");
 }
 
 static void signature(const struct capy_api_writer *w, const struct wpart *pt, struct capy_buf *d)
@@ -92,7 +95,7 @@ static void msg_begin(struct capy_api_writer *w, struct capy_buf *buf)
 	capy_buf_json_str(d, w->model, strlen(w->model));
 	capy_buf_puts(d, ",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":");
 	/* output_tokens 1, as Anthropic's own message_start has it */
-	usage_json(d, w->prompt_tokens, w->cached_tokens, 1);
+	usage_json(d, w->prompt_tokens, w->cached_tokens, 1, NULL);
 	capy_buf_puts(d, "}}");
 	event(w, "message_start", buf);
 	d = data(w);
@@ -194,7 +197,7 @@ static void msg_end(struct capy_api_writer *w, enum capy_api_finish f, const cha
 	capy_buf_puts(d, "],");
 	stop_fields(w, f, stop, d);
 	capy_buf_puts(d, ",\"usage\":");
-	usage_json(d, u->prompt_tokens, u->cached_tokens, u->completion_tokens);
+	usage_json(d, u->prompt_tokens, u->cached_tokens, u->completion_tokens, u->cache_tier);
 	capy_buf_putc(d, '}');
 }
 

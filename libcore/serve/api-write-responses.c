@@ -137,12 +137,14 @@ static void item_json(const struct capy_api_writer *w, const struct wpart *pt, b
 
 static void usage_json(struct capy_buf *d, const struct capy_api_usage *u)
 {
+	capy_buf_printf(d, "{\"input_tokens\":%" PRId64 ",\"input_tokens_details\":{\"cached_tokens\":%" PRId64,
+			u->prompt_tokens, u->cached_tokens);
+	if (u->cache_tier && u->cached_tokens)
+		capy_buf_printf(d, ",\"cache_tier\":\"%s\"", u->cache_tier);
 	capy_buf_printf(d,
-			"{\"input_tokens\":%" PRId64 ",\"input_tokens_details\":{\"cached_tokens\":%" PRId64
 			"},\"output_tokens\":%" PRId64 ",\"output_tokens_details\":{\"reasoning_tokens\":%" PRId64
 			"},\"total_tokens\":%" PRId64 "}",
-			u->prompt_tokens, u->cached_tokens, u->completion_tokens, u->reasoning_tokens,
-			u->prompt_tokens + u->completion_tokens);
+			u->completion_tokens, u->reasoning_tokens, u->prompt_tokens + u->completion_tokens);
 }
 
 /* A request value echoed in the response, or its default. */

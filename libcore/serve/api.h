@@ -250,6 +250,9 @@ struct capy_api_usage {
 	int64_t cached_tokens;     /* of prompt_tokens */
 	int64_t completion_tokens;
 	int64_t reasoning_tokens;  /* of completion_tokens; 0 when unknown */
+	/* where the cached tokens came from ("device", "host", "disk": the context cache's
+	 * tiers), written as "cache_tier" beside cached_tokens when there are some; NULL: not */
+	const char *cache_tier;
 };
 
 /* One generated token's log-probability and, best first, its top alternatives. token is the

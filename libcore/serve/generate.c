@@ -31,6 +31,7 @@ struct job {
 	char *forced;                 /* text the answer was made to start with, or NULL */
 	struct capy_grammar *grammar; /* what the answer is held to (until submitted), or NULL */
 	uint64_t prompt_tokens, cached, generated;
+	enum capy_kv_tier tier;       /* where the cached tokens came from */
 	int64_t created;
 	const char *echo;             /* completions echo: the prompt text */
 	size_t echo_len;
@@ -198,7 +199,7 @@ static int begin_answer(struct job *j, uint64_t cached)
 static void end_answer(struct job *j, const struct capy_gen_event *ev)
 {
 	struct capy_api_usage u = { (int64_t)j->prompt_tokens, (int64_t)ev->cached_tokens, (int64_t)ev->generated_tokens,
-				    (int64_t)j->reasoning_tokens };
+				    (int64_t)j->reasoning_tokens, ev->cached_tokens ? capy_kv_tier_name(ev->cache_tier) : NULL };
 	struct capy_api_error ae = { 0 };
 	const char *stop = NULL;
 	enum capy_api_finish fin = CAPY_API_FINISH_EOS;
@@ -207,6 +208,7 @@ static void end_answer(struct job *j, const struct capy_gen_event *ev)
 	j->finish = ev->finish;
 	j->generated = ev->generated_tokens;
 	j->cached = ev->cached_tokens;
+	j->tier = ev->cache_tier;
 	j->queue_s = ev->queue_s;
 	j->prefill_s = ev->prefill_s;
 	j->decode_s = ev->decode_s;
@@ -267,6 +269,10 @@ static void log_job(struct job *j, struct capy_http_exchange *x)
 		f = "stop";
 	log_u64(x, "prompt_tokens", j->prompt_tokens);
 	log_u64(x, "cached_tokens", j->cached);
+	if (j->cached) {
+		const char *t = capy_kv_tier_name(j->tier);
+		log_str(x, "cache_tier", t, strlen(t));
+	}
 	log_u64(x, "completion_tokens", j->generated);
 	log_str(x, "finish", f, strlen(f));
 	log_ms(x, "queue_ms", j->queue_s);

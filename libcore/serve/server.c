@@ -138,6 +138,45 @@ static void metric(struct capy_buf *b, const char *name, const char *type, const
 	capy_buf_printf(b, "# HELP %s %s\n# TYPE %s %s\n%s %.17g\n", name, help, name, type, name, v);
 }
 
+/* The context cache's tiers: hits and the tokens they served by tier, the lower tiers'
+ * sizes and moves (with --host-cache-mib or --disk-cache-dir). */
+static void tier_metrics(struct capy_buf *b, const struct capy_sched_stats *st)
+{
+	static const char *const tiers[] = { "device", "host", "disk" };
+	const struct capy_kvstore_stats *k = &st->kv;
+
+	capy_buf_puts(b, "# HELP capy_cache_tier_hits_total Requests that found a cached prefix, by the tier it came from.\n"
+			 "# TYPE capy_cache_tier_hits_total counter\n");
+	for (int t = 0; t < 3; t++)
+		capy_buf_printf(b, "capy_cache_tier_hits_total{tier=\"%s\"} %" PRIu64 "\n", tiers[t],
+				st->tier_hits[CAPY_KV_TIER_DEVICE + t]);
+	capy_buf_puts(b, "# HELP capy_cache_tier_tokens_total Prompt tokens served from the cache, by tier.\n"
+			 "# TYPE capy_cache_tier_tokens_total counter\n");
+	for (int t = 0; t < 3; t++)
+		capy_buf_printf(b, "capy_cache_tier_tokens_total{tier=\"%s\"} %" PRIu64 "\n", tiers[t],
+				st->tier_cached_tokens[CAPY_KV_TIER_DEVICE + t]);
+	if (!st->tiers)
+		return;
+	capy_buf_puts(b, "# HELP capy_cache_demotions_total Cache entries moved down into a tier (device to host, host "
+			 "or device to disk).\n# TYPE capy_cache_demotions_total counter\n");
+	capy_buf_printf(b, "capy_cache_demotions_total{tier=\"host\"} %" PRIu64 "\n", k->demoted_host);
+	capy_buf_printf(b, "capy_cache_demotions_total{tier=\"disk\"} %" PRIu64 "\n", k->demoted_disk);
+	metric(b, "capy_cache_host_bytes", "gauge", "Bytes the host-RAM tier holds.", (double)k->host_bytes);
+	metric(b, "capy_cache_host_entries", "gauge", "Entries in the host-RAM tier.", (double)k->host_entries);
+	metric(b, "capy_cache_disk_bytes", "gauge", "Bytes of the disk tier's entry files.", (double)k->disk_bytes);
+	metric(b, "capy_cache_disk_entries", "gauge", "Entry files in the disk tier.", (double)k->disk_entries);
+	metric(b, "capy_cache_disk_written_bytes_total", "counter", "Bytes of entry files written.",
+	       (double)k->disk_written_bytes);
+	metric(b, "capy_cache_disk_read_bytes_total", "counter", "Bytes of entry files read to restore.",
+	       (double)k->disk_read_bytes);
+	metric(b, "capy_cache_dropped_total", "counter", "Entries evicted from the last tier (or too large for it).",
+	       (double)k->dropped);
+	metric(b, "capy_cache_refused_total", "counter", "Disk entries refused (corrupt, truncated, foreign) and removed.",
+	       (double)k->refused);
+	metric(b, "capy_cache_restore_seconds_total", "counter", "Time restoring entries from the host and disk tiers.",
+	       k->restore_s);
+}
+
 static void metrics(struct capy_http_exchange *x, void *arg)
 {
 	struct capy_server *srv = arg;
@@ -181,8 +220,13 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	metric(&b, "capy_cache_hits_total", "counter", "Requests that found a cached prefix.", (double)st.cache_hits);
 	metric(&b, "capy_cache_hit_ratio", "gauge", "Share of prompt tokens served from the prefix cache.",
 	       st.prompt_tokens ? (double)st.cached_tokens / (double)st.prompt_tokens : 0);
+	tier_metrics(&b, &st);
 	metric(&b, "capy_kv_pages", "gauge", "Attention-cache pages in use.", (double)st.kv_pages);
 	metric(&b, "capy_kv_page_bytes", "gauge", "Bytes of one attention-cache page.", (double)st.page_bytes);
+	metric(&b, "capy_kv_leased_pages", "gauge", "Attention-cache pages the running requests' KV leases reserve.",
+	       (double)st.kv_leased_pages);
+	metric(&b, "capy_kv_lease_waits_total", "counter", "Admissions deferred until a KV lease fit --kv-budget-mib.",
+	       (double)st.kv_lease_waits);
 	metric(&b, "capy_engine_failed", "gauge", "1 after an engine-wide failure.", st.failed ? 1 : 0);
 	if (b.oom)
 		capy_http_respond_error(x, 500, "out of memory");

@@ -68,7 +68,7 @@ static void write_out(const struct capy_api_request *req, struct capy_buf *all)
 		{ CAPY_OUTPARSE_CONTENT, "after" },
 	};
 	struct capy_api_meta meta = { "f1", "m\"", 1, 10, 3, "echo", 4 };
-	struct capy_api_usage u = { 10, 3, 5, 1 };
+	struct capy_api_usage u = { 10, 3, 5, 1, "device" };
 	struct capy_api_top_logprob top = { "\xe2\x82", 2, -1.0 };
 	struct capy_api_logprob lp = { "\xff", 1, -0.5, &top, 1 };
 	struct capy_api_writer *w;

@@ -1178,7 +1178,7 @@ struct step {
 #define END(f, stop) { S_END, NULL, 0, (f), (stop) }
 #define ERR() { S_ERR, NULL, 0, 0, NULL }
 
-static const struct capy_api_usage USAGE = { 7, 0, 4, 0 };
+static const struct capy_api_usage USAGE = { 7, 0, 4, 0, NULL };
 
 /* Run a script through a writer for the request body; returns all bytes (malloc'd). Logprob
  * records get two alternatives: the token itself and "x" one nat lower. */
@@ -1388,7 +1388,8 @@ static const struct step THINK_TWO_CALLS[] = {
 	CE(), CS("get_time"), CA("{}"), CE(), END(CAPY_API_FINISH_EOS, NULL),
 };
 
-static const struct capy_api_usage USAGE2 = { 20, 16, 9, 3 };
+/* cached tokens from the host tier of the context cache: "cache_tier" beside them */
+static const struct capy_api_usage USAGE2 = { 20, 16, 9, 3, "host" };
 
 static char *body_with(const char *fmt, const char *arg)
 {
@@ -1496,7 +1497,7 @@ static void test_chat_out(void)
 	     "\"function\":{\"name\":\"get_time\",\"arguments\":\"{}\"}}]},\"logprobs\":null,"
 	     "\"finish_reason\":\"tool_calls\"}],\"usage\":{\"prompt_tokens\":20,"
 	     "\"completion_tokens\":9,\"total_tokens\":29,\"prompt_tokens_details\":{"
-	     "\"cached_tokens\":16},\"completion_tokens_details\":{\"reasoning_tokens\":3}}}");
+	     "\"cached_tokens\":16,\"cache_tier\":\"host\"},\"completion_tokens_details\":{\"reasoning_tokens\":3}}}");
 	CASE("chat body, cut by length", RUN_WRITER(CAPY_API_CHAT, plain, cut, NULL),
 	     "{\"id\":\"chatcmpl-fake1\",\"created\":1767225600,\"model\":\"qwen3\","
 	     "\"system_fingerprint\":null,\"object\":\"chat.completion\",\"choices\":["
@@ -1827,7 +1828,7 @@ static void test_responses_out(void)
 	     "\"annotations\":[],\"logprobs\":[]}]},{\"type\":\"function_call\",\"id\":\"fc_fake1_0\""
 	     ",\"call_id\":\"call_fake1_0\",\"name\":\"get_weather\",\"arguments\":\"{"
 	     "\\\"city\\\": \\\"Paris\\\"}\",\"status\":\"completed\"}],\"usage\":{"
-	     "\"input_tokens\":20,\"input_tokens_details\":{\"cached_tokens\":16},"
+	     "\"input_tokens\":20,\"input_tokens_details\":{\"cached_tokens\":16,\"cache_tier\":\"host\"},"
 	     "\"output_tokens\":9,\"output_tokens_details\":{\"reasoning_tokens\":3},"
 	     "\"total_tokens\":29},\"error\":null,\"incomplete_details\":null,\"instructions\":\"Be b"
 	     "rief.\",\"parallel_tool_calls\":true,\"tool_choice\":\"auto\",\"tools\":["
@@ -2006,7 +2007,7 @@ static void test_responses_out(void)
 	     "\"annotations\":[],\"logprobs\":[]}]},{\"type\":\"function_call\",\"id\":\"fc_fake1_0\""
 	     ",\"call_id\":\"call_fake1_0\",\"name\":\"get_weather\",\"arguments\":\"{"
 	     "\\\"city\\\": \\\"Paris\\\"}\",\"status\":\"completed\"}],\"usage\":{"
-	     "\"input_tokens\":20,\"input_tokens_details\":{\"cached_tokens\":16},"
+	     "\"input_tokens\":20,\"input_tokens_details\":{\"cached_tokens\":16,\"cache_tier\":\"host\"},"
 	     "\"output_tokens\":9,\"output_tokens_details\":{\"reasoning_tokens\":3},"
 	     "\"total_tokens\":29},\"error\":null,\"incomplete_details\":null,\"instructions\":null,"
 	     "\"parallel_tool_calls\":true,\"tool_choice\":\"auto\",\"tools\":[{\"type\":\"function\""
@@ -2265,7 +2266,7 @@ static void test_messages_out(void)
 	     "{\"type\":\"tool_use\",\"id\":\"toolu_fake1_1\",\"name\":\"get_time\","
 	     "\"input\":{}}],\"stop_reason\":\"tool_use\",\"stop_sequence\":null,"
 	     "\"usage\":{\"input_tokens\":4,\"output_tokens\":9,\"cache_creation_input_tokens\":0,"
-	     "\"cache_read_input_tokens\":16}}");
+	     "\"cache_read_input_tokens\":16,\"cache_tier\":\"host\"}}");
 	CASE("messages body stop sequence", RUN_WRITER(CAPY_API_MESSAGES, plain, stop, NULL),
 	     "{\"id\":\"msg_fake1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"qwen3\","
 	     "\"content\":[{\"type\":\"text\",\"text\":\"a\"}],\"stop_reason\":\"stop_sequence\","
@@ -2406,7 +2407,7 @@ static void test_writer_edges(void)
 	static const struct step nothing[] = { END(CAPY_API_FINISH_EOS, NULL) };
 	struct capy_api_meta meta = { "fake1", "qwen3", 1767225600, 7, 0, NULL, 0 };
 	struct capy_outparse_event ev = { .type = CAPY_OUTPARSE_CONTENT, .text = "x", .len = 1 };
-	struct capy_api_usage u = { 1, 0, 1, 0 };
+	struct capy_api_usage u = { 1, 0, 1, 0, NULL };
 	struct capy_api_request r;
 	struct capy_api_writer *w;
 	struct capy_err err = { 0 };

@@ -532,6 +532,77 @@ static void test_constrained_ahead(void)
 	CHECK_EQ_U64(capy_engine_pages_used(eng), 0);
 }
 
+/* KV leases: with kv_pages bounding leases and the prefix cache's pages together, a request
+ * with a large max_new_tokens reserves its prompt plus the window, and another conversation's
+ * cached prefix stays; without a window (its whole max_new_tokens reserved) the cache gives
+ * way and that conversation is read again. */
+static void test_kv_lease_window(void)
+{
+	int32_t a[140], b[10];
+
+	make_prompt(a, 140, 21);
+	make_prompt(b, 10, 22);
+	for (int pass = 0; pass < 2; pass++) {
+		struct capy_err err = { 0 };
+		struct capy_sched *s = NULL;
+		struct capy_sched_stats st;
+		struct capy_sampler_params sp = { 0 };
+		struct result r;
+		uint64_t P = capy_engine_page_tokens(eng);
+		/* the cache will hold a's 134 tokens: 3 pages of 64; b's lease is 1 page with the
+		 * window (10 + 16 tokens), 5 without it (10 + 300) */
+		struct capy_sched_opts o = { .max_concurrency = 2, .max_context = 400, .prefill_chunk = 64,
+					     .cache_bytes = 64u << 20, .snapshot_interval = 128,
+					     .kv_lease_window = pass ? 0 : 16, .kv_pages = 5 };
+		CHECK_EQ_U64(P, 64);
+		CHECK_MSG(capy_sched_new(&s, eng, &o, &err) == 0, "%s", err.msg);
+		result_init(&r);
+		submit(s, a, 130, 4, &sp, &r);
+		CHECK(wait_end(&r));
+		capy_sched_stats(s, &st);
+		CHECK(st.cache_entries >= 1);
+		result_init(&r);
+		r.stop_after = 2;
+		submit(s, b, 10, 300, &sp, &r);
+		CHECK(wait_end(&r));
+		CHECK_EQ_INT(r.finish, CAPY_FINISH_STOPPED);
+		result_init(&r);
+		submit(s, a, 140, 2, &sp, &r); /* a's next turn */
+		CHECK(wait_end(&r));
+		if (pass == 0)
+			CHECK_EQ_U64(r.cached, 130);
+		else
+			CHECK_EQ_U64(r.cached, 0);
+		capy_sched_free(s, 5);
+	}
+	/* Two leases of 2 pages under a bound of 2: the second request waits for the first. */
+	struct capy_err err = { 0 };
+	struct capy_sched *s = NULL;
+	struct capy_sched_stats st;
+	struct capy_sampler_params sp = { 0 };
+	struct result x, y;
+	struct capy_sched_opts o = { .max_concurrency = 2, .max_context = 400, .prefill_chunk = 64,
+				     .cache_bytes = 64u << 20, .snapshot_interval = 128, .kv_lease_window = 16,
+				     .kv_pages = 2 };
+	int32_t px[70], py[70], ref[20];
+
+	make_prompt(px, 70, 31);
+	make_prompt(py, 70, 32);
+	CHECK(capy_sched_new(&s, eng, &o, &err) == 0);
+	result_init(&x);
+	result_init(&y);
+	submit(s, px, 70, 20, &sp, &x);
+	submit(s, py, 70, 20, &sp, &y);
+	CHECK(wait_end(&x) && wait_end(&y));
+	CHECK_EQ_INT(x.finish, CAPY_FINISH_LENGTH);
+	CHECK_EQ_INT(y.finish, CAPY_FINISH_LENGTH);
+	capy_sched_stats(s, &st);
+	CHECK(st.kv_lease_waits >= 1);
+	reference(py, 70, (const uint64_t[]){ 64, 70 }, 2, 20, &sp, ref);
+	CHECK(!memcmp(y.tokens, ref, sizeof(ref)));
+	capy_sched_free(s, 5);
+}
+
 int main(void)
 {
 	RUN(setup);
@@ -539,6 +610,7 @@ int main(void)
 		RUN(test_concurrent_equals_alone);
 		RUN(test_prefix_cache);
 		RUN(test_cache_budget);
+		RUN(test_kv_lease_window);
 		RUN(test_endings);
 		RUN(test_queue_and_shutdown);
 		RUN(test_constrained);

@@ -165,6 +165,11 @@ const struct capy_backend_ops capy_backend_cpu = {
 	.state_new = cpu_state_new,
 	.state_copy = cpu_state_copy,
 	.state_free = cpu_state_free,
+	.page_read = cpu_page_read,
+	.page_write = cpu_page_write,
+	.state_io_bytes = cpu_state_io_bytes,
+	.state_read = cpu_state_read,
+	.state_write = cpu_state_write,
 	.step = cpu_step,
 	.keeps_states = true,
 };

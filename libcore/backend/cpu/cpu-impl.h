@@ -190,6 +190,12 @@ void cpu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src);
 uint64_t cpu_state_bytes(const struct capy_engine *core);
 int cpu_state_new(struct capy_engine *core, void **out, struct capy_err *err);
 void cpu_state_copy(struct capy_engine *core, void *dst, const void *src);
+/* To and from host bytes, for the context cache's tiers (engine/backend.h). */
+int cpu_page_read(struct capy_engine *core, uint32_t id, void *dst, struct capy_err *err);
+int cpu_page_write(struct capy_engine *core, uint32_t id, const void *src, struct capy_err *err);
+uint64_t cpu_state_io_bytes(const struct capy_engine *core);
+int cpu_state_read(struct capy_engine *core, const void *st, void *dst, struct capy_err *err);
+int cpu_state_write(struct capy_engine *core, void *st, const void *src, struct capy_err *err);
 void cpu_state_free(struct capy_engine *core, void *st);
 
 /* forward.c: the backend's step. */

@@ -183,3 +183,78 @@ void cpu_state_copy(struct capy_engine *core, void *dst, const void *src)
 		memcpy(d->ple[i].conv, s->ple[i].conv, ple_conv_floats(c) * sizeof(float));
 	}
 }
+
+int cpu_page_read(struct capy_engine *core, uint32_t id, void *dst, struct capy_err *err)
+{
+	struct cpu_engine *e = core->be;
+
+	(void)err;
+	memcpy(dst, e->pages[id], e->page_bytes);
+	return 0;
+}
+
+int cpu_page_write(struct capy_engine *core, uint32_t id, const void *src, struct capy_err *err)
+{
+	struct cpu_engine *e = core->be;
+
+	(void)err;
+	memcpy(e->pages[id], src, e->page_bytes);
+	return 0;
+}
+
+/* The state packed as: per GDN layer its conv window then S; per PLE layer its 16 context
+ * ids then its conv window (the floats as stored, so a round trip is bitwise). */
+uint64_t cpu_state_io_bytes(const struct capy_engine *core)
+{
+	const struct cpu_engine *e = core->be;
+	const struct capy_model_config *c = &e->c;
+
+	return (uint64_t)e->w.n_gdn * (gdn_conv_floats(c) + gdn_s_floats(c)) * sizeof(float) +
+	       (uint64_t)e->w.n_ple * (sizeof(((struct ple_state *)0)->ctx) + ple_conv_floats(c) * sizeof(float));
+}
+
+int cpu_state_read(struct capy_engine *core, const void *p, void *dst, struct capy_err *err)
+{
+	struct cpu_engine *e = core->be;
+	const struct capy_model_config *c = &e->c;
+	const struct cpu_state *s = p;
+	uint8_t *o = dst;
+
+	(void)err;
+	for (int i = 0; i < e->w.n_gdn; i++) {
+		memcpy(o, s->gdn[i].conv, gdn_conv_floats(c) * sizeof(float));
+		o += gdn_conv_floats(c) * sizeof(float);
+		memcpy(o, s->gdn[i].S, gdn_s_floats(c) * sizeof(float));
+		o += gdn_s_floats(c) * sizeof(float);
+	}
+	for (int i = 0; i < e->w.n_ple; i++) {
+		memcpy(o, s->ple[i].ctx, sizeof(s->ple[i].ctx));
+		o += sizeof(s->ple[i].ctx);
+		memcpy(o, s->ple[i].conv, ple_conv_floats(c) * sizeof(float));
+		o += ple_conv_floats(c) * sizeof(float);
+	}
+	return 0;
+}
+
+int cpu_state_write(struct capy_engine *core, void *p, const void *src, struct capy_err *err)
+{
+	struct cpu_engine *e = core->be;
+	const struct capy_model_config *c = &e->c;
+	struct cpu_state *d = p;
+	const uint8_t *in = src;
+
+	(void)err;
+	for (int i = 0; i < e->w.n_gdn; i++) {
+		memcpy(d->gdn[i].conv, in, gdn_conv_floats(c) * sizeof(float));
+		in += gdn_conv_floats(c) * sizeof(float);
+		memcpy(d->gdn[i].S, in, gdn_s_floats(c) * sizeof(float));
+		in += gdn_s_floats(c) * sizeof(float);
+	}
+	for (int i = 0; i < e->w.n_ple; i++) {
+		memcpy(d->ple[i].ctx, in, sizeof(d->ple[i].ctx));
+		in += sizeof(d->ple[i].ctx);
+		memcpy(d->ple[i].conv, in, ple_conv_floats(c) * sizeof(float));
+		in += ple_conv_floats(c) * sizeof(float);
+	}
+	return 0;
+}

@@ -354,6 +354,11 @@ const struct capy_backend_ops capy_backend_cuda = {
 	.state_new = cu_state_new,
 	.state_copy = cu_state_copy,
 	.state_free = cu_state_free,
+	.page_read = cu_page_read,
+	.page_write = cu_page_write,
+	.state_io_bytes = cu_state_io_bytes,
+	.state_read = cu_state_read,
+	.state_write = cu_state_write,
 	.step = cu_step,
 	.samples = true,
 };

@@ -200,6 +200,12 @@ void cu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src);
 uint64_t cu_state_bytes(const struct capy_engine *core);
 int cu_state_new(struct capy_engine *core, void **out, struct capy_err *err);
 void cu_state_copy(struct capy_engine *core, void *dst, const void *src);
+/* To and from host bytes, for the context cache's tiers (engine/backend.h). */
+int cu_page_read(struct capy_engine *core, uint32_t id, void *dst, struct capy_err *err);
+int cu_page_write(struct capy_engine *core, uint32_t id, const void *src, struct capy_err *err);
+uint64_t cu_state_io_bytes(const struct capy_engine *core);
+int cu_state_read(struct capy_engine *core, const void *st, void *dst, struct capy_err *err);
+int cu_state_write(struct capy_engine *core, void *st, const void *src, struct capy_err *err);
 void cu_state_free(struct capy_engine *core, void *st);
 int cu_context_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err);
 

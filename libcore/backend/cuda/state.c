@@ -200,3 +200,70 @@ int cu_context_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err
 	e->s.sel_cap = cap;
 	return 0;
 }
+
+/* The context cache's tiers: copies ordered on the step stream (after every step enqueued
+ * before them) and waited for, so the host bytes are complete (read) or no longer needed
+ * (write) when these return. */
+int cu_page_read(struct capy_engine *core, uint32_t id, void *dst, struct capy_err *err)
+{
+	struct cuda_engine *e = core->be;
+	cudaError_t rc;
+
+	cu_use_device(e);
+	if ((rc = cudaMemcpyAsync(dst, e->pages + (uint64_t)id * e->page_bytes, e->page_bytes, cudaMemcpyDeviceToHost,
+				  e->stream)) != cudaSuccess ||
+	    (rc = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+		return cu_err(err, rc, "reading an attention-cache page");
+	return 0;
+}
+
+int cu_page_write(struct capy_engine *core, uint32_t id, const void *src, struct capy_err *err)
+{
+	struct cuda_engine *e = core->be;
+	cudaError_t rc;
+
+	cu_use_device(e);
+	if ((rc = cudaMemcpyAsync(e->pages + (uint64_t)id * e->page_bytes, src, e->page_bytes, cudaMemcpyHostToDevice,
+				  e->stream)) != cudaSuccess ||
+	    (rc = cudaStreamSynchronize(e->stream)) != cudaSuccess)
+		return cu_err(err, rc, "writing an attention-cache page");
+	return 0;
+}
+
+/* Packed as: the device block's floats, then the PLE contexts (16 ids per PLE layer). */
+uint64_t cu_state_io_bytes(const struct capy_engine *core)
+{
+	const struct cuda_engine *e = core->be;
+
+	return state_floats(e) * sizeof(float) + (uint64_t)e->hw.n_ple * 16 * sizeof(int32_t);
+}
+
+int cu_state_read(struct capy_engine *core, const void *p, void *dst, struct capy_err *err)
+{
+	struct cuda_engine *e = core->be;
+	const struct cu_state *s = p;
+	uint64_t n = state_floats(e);
+	cudaError_t rc;
+
+	cu_use_device(e);
+	if (n && ((rc = cudaMemcpyAsync(dst, s->dev, n * sizeof(float), cudaMemcpyDeviceToHost, e->stream)) != cudaSuccess ||
+		  (rc = cudaStreamSynchronize(e->stream)) != cudaSuccess))
+		return cu_err(err, rc, "reading a recurrent state");
+	memcpy((uint8_t *)dst + n * sizeof(float), s->ple_ctx, (size_t)e->hw.n_ple * sizeof(*s->ple_ctx));
+	return 0;
+}
+
+int cu_state_write(struct capy_engine *core, void *p, const void *src, struct capy_err *err)
+{
+	struct cuda_engine *e = core->be;
+	struct cu_state *d = p;
+	uint64_t n = state_floats(e);
+	cudaError_t rc;
+
+	cu_use_device(e);
+	if (n && ((rc = cudaMemcpyAsync(d->dev, src, n * sizeof(float), cudaMemcpyHostToDevice, e->stream)) != cudaSuccess ||
+		  (rc = cudaStreamSynchronize(e->stream)) != cudaSuccess))
+		return cu_err(err, rc, "writing a recurrent state");
+	memcpy(d->ple_ctx, (const uint8_t *)src + n * sizeof(float), (size_t)e->hw.n_ple * sizeof(*d->ple_ctx));
+	return 0;
+}
