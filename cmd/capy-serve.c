@@ -26,7 +26,7 @@ static const struct profile {
 	const char *const args[16];
 } profiles[] = {
 	{ "agent", { "--max-context", "65536", "--max-concurrency", "4", "--cache-mib", "4096", "--prefill-chunk",
-		     "256", "--snapshot-interval", "2048", NULL } },
+		     "256", "--snapshot-interval", "2048", "--spec", "ngram", NULL } },
 	{ "small", { "--max-context", "8192", "--max-concurrency", "2", "--cache-mib", "256", "--prefill-chunk", "128",
 		     NULL } },
 	{ "throughput", { "--max-context", "16384", "--max-concurrency", "16", "--cache-mib", "2048", "--prefill-chunk",
@@ -36,13 +36,15 @@ static const struct profile {
 };
 
 static const char *opt_host = "127.0.0.1", *opt_model_id, *opt_api_key, *opt_api_key_file, *opt_profile,
-		  *opt_template, *opt_tokenizer, *opt_tokcfg, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg;
+		  *opt_template, *opt_tokenizer, *opt_tokcfg, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg,
+		  *opt_spec = "off";
 static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, opt_queue = 256, opt_chunk = 256,
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
 	       opt_max_tokens, opt_gpu, opt_mask_threads = 2;
 static uint64_t opt_gpu_mem;
 static double opt_host_cache_mib, opt_disk_cache_gib = 16, opt_kv_budget_mib;
-static int64_t opt_lease_window = 512;
+static int64_t opt_lease_window = 512, opt_draft_tokens = 4, opt_ngram_min = 2;
+static bool spec_asked; /* --spec on the command line itself, not only from a profile */
 static const char *opt_disk_cache_dir;
 static double opt_cache_mib = 1024, opt_request_timeout = 30, opt_idle_timeout = 75, opt_shutdown = 10;
 static uint64_t opt_max_body = 32u << 20;
@@ -106,9 +108,14 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_INT(0, "mask-threads", &opt_mask_threads, "n",
 		     "threads computing constrained requests' token masks during the step (default 2; 0: after it)", 0, 64),
 	CAPY_OPT_FLAG(0, "log-prompts", &opt_log_prompts, "put rendered prompts into the request log"),
+	CAPY_OPT_GROUP("Speculative decoding"),
+	CAPY_OPT_STRING(0, "spec", &opt_spec, "ngram|off",
+			"draft tokens from each conversation's own text, verify them in one step (default off)"),
+	CAPY_OPT_INT(0, "draft-tokens", &opt_draft_tokens, "k", "drafts per request and step at most (default 4)", 1, 64),
+	CAPY_OPT_INT(0, "ngram-min", &opt_ngram_min, "n", "ngram: the shortest match that drafts (default 2)", 1, 1 << 20),
 	CAPY_OPT_GROUP("Profiles (--profile NAME puts these flags where it stands; later flags override):\n"
 		       "    agent                     --max-context 65536 --max-concurrency 4 --cache-mib 4096\n"
-		       "                              --prefill-chunk 256 --snapshot-interval 2048\n"
+		       "                              --prefill-chunk 256 --snapshot-interval 2048 --spec ngram\n"
 		       "    small                     --max-context 8192 --max-concurrency 2 --cache-mib 256\n"
 		       "                              --prefill-chunk 128\n"
 		       "    throughput                --max-context 16384 --max-concurrency 16 --cache-mib 2048\n"
@@ -144,6 +151,8 @@ static char **expand_profiles(int argc, char **argv, int *out_argc)
 				out[n++] = argv[i++];
 		if (i >= argc)
 			break;
+		if (!strcmp(argv[i], "--spec") || !strncmp(argv[i], "--spec=", 7))
+			spec_asked = true;
 		if (!strcmp(argv[i], "--profile") && i + 1 < argc)
 			name = argv[++i];
 		else if (!strncmp(argv[i], "--profile=", 10))
@@ -251,6 +260,7 @@ int cmd_main(int argc, char **argv)
 	struct capy_server_opts so = { 0 };
 	struct capy_engine_opts eo = { 0 };
 	struct capy_sched_opts sco = { 0 };
+	bool spec;
 	char **args, *model_id, wbytes[32], cache[32], page[32], state[32];
 	const char **keys;
 	sigset_t sigs;
@@ -265,6 +275,9 @@ int cmd_main(int argc, char **argv)
 			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,
 			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency,
 			.kv = parse_kv() });
+	if (strcmp(opt_spec, "ngram") && strcmp(opt_spec, "off"))
+		capy_usage_error(usage, opts, "--spec: '%s' is not ngram or off", opt_spec);
+	spec = !strcmp(opt_spec, "ngram");
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	so.n_api_keys = load_keys(&keys);
 	so.api_keys = keys;
@@ -290,12 +303,23 @@ int cmd_main(int argc, char **argv)
 	}
 	eo.threads = (int)opt_threads;
 	eo.kv = parse_kv();
-	eo.step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency;
+	/* With drafts, a decoding request's item is a window of up to --draft-tokens + 1 tokens. */
+	eo.step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency * (spec ? (uint64_t)opt_draft_tokens + 1 : 1);
 	eo.max_context = (uint64_t)opt_max_context;
 	eo.max_seqs = (uint64_t)opt_concurrency;
 	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */
 	if (capy_engine_new(&e, a, &eo, &err) < 0)
 		capy_die("%s", err.msg);
+	/* A backend that cannot keep states cannot verify drafts: asked for, that is an error;
+	 * from a profile, the server runs without them and says so. */
+	if (spec && !capy_engine_keeps_states(e)) {
+		if (spec_asked)
+			capy_die("--spec ngram: the %s backend cannot verify drafts yet (use --device cpu, or --spec off)",
+				 capy_engine_device(e));
+		fprintf(stderr, "%s: speculative decoding off: the %s backend cannot verify drafts yet\n", capy_tool_name,
+			capy_engine_device(e));
+		spec = false;
+	}
 	/* A GPU takes the attention cache of every request at full context up front, so a
 	 * configuration that cannot fit is refused now, with the numbers, not mid-answer. */
 	if (strcmp(opt_device, "cpu") &&
@@ -310,6 +334,8 @@ int cmd_main(int argc, char **argv)
 	sco.snapshot_interval = (uint64_t)opt_snapshot;
 	sco.mask_threads = opt_mask_threads ? (int)opt_mask_threads : -1;
 	sco.kv_lease_window = (uint64_t)opt_lease_window;
+	sco.spec_draft_tokens = spec ? (uint64_t)opt_draft_tokens : 0;
+	sco.spec_ngram_min = (uint64_t)opt_ngram_min;
 	sco.kv_pages = (uint64_t)(opt_kv_budget_mib * 1048576.0) / capy_engine_page_bytes(e);
 	if (opt_kv_budget_mib > 0 && !sco.kv_pages)
 		capy_usage_error(usage, opts, "--kv-budget-mib %g is less than one attention-cache page", opt_kv_budget_mib);
@@ -355,6 +381,10 @@ int cmd_main(int argc, char **argv)
 		opt_profile ? opt_profile : "", capy_tool_name, opt_max_context, opt_concurrency, opt_queue, opt_chunk,
 		sco.cache_bytes ? cache : "off", state, opt_snapshot, capy_engine_page_tokens(e), page,
 		so.n_api_keys ? "API key required" : "no API key");
+	if (spec)
+		fprintf(stderr, "%s: speculative decoding: n-gram drafts of up to %" PRId64 " tokens per request and step "
+			"(matches of %" PRId64 " tokens or more; not for constrained or logprobs requests)\n", capy_tool_name,
+			opt_draft_tokens, opt_ngram_min);
 	if (kvs) {
 		struct capy_kvstore_stats ks;
 		char host[32], disk[32];

@@ -5,6 +5,7 @@
 #include "../constrain/grammar.h"
 #include "../constrain/mask.h"
 #include "../constrain/mask-ahead.h"
+#include "../spec/spec.h"
 #include "../util/log.h"
 
 #include <math.h>
@@ -37,6 +38,15 @@ struct req {
 	struct capy_grammar_state *gstate;
 	struct capy_mask_ahead *ahead;
 	double mask_s, mask_wait_s, mask_wait_max_s;
+	/* speculative decoding (opts.spec_draft_tokens; NULL ngram: this request decodes one
+	 * token per step): the drafter of its prompt and output, the step's window [next, drafts]
+	 * and its logits rows, how many drafts the step carries (0: a one-token item), what the
+	 * acceptance gave, and the counts */
+	struct capy_ngram *ngram;
+	int32_t *window, *accepted;
+	float *rows;
+	uint64_t n_drafts;
+	uint64_t spec_windows, spec_drafted, spec_accepted;
 	bool cancel;                  /* asked for (under the mutex) */
 	double t_submit, t_start, t_prefilled;
 	bool cancel_seen;             /* the engine thread's copy of cancel */
@@ -90,6 +100,10 @@ static void free_req(struct req *q)
 	capy_mask_free(q->mask);
 	capy_grammar_state_free(q->gstate);
 	capy_grammar_free(q->r.grammar);
+	capy_ngram_free(q->ngram);
+	free(q->window);
+	free(q->accepted);
+	free(q->rows);
 	free(q->logits);
 	free(q->prompt);
 	free(q);
@@ -130,6 +144,9 @@ static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why
 	ev.mask_s = q->mask_s;
 	ev.mask_wait_s = q->mask_wait_s;
 	ev.mask_wait_max_s = q->mask_wait_max_s;
+	ev.spec_windows = q->spec_windows;
+	ev.spec_drafted = q->spec_drafted;
+	ev.spec_accepted = q->spec_accepted;
 	q->r.cb(q->r.ud, &ev);
 	pthread_mutex_lock(&s->mu);
 	unlink_all(s, q);
@@ -223,6 +240,17 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 		    (rc = capy_mask_ahead_new(&q->ahead, s->masks, q->mask, (uint32_t)s->vocab, err)) < 0)
 			return rc;
 		capy_mask_ahead_start(q->ahead, q->gstate); /* the first mask, while the prompt is read */
+	}
+	/* Drafts for what can take them: a grammar's mask would be needed at every draft
+	 * position, logprobs at every accepted one (neither is done yet). */
+	if (s->o.spec_draft_tokens && !q->r.grammar && q->r.top_logprobs < 0) {
+		uint64_t K = s->o.spec_draft_tokens;
+		if (!(q->window = malloc((K + 1) * sizeof(int32_t))) || !(q->accepted = malloc((K + 1) * sizeof(int32_t))) ||
+		    !(q->rows = malloc((K + 1) * s->vocab * sizeof(float))))
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+		if ((rc = capy_ngram_new(&q->ngram, s->o.spec_ngram_min, err)) < 0 ||
+		    (rc = capy_ngram_add(q->ngram, q->prompt, q->r.n_prompt, err)) < 0)
+			return rc;
 	}
 	q->cached = cached;
 	q->tier = tier;
@@ -332,6 +360,19 @@ static int constrained_token(struct capy_sched *s, struct req *q, int32_t *tok, 
 	return rc; /* 0: a stop token */
 }
 
+/* The drafter learns each token once it is given out. Out of memory, the request goes on
+ * without drafts (its tokens are the same). */
+static void feed_drafter(struct req *q, int32_t tok)
+{
+	struct capy_err err = { 0 };
+
+	if (q->ngram && capy_ngram_add(q->ngram, &tok, 1, &err) < 0) {
+		capy_log_warn("request %" PRIu64 ": no more drafts: %s", q->id, err.msg);
+		capy_ngram_free(q->ngram);
+		q->ngram = NULL;
+	}
+}
+
 /* After a step gave q its logits: the next token, and whether the request goes on. */
 static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 {
@@ -382,6 +423,7 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 		finish(s, q, CAPY_FINISH_STOPPED, 0, NULL);
 		return;
 	}
+	feed_drafter(q, tok);
 	if (q->r.grammar && capy_grammar_finished(q->gstate)) { /* done: no need to wait for a stop id */
 		remove_active(s, ai);
 		finish(s, q, CAPY_FINISH_GRAMMAR, 0, NULL);
@@ -400,6 +442,88 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 	q->phase = DECODE;
 	if (q->r.grammar) /* the next mask, while the engine computes the logits it will mask */
 		capy_mask_ahead_start(q->ahead, q->gstate);
+}
+
+/* --- speculative windows (opts.spec_draft_tokens) --- */
+
+/* q's drafts for this step into q->window[1..]: never more than the tokens it may still give
+ * (max_new_tokens, the context) leave room for after the window's own token; 0: none. */
+static uint64_t draft(const struct capy_sched *s, struct req *q)
+{
+	uint64_t len = capy_seq_len(q->seq), k = s->o.spec_draft_tokens, left = q->max_new - q->generated;
+
+	if (!q->ngram || left <= 1 || len + 2 >= s->o.max_context)
+		return 0;
+	k = CAPY_MIN(k, left - 1);
+	k = CAPY_MIN(k, s->o.max_context - 2 - len); /* the window ends where one token per step would */
+	return capy_ngram_draft(q->ngram, k, q->window + 1, NULL);
+}
+
+/* After q's window ran from length len: the accepted tokens, each given out as next_token
+ * gives one (stop ids, the callback, max_new_tokens, the context), then the sequence cut back
+ * to what one token per step would hold at that point — the last token given out not yet run
+ * — so the prefix cache and the next step see the same history either way. */
+static void window_tokens(struct capy_sched *s, struct req *q, size_t ai, uint64_t len)
+{
+	struct capy_gen_event ev = { .type = CAPY_GEN_TOKEN, .id = q->id, .cached_tokens = q->cached };
+	uint64_t k = q->n_drafts, m, j;
+	enum capy_gen_finish why = CAPY_FINISH_LENGTH;
+	bool ends = false;
+	int32_t tok = 0;
+	struct capy_err err = { 0 };
+	char msg[CAPY_ERR_MSG_MAX + 64];
+
+	m = capy_spec_accept(q->smp, q->rows, s->vocab, q->window + 1, k, q->accepted);
+	q->spec_windows++;
+	q->spec_drafted += k;
+	q->spec_accepted += m - 1;
+	pthread_mutex_lock(&s->mu);
+	s->st.spec_windows++;
+	s->st.spec_drafted += k;
+	s->st.spec_accepted += m - 1;
+	pthread_mutex_unlock(&s->mu);
+	for (j = 0;; j++) {
+		tok = q->accepted[j];
+		for (size_t i = 0; i < q->r.n_stop_ids && !ends; i++)
+			if (q->stop[i] == tok) {
+				why = CAPY_FINISH_STOP_TOKEN;
+				ends = true;
+			}
+		if (ends)
+			break;
+		ev.token = tok;
+		ev.index = q->generated++;
+		if (q->r.cb(q->r.ud, &ev)) {
+			why = CAPY_FINISH_STOPPED;
+			ends = true;
+			break;
+		}
+		feed_drafter(q, tok);
+		if (q->generated >= q->max_new || len + 1 + j + 1 >= s->o.max_context) {
+			ends = true;
+			break;
+		}
+		if (j + 1 == m)
+			break;
+	}
+	/* The window's token and accepted[0 .. j) are run; accepted[j] is not. */
+	if (len + 1 + j < capy_seq_len(q->seq) && capy_seq_truncate(q->seq, len + 1 + j, &err) < 0) {
+		snprintf(msg, sizeof(msg), "cutting a speculative window back: %s", err.msg);
+		remove_active(s, ai);
+		finish(s, q, CAPY_FINISH_ERROR, 0, msg);
+		return;
+	}
+	if (ends) {
+		remove_active(s, ai);
+		finish(s, q, why, why == CAPY_FINISH_STOP_TOKEN ? tok : 0, NULL);
+		return;
+	}
+	if (capy_seq_len(q->seq) + 1 > q->lease) {
+		q->lease = lease_for(s, q, capy_seq_len(q->seq) + 1);
+		lease_room(s, 0, true);
+	}
+	q->next = tok;
+	q->phase = DECODE;
 }
 
 /* --- the engine thread ----------------------------------------------------------------------- */
@@ -444,10 +568,21 @@ static void run_step(struct capy_sched *s)
 		struct req *q = s->active[i];
 		if (q->phase != DECODE)
 			continue;
-		s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = &q->next, .n = 1 };
-		wants_token(&s->items[n], q);
+		if ((q->n_drafts = draft(s, q))) {
+			uint64_t end = capy_seq_len(q->seq) + q->n_drafts + 1;
+			q->window[0] = q->next;
+			s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = q->window, .n = q->n_drafts + 1,
+							       .logits = q->rows, .all_logits = true, .keep_states = true };
+			if (end > q->lease) { /* the window writes past the lease: extend it first */
+				q->lease = lease_for(s, q, end);
+				lease_room(s, 0, true);
+			}
+		} else {
+			s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = &q->next, .n = 1 };
+			wants_token(&s->items[n], q);
+		}
 		s->item_req[n++] = q;
-		total++;
+		total += s->items[n - 1].n;
 	}
 	for (size_t k = 0; k < s->n_active; k++) {
 		struct req *q = s->active[(s->rr + k) % s->n_active];
@@ -500,6 +635,9 @@ static void run_step(struct capy_sched *s)
 			if (pos < q->r.n_prompt)
 				continue;
 			q->t_prefilled = now();
+		} else if (q->n_drafts) {
+			window_tokens(s, q, ai, pos - q->n_drafts - 1);
+			continue;
 		}
 		next_token(s, q, ai);
 	}
@@ -665,12 +803,20 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 		s->o.snapshot_interval = 4096;
 	if (!s->o.mask_threads)
 		s->o.mask_threads = 2;
+	if (!s->o.spec_ngram_min)
+		s->o.spec_ngram_min = 2;
 	s->vocab = capy_engine_config(e)->vocab_size;
 	s->step_tokens = capy_engine_step_tokens(e);
-	if (s->step_tokens < s->o.prefill_chunk + (uint64_t)s->o.max_concurrency) {
+	if (s->o.spec_draft_tokens && !capy_engine_keeps_states(e)) {
+		rc = capy_err_set(err, CAPY_EUNSUPPORTED, "the %s backend cannot verify drafts (speculative decoding)",
+				  capy_engine_device(e));
+		free(s);
+		return rc;
+	}
+	if (s->step_tokens < s->o.prefill_chunk + (uint64_t)s->o.max_concurrency * (s->o.spec_draft_tokens + 1)) {
 		rc = capy_err_set(err, CAPY_EINVAL, "an engine step of %" PRIu64 " tokens cannot hold a prompt piece of %"
-				  PRIu64 " and %d decoding requests", s->step_tokens, s->o.prefill_chunk,
-				  s->o.max_concurrency);
+				  PRIu64 " and %d decoding requests of %" PRIu64 " tokens", s->step_tokens,
+				  s->o.prefill_chunk, s->o.max_concurrency, s->o.spec_draft_tokens + 1);
 		free(s);
 		return rc;
 	}

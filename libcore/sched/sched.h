@@ -70,6 +70,14 @@ struct capy_sched_opts {
 	 * never write. */
 	uint64_t kv_lease_window;
 	uint64_t kv_pages;
+	/* Speculative decoding with n-gram drafts (spec/spec.h): a decoding request gets up to
+	 * spec_draft_tokens drafts per step from a drafter fed its prompt and its output, verified
+	 * in its step item (keep_states) and cut back to what was accepted; 0: off. Needs an
+	 * engine that keeps states (capy_engine_keeps_states) and a step of prefill_chunk +
+	 * max_concurrency * (spec_draft_tokens + 1) tokens. Requests with a grammar or with
+	 * logprobs decode one token per step. Greedy tokens are the same bits as without. */
+	uint64_t spec_draft_tokens;
+	uint64_t spec_ngram_min;    /* the shortest match that drafts (0: 2) */
 };
 
 enum capy_gen_event_type {
@@ -111,6 +119,9 @@ struct capy_gen_event {
 	/* constrained requests: the token masks' compute time, and the part of it the request
 	 * waited for (what the masks added to its latency: the rest was hidden by the steps) */
 	double mask_s, mask_wait_s, mask_wait_max_s;
+	/* speculative decoding (spec_draft_tokens): verification windows, drafts verified, of
+	 * them accepted */
+	uint64_t spec_windows, spec_drafted, spec_accepted;
 };
 
 /* Return 0 to go on; nonzero from a TOKEN event ends the request (CAPY_FINISH_STOPPED). */
@@ -157,6 +168,7 @@ struct capy_sched_stats {
 	struct capy_kvstore_stats kv;
 	uint64_t kv_leased_pages;            /* the running requests' leases */
 	uint64_t kv_lease_waits;             /* admissions deferred for want of lease room */
+	uint64_t spec_windows, spec_drafted, spec_accepted; /* speculative decoding, all requests */
 	bool failed;                         /* an engine-wide failure stopped the scheduler */
 };
 

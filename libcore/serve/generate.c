@@ -49,6 +49,7 @@ struct job {
 	int status;                   /* of a non-streamed answer */
 	enum capy_gen_finish finish;
 	double queue_s, prefill_s, decode_s, mask_s, mask_wait_s, mask_wait_max_s;
+	uint64_t spec_windows, spec_drafted, spec_accepted;
 	struct capy_err err;
 };
 
@@ -215,6 +216,9 @@ static void end_answer(struct job *j, const struct capy_gen_event *ev)
 	j->mask_s = ev->mask_s;
 	j->mask_wait_s = ev->mask_wait_s;
 	j->mask_wait_max_s = ev->mask_wait_max_s;
+	j->spec_windows = ev->spec_windows;
+	j->spec_drafted = ev->spec_drafted;
+	j->spec_accepted = ev->spec_accepted;
 	if (!j->w && (rc = begin_answer(j, ev->cached_tokens)) < 0)
 		goto broken;
 	if (j->failed && ev->finish != CAPY_FINISH_CANCELLED)
@@ -282,6 +286,11 @@ static void log_job(struct job *j, struct capy_http_exchange *x)
 		log_u64(x, "mask_us", (uint64_t)(j->mask_s * 1e6));
 		log_u64(x, "mask_wait_us", (uint64_t)(j->mask_wait_s * 1e6));
 		log_u64(x, "mask_wait_max_us", (uint64_t)(j->mask_wait_max_s * 1e6));
+	}
+	if (j->spec_windows) { /* speculative decoding: its windows, the drafts verified and accepted */
+		log_u64(x, "spec_windows", j->spec_windows);
+		log_u64(x, "spec_drafted", j->spec_drafted);
+		log_u64(x, "spec_accepted", j->spec_accepted);
 	}
 	if (j->prefill_s > 0) {
 		char n[32];

@@ -209,6 +209,11 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	metric(&b, "capy_token_mask_wait_seconds_total", "counter",
 	       "Time constrained requests waited for their token masks after the step (the latency they added).",
 	       st.mask_wait_s);
+	metric(&b, "capy_spec_windows_total", "counter", "Speculative verification windows (step items with drafts).",
+	       (double)st.spec_windows);
+	metric(&b, "capy_spec_drafted_tokens_total", "counter", "Draft tokens verified.", (double)st.spec_drafted);
+	metric(&b, "capy_spec_accepted_tokens_total", "counter", "Draft tokens the model agreed with (given out unless "
+	       "the answer ended first).", (double)st.spec_accepted);
 	metric(&b, "capy_queue_depth", "gauge", "Requests waiting for a place in the batch.", (double)st.queued);
 	metric(&b, "capy_active_sequences", "gauge", "Requests in the batch.", (double)st.active);
 	metric(&b, "capy_cache_bytes", "gauge", "Bytes the prefix cache holds (snapshots and pages).", (double)st.cache_bytes);

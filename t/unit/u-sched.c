@@ -4,7 +4,9 @@
  * max_new_tokens, the context limit, cancellation, a full queue, shutdown, the prefix
  * cache's budget, and constrained requests (a grammar over a trie of the vocabulary: every
  * token allowed, the end when the grammar is complete, a dead end reported as an error; the
- * same tokens with the masks computed during the steps as after them). */
+ * same tokens with the masks computed during the steps as after them), and speculative
+ * decoding (n-gram drafts verified in the step: the greedy tokens of one token per step, under
+ * load too, every ending exact, drafts accepted on a repeating prompt: on capy-tiny). */
 #include "test.h"
 #include "test-fixture.h"
 #include "artifact/artifact.h"
@@ -603,6 +605,164 @@ static void test_kv_lease_window(void)
 	capy_sched_free(s, 5);
 }
 
+/* A prompt that repeats a period of 7 ids (the drafter finds matches at once). */
+static void periodic_prompt(int32_t *p, uint64_t n, int seed)
+{
+	for (uint64_t i = 0; i < n; i++)
+		p[i] = (int32_t)((seed * 37 + (i % 7) * 61 + 5) % 520);
+}
+
+/* Speculative decoding: with n-gram drafts, greedy requests give the tokens of one token per
+ * step bit for bit, alone and four at once; max_new_tokens, stop ids, a stopping callback and
+ * the context limit end the answer exactly where they would without drafts, also inside a
+ * window; seeded sampling reproduces itself alone and under load; logprobs requests run
+ * without windows. */
+static void test_spec(void)
+{
+	struct capy_err err = { 0 };
+	struct capy_engine *e2 = NULL;
+	struct capy_sched *s = NULL;
+	struct capy_sched_stats st;
+	struct capy_sampler_params sp = { 0 };
+	struct result r[4];
+	int32_t prompt[4][120], ref[4][40];
+	static const uint64_t plen[4] = { 70, 21, 100, 9 };
+	uint64_t id;
+
+	if (!capy_engine_keeps_states(eng))
+		return;
+	/* The scheduler's step must hold a prompt piece and a window per decoding request. */
+	CHECK(capy_sched_new(&s, eng, &(struct capy_sched_opts){ .max_concurrency = 8, .prefill_chunk = 64,
+								 .spec_draft_tokens = 4 }, &err) == CAPY_EINVAL);
+	CHECK_CONTAINS(err.msg, "decoding requests of 5 tokens");
+	/* capy-tiny (a trained model: it continues a repeating prompt, so drafts hit) */
+	struct capy_artifact *tiny = test_open_fixture("share/models/capy-tiny");
+	CHECK(tiny != NULL);
+	if (!tiny)
+		return;
+	CHECK_EQ_INT(capy_engine_new(&e2, tiny, &(struct capy_engine_opts){ .threads = 2, .step_tokens = 64 + 4 * 5 },
+				     &err), 0);
+	struct capy_engine *saved = eng;
+	uint64_t saved_v = V;
+	eng = e2; /* reference() runs on this engine */
+	V = capy_engine_config(e2)->vocab_size;
+	CHECK_MSG(capy_sched_new(&s, e2, &(struct capy_sched_opts){ .max_concurrency = 4, .max_context = 400,
+								    .prefill_chunk = 64, .spec_draft_tokens = 4 }, &err) == 0,
+		  "%s", err.msg);
+	for (int q = 0; q < 4; q++) {
+		if (q == 3)
+			make_prompt(prompt[q], plen[q], q);
+		else
+			periodic_prompt(prompt[q], plen[q], q);
+		uint64_t cuts[2] = { 64, plen[q] };
+		int nc = plen[q] > 64 ? 2 : 1;
+		if (nc == 1)
+			cuts[0] = plen[q];
+		reference(prompt[q], plen[q], cuts, nc, 40, &sp, ref[q]);
+	}
+	for (int pass = 0; pass < 2; pass++) { /* four at once, then each alone */
+		for (int q = 0; q < 4; q++) {
+			result_init(&r[q]);
+			submit(s, prompt[q], plen[q], 40, &sp, &r[q]);
+			if (pass)
+				CHECK(wait_end(&r[q]));
+		}
+		for (int q = 0; q < 4; q++) {
+			CHECK(wait_end(&r[q]));
+			CHECK_EQ_INT(r[q].finish, CAPY_FINISH_LENGTH);
+			CHECK_EQ_INT(r[q].n, 40);
+			CHECK_MSG(!memcmp(r[q].tokens, ref[q], sizeof(ref[q])), "pass %d: request %d differs with drafts", pass,
+				  q);
+		}
+	}
+	capy_sched_stats(s, &st);
+	CHECK(st.spec_windows > 0);
+	CHECK(st.spec_accepted > 0);
+	CHECK(st.spec_accepted <= st.spec_drafted);
+	/* max_new_tokens exactly, wherever it falls in a window. */
+	for (uint64_t n = 1; n <= 9; n++) {
+		result_init(&r[0]);
+		submit(s, prompt[0], plen[0], n, &sp, &r[0]);
+		CHECK(wait_end(&r[0]));
+		CHECK_EQ_INT(r[0].finish, CAPY_FINISH_LENGTH);
+		CHECK_EQ_U64((uint64_t)r[0].n, n);
+		CHECK(!memcmp(r[0].tokens, ref[0], n * sizeof(int32_t)));
+	}
+	/* A stop id: the answer ends before its first occurrence. */
+	for (int j = 2; j < 12; j += 3) {
+		int first = 0;
+		while (ref[0][first] != ref[0][j])
+			first++;
+		struct capy_gen_request g = { prompt[0], plen[0], sp, 40, &ref[0][j], 1, -1, 0, on_event, &r[0], NULL, NULL };
+		result_init(&r[0]);
+		CHECK_EQ_INT(capy_sched_submit(s, &g, &id, &err), 0);
+		CHECK(wait_end(&r[0]));
+		CHECK_EQ_INT(r[0].finish, CAPY_FINISH_STOP_TOKEN);
+		CHECK_EQ_INT(r[0].n, first);
+		CHECK(!memcmp(r[0].tokens, ref[0], (size_t)first * sizeof(int32_t)));
+	}
+	/* The callback stops it: nothing after the token it stopped on. */
+	for (int j = 0; j < 7; j += 2) {
+		result_init(&r[0]);
+		r[0].stop_after = j;
+		submit(s, prompt[0], plen[0], 40, &sp, &r[0]);
+		CHECK(wait_end(&r[0]));
+		CHECK_EQ_INT(r[0].finish, CAPY_FINISH_STOPPED);
+		CHECK_EQ_INT(r[0].n, j + 1);
+		CHECK(!memcmp(r[0].tokens, ref[0], (size_t)(j + 1) * sizeof(int32_t)));
+	}
+	/* The context limit (400): a 393-token repeating prompt gets 7 tokens, as without drafts. */
+	{
+		int32_t lp[393], lref[7];
+		periodic_prompt(lp, 393, 0);
+		uint64_t cuts[7] = { 64, 128, 192, 256, 320, 384, 393 };
+		reference(lp, 393, cuts, 7, 7, &sp, lref);
+		result_init(&r[0]);
+		submit(s, lp, 393, 100, &sp, &r[0]);
+		CHECK(wait_end(&r[0]));
+		CHECK_EQ_INT(r[0].finish, CAPY_FINISH_LENGTH);
+		CHECK_EQ_INT(r[0].n, 7);
+		CHECK(!memcmp(r[0].tokens, lref, sizeof(lref)));
+	}
+	/* Logprobs: the same tokens, no windows. */
+	capy_sched_stats(s, &st);
+	uint64_t windows = st.spec_windows;
+	struct capy_gen_request g = { prompt[0], plen[0], sp, 20, NULL, 0, 2, 0, on_event, &r[0], NULL, NULL };
+	result_init(&r[0]);
+	CHECK_EQ_INT(capy_sched_submit(s, &g, &id, &err), 0);
+	CHECK(wait_end(&r[0]));
+	CHECK(!memcmp(r[0].tokens, ref[0], 20 * sizeof(int32_t)));
+	capy_sched_stats(s, &st);
+	CHECK_EQ_U64(st.spec_windows, windows);
+	/* Seeded sampling: alone and under load the same tokens (the request's own stream). */
+	int32_t seeded[4][40];
+	sp.temperature = 0.8f;
+	sp.top_k = 20;
+	for (int pass = 0; pass < 2; pass++) {
+		for (int q = 0; q < 4; q++) {
+			sp.seed = 77 + (uint64_t)q;
+			result_init(&r[q]);
+			submit(s, prompt[q], plen[q], 40, &sp, &r[q]);
+			if (pass)
+				CHECK(wait_end(&r[q]));
+		}
+		for (int q = 0; q < 4; q++) {
+			CHECK(wait_end(&r[q]));
+			CHECK_EQ_INT(r[q].n, 40);
+			if (!pass)
+				memcpy(seeded[q], r[q].tokens, sizeof(seeded[q]));
+			else
+				CHECK_MSG(!memcmp(seeded[q], r[q].tokens, sizeof(seeded[q])), "seeded request %d: load changed it", q);
+		}
+	}
+	capy_sched_free(s, 1);
+	CHECK_EQ_U64(capy_engine_pages_used(e2), 0);
+	eng = saved;
+	V = saved_v;
+	capy_engine_free(e2);
+	capy_artifact_close(tiny);
+}
+
 int main(void)
 {
 	RUN(setup);
@@ -615,6 +775,7 @@ int main(void)
 		RUN(test_queue_and_shutdown);
 		RUN(test_constrained);
 		RUN(test_constrained_ahead);
+		RUN(test_spec);
 	}
 	capy_engine_free(eng);
 	capy_artifact_close(art);
