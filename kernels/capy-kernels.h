@@ -31,6 +31,9 @@ extern "C" {
  * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
  * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
 void ck_set_dependent_launch(int on);
+/* Decode linears fetch their weights into the L2 before they wait for the kernel before them
+ * (ck-common.cuh). On by default; 0 turns it off (CAPY_CUDA_PREFETCH=0, for measurement). */
+void ck_set_weight_prefetch(int on);
 
 /* --- the step: token rows and batch items ------------------------------------------ */
 
@@ -92,6 +95,12 @@ size_t ck_linear_ws_bytes(const struct ck_linear *w, uint64_t m);
  *   is BIT-IDENTICAL to the CPU's.
  * ws: ck_linear_ws_bytes(w, m) bytes of device memory. */
 int ck_linear(const struct ck_linear *w, const float *x, uint64_t m, float *y, void *ws, void *stream);
+
+/* ck_swiglu(act, m, w->k, h) then ck_linear(w, h, m, y) in one launch, the same bits, for the
+ * matrices and row counts ck_linear_swiglu_ok accepts (BF16 on the tensor cores, decode rows):
+ * act [m][2 k] (gate | up). */
+bool ck_linear_swiglu_ok(const struct ck_linear *w, const float *act, uint64_t m);
+int ck_linear_swiglu(const struct ck_linear *w, const float *act, uint64_t m, float *y, void *stream);
 
 /* y[j] = x W_j^T for nw matrices over the same input, each exactly as ck_linear computes it
  * alone (the same bits); plain matrices of one dtype and k (up to 4) run in one launch, so
@@ -192,6 +201,13 @@ int ck_add(float *x, const float *y, uint64_t n, void *stream);
  * the same bits (the residual add and the next norm of a decode step). */
 int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
 		   void *stream);
+
+/* ck_moe_combine(moe_out, mw, shared, gate, rows, k, n, out) then ck_add_rmsnorm(x, out, w1p, y,
+ * rows, n, eps) in one launch, the same bits; y NULL: the residual add alone (ck_add). rows at
+ * most 65535. */
+int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const float *shared, const float *gate,
+			       uint64_t k, float *x, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
+			       void *stream);
 
 /* out[t][h * hd + i] = att[t][h * hd + i] * sigmoid(qg[t][h * 2 hd + hd + i]): the attention
  * output gate (q_proj gives per head [query | gate]). */

@@ -17,6 +17,7 @@ struct lin_mat {
 	uint64_t stride;    /* bytes between records of a stack */
 	const int32_t *ids; /* NULL: one matrix for every row; else row i uses record ids[i] */
 	uint64_t n, k;
+	uint32_t prefetch;  /* ck_weight_prefetch at launch: fetch one matrix's rows early */
 	/* NVFP4: */
 	uint32_t nparts;
 	uint64_t part_end[CK_MAX_PARTS]; /* row where part p ends (prefix sums of part_rows) */
@@ -80,6 +81,10 @@ int lin_plain(const struct lin_mat *w, const float *x, uint64_t xdiv, uint64_t m
 bool lin_mma_ok(const struct lin_mat *w, const float *x);
 int lin_mma_slices(uint64_t n, uint64_t k);
 int lin_mma(const struct lin_mat *w, const float *x, uint64_t m, float *y, uint64_t ldy, cudaStream_t st);
+/* lin_mma with swiglu: x rows are [gate | up] rows of 2k floats and the input is their SwiGLU
+ * (ck_swiglu's bits), for one matrix and rows the skinny kernel takes (lin_mma_swiglu_ok). */
+bool lin_mma_swiglu_ok(const struct lin_mat *w, const float *x, uint64_t m);
+int lin_mma_x(const struct lin_mat *w, const float *x, bool swiglu, uint64_t m, float *y, uint64_t ldy, cudaStream_t st);
 
 /* float expf as the CPU's libm gives it, as near as the device can: exp in double, rounded
  * once to float (correctly rounded except for values within ~2^-29 of a rounding midpoint,

@@ -22,21 +22,29 @@
 struct skinny_args {
 	const float *x;
 	uint64_t m, k;
-	uint32_t nmat;
+	uint32_t nmat, prefetch, swiglu; /* swiglu: x rows are [gate | up] of 2k, the input their SwiGLU */
 	const uint8_t *w[LIN_MULTI];
 	uint64_t n[LIN_MULTI], tile_end[LIN_MULTI], ldy[LIN_MULTI];
 	float *y[LIN_MULTI];
 };
 
-/* A lane's 8 activations of step s of row xr (zeros for a row past m). */
+/* A lane's 8 activations of step s of row xr (zeros for a row past m); with swiglu (a row of
+ * [gate | up], up k floats on) each is silu(gate) * up as ck_swiglu computes it. */
 static __device__ __forceinline__ void sk_load_x(const float *xr, bool valid, uint64_t s, uint32_t hi[4],
-						 uint32_t lo[4])
+						 uint32_t lo[4], bool swiglu = false, uint64_t k = 0)
 {
 	float f[8] = { 0, 0, 0, 0, 0, 0, 0, 0 };
 
 	if (valid) {
 		const float4 a = *(const float4 *)(xr + s * MMA_STEP), b = *(const float4 *)(xr + s * MMA_STEP + 4);
 		f[0] = a.x, f[1] = a.y, f[2] = a.z, f[3] = a.w, f[4] = b.x, f[5] = b.y, f[6] = b.z, f[7] = b.w;
+		if (swiglu) {
+			const float4 c = *(const float4 *)(xr + k + s * MMA_STEP), d = *(const float4 *)(xr + k + s * MMA_STEP + 4);
+			const float u[8] = { c.x, c.y, c.z, c.w, d.x, d.y, d.z, d.w };
+#pragma unroll
+			for (int e = 0; e < 8; e++)
+				f[e] = __fmul_rn(ck_silu(f[e]), u[e]);
+		}
 	}
 	mma_split8(f, hi, lo);
 }
@@ -59,7 +67,6 @@ static __device__ __forceinline__ uint4 sk_ldw(const uint8_t *p)
 template <int NB, int KS>
 static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_args a)
 {
-	ck_grid_enter();
 	__shared__ float part[KS > 1 ? SK_BW(KS) : 1][NB][4][32];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, slice = warp % KS;
 	const uint64_t tile = (uint64_t)blockIdx.x * (SK_BW(KS) / KS) + (uint64_t)(warp / KS);
@@ -86,11 +93,18 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 			start = a.tile_end[j];
 		}
 	}
-	if (KS == 1 && !live)
-		return;
 	const uint64_t ra = r0 + g, rb = r0 + g + 8;
 	const bool va = live && ra < n, vb = live && rb < n;
 	const uint8_t *wa = w + (va ? ra : 0) * k * 2 + c * 16, *wb = w + (vb ? rb : 0) * k * 2 + c * 16;
+	if (a.prefetch && c == 0) { /* this warp's slice of its 16 rows, while the last kernel ends */
+		if (va)
+			ck_prefetch_l2(wa + s0 * MMA_STEP * 2, (s1 - s0) * MMA_STEP * 2);
+		if (vb)
+			ck_prefetch_l2(wb + s0 * MMA_STEP * 2, (s1 - s0) * MMA_STEP * 2);
+	}
+	ck_grid_enter();
+	if (KS == 1 && !live)
+		return;
 	const uint64_t ngroups = (a.m + 8 * NB - 1) / (8 * NB);
 
 	for (uint64_t tg = blockIdx.y; tg < ngroups; tg += gridDim.y) {
@@ -101,7 +115,7 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 		for (int nb = 0; nb < NB; nb++) {
 			const uint64_t tok = tg * 8 * NB + nb * 8 + g;
 			xv[nb] = tok < a.m;
-			xr[nb] = a.x + (xv[nb] ? tok : 0) * k + c * 8;
+			xr[nb] = a.x + (xv[nb] ? tok : 0) * (a.swiglu ? 2 * k : k) + c * 8;
 			for (int q = 0; q < 4; q++)
 				acc[nb][q] = 0.0f;
 		}
@@ -111,17 +125,18 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 				/* decode (one tile of 8 rows) in blocks of 8 warps: the group's activations
 				 * loaded with its weights, so no step waits on an L2 round trip of its own
 				 * (wider blocks cannot spare the registers) */
-				constexpr bool PF = NB == 1 && KS <= SK_WARPS;
+				constexpr bool PF0 = NB == 1 && KS <= SK_WARPS;
+				const bool PF = PF0 && !a.swiglu;
 				uint4 A[SK_STEPS], B[SK_STEPS];
-				float4 X[PF ? SK_STEPS : 1][2];
+				float4 X[PF0 ? SK_STEPS : 1][2];
 #pragma unroll
 				for (int u = 0; u < SK_STEPS; u++) {
 					A[u] = va ? sk_ldw(wa + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
 					B[u] = vb ? sk_ldw(wb + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
 					if (PF) {
 						const float4 z = make_float4(0, 0, 0, 0);
-						X[PF ? u : 0][0] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP) : z;
-						X[PF ? u : 0][1] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP + 4) : z;
+						X[PF0 ? u : 0][0] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP) : z;
+						X[PF0 ? u : 0][1] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP + 4) : z;
 					}
 				}
 #pragma unroll
@@ -130,11 +145,11 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 					for (int nb = 0; nb < NB; nb++) {
 						uint32_t hi[4], lo[4];
 						if (PF) {
-							const float4 a = X[PF ? u : 0][0], b = X[PF ? u : 0][1];
+							const float4 a = X[PF0 ? u : 0][0], b = X[PF0 ? u : 0][1];
 							const float f[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
 							mma_split8(f, hi, lo);
 						} else {
-							sk_load_x(xr[nb], xv[nb], s + u, hi, lo);
+							sk_load_x(xr[nb], xv[nb], s + u, hi, lo, a.swiglu, k);
 						}
 						mma_step_split(acc[nb], A[u], B[u], hi, lo);
 					}
@@ -145,7 +160,7 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 #pragma unroll
 				for (int nb = 0; nb < NB; nb++) {
 					uint32_t hi[4], lo[4];
-					sk_load_x(xr[nb], xv[nb], s, hi, lo);
+					sk_load_x(xr[nb], xv[nb], s, hi, lo, a.swiglu, k);
 					mma_step_split(acc[nb], A, B, hi, lo);
 				}
 			}
@@ -282,7 +297,17 @@ static bool use_tiled(uint64_t n, uint64_t m)
 	return m >= 128 && (((n + TBM - 1) / TBM) * ((m + TBN - 1) / TBN) >= 66 || m >= 1024);
 }
 
+bool lin_mma_swiglu_ok(const struct lin_mat *w, const float *x, uint64_t m)
+{
+	return !w->nmulti && lin_mma_ok(w, x) && !use_tiled((w->n + 15) / 16 * 16, m);
+}
+
 int lin_mma(const struct lin_mat *w, const float *x, uint64_t m, float *y, uint64_t ldy, cudaStream_t st)
+{
+	return lin_mma_x(w, x, false, m, y, ldy, st);
+}
+
+int lin_mma_x(const struct lin_mat *w, const float *x, bool swiglu, uint64_t m, float *y, uint64_t ldy, cudaStream_t st)
 {
 	struct skinny_args a;
 	const uint32_t nmat = w->nmulti ? w->nmulti : 1;
@@ -296,6 +321,8 @@ int lin_mma(const struct lin_mat *w, const float *x, uint64_t m, float *y, uint6
 	a.m = m;
 	a.k = w->k;
 	a.nmat = nmat;
+	a.prefetch = (uint32_t)ck_weight_prefetch;
+	a.swiglu = swiglu;
 	for (uint32_t j = 0; j < nmat; j++) {
 		const uint64_t n = w->nmulti ? w->mend[j] - rows_before : w->n;
 		const int kj = lin_mma_slices(n, w->k);
@@ -310,6 +337,8 @@ int lin_mma(const struct lin_mat *w, const float *x, uint64_t m, float *y, uint6
 			return -(int)cudaErrorInvalidValue; /* the caller combines only matrices that agree */
 		ks = kj;
 	}
+	if (swiglu && (nmat > 1 || use_tiled(tiles * 16, m)))
+		return -(int)cudaErrorInvalidValue; /* lin_mma_swiglu_ok */
 	if (use_tiled(tiles * 16, m)) {
 		for (uint32_t j = 0; j < nmat; j++)
 			if ((rc = launch_tiled(a.w[j], a.n[j], a.k, x, m, a.y[j], a.ldy[j], st)))

@@ -5,6 +5,7 @@
 // per row, a tree of fixed shape), never with atomics, so results do not depend on the batch.
 #include "capy-kernels.h"
 #include "ck-common.cuh"
+#include "linear-impl.h" /* cpu_expf */
 
 namespace {
 
@@ -25,9 +26,29 @@ __global__ void embed_kernel(const void *table, int dt, const int32_t *ids, uint
 /* ADD: x += add first (the residual add, as add_kernel), then the norm of the sum; each thread
  * reads back only what it wrote. The same reduction either way, so add then norm in one
  * launch gives the bits of ck_add then ck_rmsnorm. */
-template <bool ADD>
+/* The MoE block's output as the added term (MOE): moe.cu's combine of the routed experts and
+ * the gated shared expert, element by element, so folding it in changes no bits. */
+struct moe_term {
+	const float *out, *w, *shared, *gate;
+	uint64_t k;
+};
+
+__device__ __forceinline__ float moe_term_at(const struct moe_term &m, uint64_t t, uint64_t H, uint64_t i)
+{
+	float o = 0.0f;
+
+	for (uint64_t j = 0; j < m.k; j++)
+		o = __fadd_rn(o, __fmul_rn(m.out[(t * m.k + j) * H + i], m.w[t * m.k + j]));
+	if (m.shared) {
+		const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-m.gate[t])));
+		o = __fadd_rn(o, __fmul_rn(g, m.shared[t * H + i]));
+	}
+	return o;
+}
+
+template <bool ADD, bool MOE = false>
 __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const float *w, bool per_value, float *y,
-			       uint64_t ys, uint32_t group, float eps)
+			       uint64_t ys, uint32_t group, float eps, struct moe_term moe)
 {
 	ck_grid_enter();
 	__shared__ float red[1024 / 32];
@@ -35,17 +56,19 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 	uint32_t g0 = blockIdx.y * group;
 	float *xr = x + r * xs + g0;
 	const float *wr = per_value ? w + g0 : w;
-	float *yr = y + r * ys + g0;
+	float *yr = y ? y + r * ys + g0 : NULL;
 	float ss = 0;
 
 	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x) {
 		float v = xr[i];
 		if (ADD) {
-			v = __fadd_rn(v, add[r * xs + g0 + i]);
+			v = __fadd_rn(v, MOE ? moe_term_at(moe, r, xs, g0 + i) : add[r * xs + g0 + i]);
 			xr[i] = v;
 		}
 		ss = __fadd_rn(ss, __fmul_rn(v, v));
 	}
+	if (!y)
+		return; /* the residual add alone (the last layer's) */
 	ss = ck_block_sum(ss, red);
 	float rs = 1.0f / sqrtf(ss / (float)group + eps);
 	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x)
@@ -218,12 +241,18 @@ __global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *co
 } // namespace
 
 int ck_dependent_launch = 1;
+int ck_weight_prefetch = 1;
 
 extern "C" {
 
 void ck_set_dependent_launch(int on)
 {
 	ck_dependent_launch = on;
+}
+
+void ck_set_weight_prefetch(int on)
+{
+	ck_weight_prefetch = on;
 }
 
 int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T, uint64_t H, uint64_t hc, float *x,
@@ -252,7 +281,7 @@ int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		ck_launch(rmsnorm_kernel<false>, dim3((unsigned)nr, (unsigned)(n / group)), norm_threads(group), 0,
 					(cudaStream_t)stream, (float *)x + r0 * xs, xs, (const float *)NULL, w1p, wn == n && n != group,
-								y + r0 * ys, ys, (uint32_t)group, eps);
+								y + r0 * ys, ys, (uint32_t)group, eps, moe_term{});
 	}
 	return ck_launched();
 }
@@ -265,8 +294,23 @@ int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint6
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		ck_launch(rmsnorm_kernel<true>, dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream, 
-			x + r0 * n, n, add + r0 * n, w1p, true, y + r0 * n, n, (uint32_t)n, eps);
+			x + r0 * n, n, add + r0 * n, w1p, true, y + r0 * n, n, (uint32_t)n, eps, moe_term{});
 	}
+	return ck_launched();
+}
+
+int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const float *shared, const float *gate,
+			       uint64_t k, float *x, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
+			       void *stream)
+{
+	const struct moe_term m = { moe_out, mw, shared, gate, k };
+
+	if (!rows)
+		return 0;
+	if (rows > CK_MAX_GRID_X)
+		return -(int)cudaErrorInvalidValue;
+	ck_launch(rmsnorm_kernel<true, true>, dim3((unsigned)rows, 1), norm_threads(n), 0, (cudaStream_t)stream, x, n,
+		  (const float *)NULL, w1p, true, y, n, (uint32_t)n, eps, m);
 	return ck_launched();
 }
 

@@ -175,7 +175,7 @@ static int mlp(struct cuda_engine *e, const struct cu_mlp *m, const float *xn, u
 	return 0;
 }
 
-int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err)
+int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, bool fold, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	const struct cu_moe *m = &l->moe;
@@ -193,12 +193,29 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 		TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, e->step.grouped, e->step.n_grouped, sc->moe_out,
 				   sc->moe_ws, e->stream),
 		    "experts");
-	if (PART(CU_SHARED))
+	/* decode rows: the shared expert's SwiGLU inside its down projection's loads */
+	if (PART(CU_SHARED) && !gemm_step(e, T) && ck_linear_swiglu_ok(&m->shared.down, sc->big3, T)) {
+		TRY(ck_linear_swiglu(&m->shared.down, sc->big3, T, sc->tmp, e->stream), "shared expert");
+	} else if (PART(CU_SHARED)) {
 		TRY(ck_swiglu(sc->big3, T, m->shared.gate_up.n / 2, sc->mix, e->stream), "swiglu");
-	if (PART(CU_SHARED))
 		LIN(&m->shared.down, sc->mix, T, sc->tmp);
+	}
+	if (fold && PART(CU_COMBINE))
+		return 1; /* the caller adds it with its residual add (cu_ffn_fold) */
 	if (PART(CU_COMBINE))
 		TRY(ck_moe_combine(sc->moe_out, sc->moe_w, sc->tmp, sc->big2, T, k, c->hidden_size, out, e->stream), "moe combine");
+	return 0;
+}
+
+int cu_ffn_fold(struct cuda_engine *e, const float *next_norm, struct capy_err *err)
+{
+	struct cu_scratch *sc = &e->s;
+	const struct capy_model_config *c = &e->c;
+
+	TRY(ck_moe_combine_add_rmsnorm(sc->moe_out, sc->moe_w, sc->tmp, sc->big2, c->n_experts_per_tok, sc->x, next_norm,
+				       next_norm ? sc->xn : NULL, e->step.T, c->hidden_size, (float)c->rms_norm_eps,
+				       e->stream),
+	    "moe combine, residual and norm");
 	return 0;
 }
 

@@ -212,7 +212,11 @@ int cu_context_reserve(struct cuda_engine *e, uint64_t ctx, struct capy_err *err
 /* blocks.c: the layers' blocks, each reading the block input [T][H] (or the streams) */
 int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err);
 int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err);
-int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err);
+/* The MLP or MoE block into out; with fold, a MoE block leaves its combine undone and returns
+ * 1: cu_ffn_fold then adds it into the residual stream x and norms the sum into xn with
+ * next_norm (NULL: the add alone), the bits of combine, then ck_add_rmsnorm. */
+int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, bool fold, struct capy_err *err);
+int cu_ffn_fold(struct cuda_engine *e, const float *next_norm, struct capy_err *err);
 int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, const float *X, uint64_t T, float *mixed, float *inj,
 	      struct capy_err *err);
 int cu_ple(struct cuda_engine *e, const struct cu_layer *l, float *X, struct capy_err *err);

@@ -364,9 +364,14 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 			if (PART(CU_NORM))
 				TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
 		}
-		if ((rc = cu_ffn(e, l, in, s->out, err)) < 0)
+		/* Non-hyper-connection models fold the MoE combine into the residual add and norm. */
+		const bool fold = !q4 && PART(CU_NORM) && T <= 65535;
+		if ((rc = cu_ffn(e, l, in, s->out, fold, err)) < 0)
 			return rc;
-		if (q4)
+		if (rc == 1) {
+			if ((rc = cu_ffn_fold(e, i + 1 < c->n_layers ? e->layers[i + 1].in_norm : NULL, err)) < 0)
+				return rc;
+		} else if (q4)
 			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
 		else if (i + 1 < c->n_layers && PART(CU_NORM))
 			TRY(ck_add_rmsnorm(s->x, s->out, e->layers[i + 1].in_norm, s->xn, T, H, eps, st),
