@@ -185,6 +185,13 @@ int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T
 int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float *y, uint64_t ys, uint64_t rows,
 	       uint64_t n, uint64_t group, float eps, void *stream);
 
+/* ck_rmsnorm(x, xs, w1p, group, y, ys, rows, n, group, eps) then ck_rope(y, tokens, heads,
+ * group, rot, pos, ...) in one launch, the same bits: each group of a row is one head vector,
+ * `heads` of them per token, normed with the same weights, then rotated (rows at most 65535). */
+int ck_rmsnorm_rope(const float *x, uint64_t xs, const float *w1p, float *y, uint64_t ys, uint64_t rows, uint64_t n,
+		    uint64_t group, float eps, uint64_t heads, uint64_t rot, const int64_t *pos, const float *inv_freq,
+		    void *stream);
+
 /* NeoX RoPE in place on the first rot dims of each of `heads` vectors of hd floats per row
  * (row stride heads * hd): pairs (i, i + rot/2), angle pos[t] * inv_freq[i] in fp32. With
  * pos NULL, every row uses position pos0 + t * pos_step. */

@@ -46,9 +46,27 @@ __device__ __forceinline__ float moe_term_at(const struct moe_term &m, uint64_t 
 	return o;
 }
 
-template <bool ADD, bool MOE = false>
+/* NeoX RoPE of each normed group (ROPE): group g of row r is head vector r * groups + g, of
+ * token (that) / heads; rope_kernel's arithmetic, so norm then rope in one launch changes no
+ * bits. */
+struct rope_term {
+	const int64_t *pos;
+	const float *inv_freq;
+	uint64_t rot, heads;
+};
+
+__device__ __forceinline__ void rope_pair(float *vh, uint64_t i, uint64_t half, int64_t p, const float *inv_freq)
+{
+	float ang = __fmul_rn((float)p, inv_freq[i]);
+	float c = cosf(ang), s = sinf(ang);
+	float x1 = vh[i], x2 = vh[i + half];
+	vh[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+	vh[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
+template <bool ADD, bool MOE = false, bool ROPE = false>
 __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const float *w, bool per_value, float *y,
-			       uint64_t ys, uint32_t group, float eps, struct moe_term moe)
+			       uint64_t ys, uint32_t group, float eps, struct moe_term moe, struct rope_term rope)
 {
 	ck_grid_enter();
 	__shared__ float red[1024 / 32];
@@ -73,6 +91,12 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 	float rs = 1.0f / sqrtf(ss / (float)group + eps);
 	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x)
 		yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), wr[i]);
+	if (ROPE) {
+		const uint64_t hv = r * gridDim.y + blockIdx.y, half = rope.rot / 2;
+		__syncthreads(); /* the normed vector, all of it */
+		for (uint64_t i = threadIdx.x; i < half; i += blockDim.x)
+			rope_pair(yr, i, half, rope.pos[hv / rope.heads], rope.inv_freq);
+	}
 }
 
 __global__ void rope_kernel(float *v, uint64_t heads, uint64_t hd, uint64_t rot, const int64_t *pos, int64_t pos0,
@@ -84,12 +108,7 @@ __global__ void rope_kernel(float *v, uint64_t heads, uint64_t hd, uint64_t rot,
 
 	for (uint64_t j = threadIdx.x; j < heads * half; j += blockDim.x) {
 		uint64_t h = j / half, i = j % half;
-		float *vh = v + (t * heads + h) * hd;
-		float ang = __fmul_rn((float)p, inv_freq[i]);
-		float c = cosf(ang), s = sinf(ang);
-		float x1 = vh[i], x2 = vh[i + half];
-		vh[i] = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-		vh[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+		rope_pair(v + (t * heads + h) * hd, i, half, p, inv_freq);
 	}
 }
 
@@ -281,7 +300,7 @@ int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		ck_launch(rmsnorm_kernel<false>, dim3((unsigned)nr, (unsigned)(n / group)), norm_threads(group), 0,
 					(cudaStream_t)stream, (float *)x + r0 * xs, xs, (const float *)NULL, w1p, wn == n && n != group,
-								y + r0 * ys, ys, (uint32_t)group, eps, moe_term{});
+								y + r0 * ys, ys, (uint32_t)group, eps, moe_term{}, rope_term{});
 	}
 	return ck_launched();
 }
@@ -294,7 +313,7 @@ int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint6
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		ck_launch(rmsnorm_kernel<true>, dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream, 
-			x + r0 * n, n, add + r0 * n, w1p, true, y + r0 * n, n, (uint32_t)n, eps, moe_term{});
+			x + r0 * n, n, add + r0 * n, w1p, true, y + r0 * n, n, (uint32_t)n, eps, moe_term{}, rope_term{});
 	}
 	return ck_launched();
 }
@@ -310,7 +329,23 @@ int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const floa
 	if (rows > CK_MAX_GRID_X)
 		return -(int)cudaErrorInvalidValue;
 	ck_launch(rmsnorm_kernel<true, true>, dim3((unsigned)rows, 1), norm_threads(n), 0, (cudaStream_t)stream, x, n,
-		  (const float *)NULL, w1p, true, y, n, (uint32_t)n, eps, m);
+		  (const float *)NULL, w1p, true, y, n, (uint32_t)n, eps, m, rope_term{});
+	return ck_launched();
+}
+
+int ck_rmsnorm_rope(const float *x, uint64_t xs, const float *w1p, float *y, uint64_t ys, uint64_t rows, uint64_t n,
+		    uint64_t group, float eps, uint64_t heads, uint64_t rot, const int64_t *pos, const float *inv_freq,
+		    void *stream)
+{
+	const struct rope_term rt = { pos, inv_freq, rot, heads };
+
+	if (!rows)
+		return 0;
+	if (rows > CK_MAX_GRID_X || rot < 2 || rot > group)
+		return -(int)cudaErrorInvalidValue;
+	ck_launch(rmsnorm_kernel<false, false, true>, dim3((unsigned)rows, (unsigned)(n / group)), norm_threads(group), 0,
+		  (cudaStream_t)stream, (float *)x, xs, (const float *)NULL, w1p, false, y, ys, (uint32_t)group, eps,
+		  moe_term{}, rt);
 	return ck_launched();
 }
 

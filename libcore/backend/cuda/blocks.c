@@ -108,14 +108,17 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 	if (PART(CU_ATT_IN))
 		MULTI(xn, T, LINS(&a->q, &a->k, &a->v), OUTS(qg, k, v));
 	/* q: per head the first hd of [query | gate], normed into q; k normed in place. */
-	if (PART(CU_ATT_CORE))
+	if (PART(CU_ATT_CORE) && T * nq <= 65535 && e->rot >= 2) { /* norm and rope in one launch */
+		TRY(ck_rmsnorm_rope(qg, 2 * hd, a->q_norm, q, hd, T * nq, hd, hd, eps, nq, e->rot, st->pos, e->inv_freq, s),
+		    "q norm and rope");
+		TRY(ck_rmsnorm_rope(k, hd, a->k_norm, k, hd, T * nkv, hd, hd, eps, nkv, e->rot, st->pos, e->inv_freq, s),
+		    "k norm and rope");
+	} else if (PART(CU_ATT_CORE)) {
 		TRY(ck_rmsnorm(qg, 2 * hd, a->q_norm, hd, q, hd, T * nq, hd, hd, eps, s), "q norm");
-	if (PART(CU_ATT_CORE))
 		TRY(ck_rope(q, T, nq, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "q rope");
-	if (PART(CU_ATT_CORE))
 		TRY(ck_rmsnorm(k, hd, a->k_norm, hd, k, hd, T * nkv, hd, hd, eps, s), "k norm");
-	if (PART(CU_ATT_CORE))
 		TRY(ck_rope(k, T, nkv, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "k rope");
+	}
 	if (PART(CU_ATT_KV))
 		TRY(ck_kv_store(st, kv, k, v, s), "kv store");
 	if (a->qsa) {
@@ -123,8 +126,14 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 		float *idx = e->s.big2, *iq = e->s.big3; /* k and v are in the cache now */
 		LIN(&a->idx_qk, xn, T, idx);
 		TRY(ck_qsa_store_keys(st, kv, idx, w, ni * ih, ih, s), "qsa keys");
-		TRY(ck_rmsnorm(idx, w, a->idx_q_norm, ih, iq, ni * ih, T, ni * ih, ih, eps, s), "qsa q norm");
-		TRY(ck_rope(iq, T, ni, ih, e->rot, st->pos, 0, 0, e->inv_freq, s), "qsa q rope");
+		if (T <= 65535 && e->rot >= 2 && e->rot <= ih) {
+			TRY(ck_rmsnorm_rope(idx, w, a->idx_q_norm, iq, ni * ih, T, ni * ih, ih, eps, ni, e->rot, st->pos,
+					    e->inv_freq, s),
+			    "qsa q norm and rope");
+		} else {
+			TRY(ck_rmsnorm(idx, w, a->idx_q_norm, ih, iq, ni * ih, T, ni * ih, ih, eps, s), "qsa q norm");
+			TRY(ck_rope(iq, T, ni, ih, e->rot, st->pos, 0, 0, e->inv_freq, s), "qsa q rope");
+		}
 		TRY(ck_qsa_update_blocks(st, kv, ih, ratio, a->idx_k_norm, eps, e->rot, e->inv_freq, s), "qsa blocks");
 		TRY(ck_qsa_select(st, kv, iq, ni, ih, ratio, c->indexer_budget / ratio, e->s.sel, e->s.sel_cap, e->s.attn_ws, s),
 		    "qsa select");
