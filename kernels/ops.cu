@@ -260,7 +260,7 @@ __global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *co
 } // namespace
 
 int ck_dependent_launch = 1;
-int ck_weight_prefetch = 1;
+int ck_weight_prefetch = 0; /* measured slower on the H200 (1.31 vs 1.20 ms, Qwen3.5-MoE 8L b1): CAPY_CUDA_PREFETCH=1 turns it on */
 
 extern "C" {
 
