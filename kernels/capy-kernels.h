@@ -31,9 +31,6 @@ extern "C" {
  * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
  * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
 void ck_set_dependent_launch(int on);
-/* Decode linears fetch their weights into the L2 before they wait for the kernel before them
- * (ck-common.cuh). On by default; 0 turns it off (CAPY_CUDA_PREFETCH=0, for measurement). */
-void ck_set_weight_prefetch(int on);
 
 /* --- the step: token rows and batch items ------------------------------------------ */
 

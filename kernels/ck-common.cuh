@@ -41,42 +41,9 @@ extern int ck_dependent_launch;
 __device__ __forceinline__ void ck_grid_enter(void)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#ifdef CK_PDL_EARLY
-	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-	asm volatile("griddepcontrol.wait;" ::: "memory");
-#else
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
-#endif
-}
-
-// Weights are never written while a step runs, so a kernel may start fetching its own into
-// the L2 before ck_grid_enter(), while the kernel before it is still running: the bytes a
-// decode step streams then overlap the short kernels between its matrices instead of
-// waiting for them. p 16-byte aligned, bytes a multiple of 16 (sm_90's bulk L2 prefetch: one
-// instruction for a whole row). Only the time changes, never a value.
-extern int ck_weight_prefetch;
-
-__device__ __forceinline__ void ck_prefetch_l2(const void *p, uint64_t bytes)
-{
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-	while (bytes) {
-		const uint32_t n = bytes > (1u << 20) ? (1u << 20) : (uint32_t)bytes;
-		asm volatile("cp.async.bulk.prefetch.L2.global [%0], %1;" ::"l"(p), "r"(n) : "memory");
-		p = (const uint8_t *)p + n;
-		bytes -= n;
-	}
-#endif
-}
-
-// The same for any range: widened to whole 16-byte units (which never leave an allocation).
-__device__ __forceinline__ void ck_prefetch_l2_range(const void *p, uint64_t bytes)
-{
-	const uintptr_t a = (uintptr_t)p & ~(uintptr_t)15, e = ((uintptr_t)p + bytes + 15) & ~(uintptr_t)15;
-
-	if (e > a)
-		ck_prefetch_l2((const void *)a, e - a);
 }
 
 template <typename... KernelArgs, typename... Args>

@@ -17,7 +17,6 @@ struct lin_mat {
 	uint64_t stride;    /* bytes between records of a stack */
 	const int32_t *ids; /* NULL: one matrix for every row; else row i uses record ids[i] */
 	uint64_t n, k;
-	uint32_t prefetch;  /* ck_weight_prefetch at launch: fetch one matrix's rows early */
 	/* NVFP4: */
 	uint32_t nparts;
 	uint64_t part_end[CK_MAX_PARTS]; /* row where part p ends (prefix sums of part_rows) */

@@ -22,7 +22,7 @@
 struct skinny_args {
 	const float *x;
 	uint64_t m, k;
-	uint32_t nmat, prefetch, swiglu; /* swiglu: x rows are [gate | up] of 2k, the input their SwiGLU */
+	uint32_t nmat, swiglu; /* swiglu: x rows are [gate | up] of 2k, the input their SwiGLU */
 	const uint8_t *w[LIN_MULTI];
 	uint64_t n[LIN_MULTI], tile_end[LIN_MULTI], ldy[LIN_MULTI];
 	float *y[LIN_MULTI];
@@ -67,6 +67,7 @@ static __device__ __forceinline__ uint4 sk_ldw(const uint8_t *p)
 template <int NB, int KS>
 static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_args a)
 {
+	ck_grid_enter();
 	__shared__ float part[KS > 1 ? SK_BW(KS) : 1][NB][4][32];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, slice = warp % KS;
 	const uint64_t tile = (uint64_t)blockIdx.x * (SK_BW(KS) / KS) + (uint64_t)(warp / KS);
@@ -93,18 +94,11 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 			start = a.tile_end[j];
 		}
 	}
+	if (KS == 1 && !live)
+		return;
 	const uint64_t ra = r0 + g, rb = r0 + g + 8;
 	const bool va = live && ra < n, vb = live && rb < n;
 	const uint8_t *wa = w + (va ? ra : 0) * k * 2 + c * 16, *wb = w + (vb ? rb : 0) * k * 2 + c * 16;
-	if (a.prefetch && c == 0) { /* this warp's slice of its 16 rows, while the last kernel ends */
-		if (va)
-			ck_prefetch_l2(wa + s0 * MMA_STEP * 2, (s1 - s0) * MMA_STEP * 2);
-		if (vb)
-			ck_prefetch_l2(wb + s0 * MMA_STEP * 2, (s1 - s0) * MMA_STEP * 2);
-	}
-	ck_grid_enter();
-	if (KS == 1 && !live)
-		return;
 	const uint64_t ngroups = (a.m + 8 * NB - 1) / (8 * NB);
 
 	for (uint64_t tg = blockIdx.y; tg < ngroups; tg += gridDim.y) {
@@ -321,7 +315,6 @@ int lin_mma_x(const struct lin_mat *w, const float *x, bool swiglu, uint64_t m, 
 	a.m = m;
 	a.k = w->k;
 	a.nmat = nmat;
-	a.prefetch = (uint32_t)ck_weight_prefetch;
 	a.swiglu = swiglu;
 	for (uint32_t j = 0; j < nmat; j++) {
 		const uint64_t n = w->nmulti ? w->mend[j] - rows_before : w->n;

@@ -52,7 +52,6 @@ struct lin_mat lin_mat_of(const struct ck_linear *w, const void *data, uint64_t 
 	m.ids = ids;
 	m.n = w->n;
 	m.k = w->k;
-	m.prefetch = (uint32_t)ck_weight_prefetch;
 	if (w->dtype == CK_NVFP4) {
 		uint64_t end = 0;
 		m.nparts = w->nparts ? w->nparts : 1;
@@ -272,6 +271,7 @@ static __device__ __forceinline__ float nv_finish(long long acc, float s2, float
 template <int MT, int VEC, int RPW>
 static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, struct lin_act a, float *y, uint64_t ldy)
 {
+	ck_grid_enter();
 	constexpr int BPL = VEC == 2 ? 2 : 1, LPR = 32 / RPW;
 	const int lane = threadIdx.x & 31, sl = lane % LPR;
 	const uint64_t wr = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5), r0 = wr * RPW;
@@ -279,13 +279,6 @@ static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, stru
 	const bool live = rr < w.n;
 	const uint64_t k = w.k, nb = k / 16, m = a.m, ngroups = (m + MT - 1) / MT, units = nb / BPL;
 	uint32_t p = 0;
-
-	/* one matrix (not a stack, whose rows depend on the router): its row, before the wait */
-	if (w.prefetch && !w.ids && live && sl == 0) {
-		ck_prefetch_l2_range(w.data + w.codes_off + r * (k / 2), k / 2);
-		ck_prefetch_l2_range(w.data + w.scales_off + r * nb, nb);
-	}
-	ck_grid_enter();
 
 	if (r0 >= w.n)
 		return; /* a whole warp: nothing below synchronizes the block */
@@ -457,6 +450,7 @@ template <int DT, int MT, bool VL, int KS>
 static __global__ void __launch_bounds__(THREADS)
 	k_plain(struct lin_mat w, const float *x, uint64_t xdiv, uint64_t m, float *y, uint64_t ldy)
 {
+	ck_grid_enter();
 	constexpr int EV = DT == CK_F32 ? 4 : 8;
 	constexpr uint64_t ES = DT == CK_F32 ? 4 : 2;
 	__shared__ float part[KS > 1 ? WARPS : 1][MT];
@@ -468,10 +462,8 @@ static __global__ void __launch_bounds__(THREADS)
 	const uint8_t *mat = w.data;
 	uint64_t rr = r;
 
-	if (KS == 1 && !live) {
-		ck_grid_enter();
+	if (KS == 1 && !live)
 		return;
-	}
 	/* Several matrices in one launch: the one row r belongs to, its row there, its output
 	 * (selected with constant indices, so the arrays stay in the parameter space). */
 	if (w.nmulti) {
@@ -492,9 +484,6 @@ static __global__ void __launch_bounds__(THREADS)
 			}
 		}
 	}
-	if (w.prefetch && !w.ids && live && lane == 0) /* this warp's share of its row */
-		ck_prefetch_l2_range(mat + rr * k * ES + s0 * 32 * EV * ES, (slice == KS - 1 ? k * ES : s1 * 32 * EV * ES) - s0 * 32 * EV * ES);
-	ck_grid_enter();
 	for (uint64_t g = blockIdx.y; g < ngroups; g += gridDim.y) {
 		const uint64_t i0 = g * MT;
 		float acc[MT];

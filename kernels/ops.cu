@@ -260,18 +260,12 @@ __global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *co
 } // namespace
 
 int ck_dependent_launch = 1;
-int ck_weight_prefetch = 0; /* measured slower on the H200 (1.31 vs 1.20 ms, Qwen3.5-MoE 8L b1): CAPY_CUDA_PREFETCH=1 turns it on */
 
 extern "C" {
 
 void ck_set_dependent_launch(int on)
 {
 	ck_dependent_launch = on;
-}
-
-void ck_set_weight_prefetch(int on)
-{
-	ck_weight_prefetch = on;
 }
 
 int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T, uint64_t H, uint64_t hc, float *x,

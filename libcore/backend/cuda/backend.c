@@ -205,8 +205,6 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		e->no_graphs = g && !strcmp(g, "0");
 		const char *p = getenv("CAPY_CUDA_PDL");
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
-		const char *f = getenv("CAPY_CUDA_PREFETCH");
-		ck_set_weight_prefetch(f && !strcmp(f, "1"));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
 	}
 	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess) {
