@@ -184,7 +184,8 @@ int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float
 
 /* ck_rmsnorm(x, xs, w1p, group, y, ys, rows, n, group, eps) then ck_rope(y, tokens, heads,
  * group, rot, pos, ...) in one launch, the same bits: each group of a row is one head vector,
- * `heads` of them per token, normed with the same weights, then rotated (rows at most 65535). */
+ * `heads` of them per token, normed with the same weights, then rotated (rot < 2: no rotation;
+ * rot at most group). */
 int ck_rmsnorm_rope(const float *x, uint64_t xs, const float *w1p, float *y, uint64_t ys, uint64_t rows, uint64_t n,
 		    uint64_t group, float eps, uint64_t heads, uint64_t rot, const int64_t *pos, const float *inv_freq,
 		    void *stream);
@@ -207,8 +208,8 @@ int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint6
 		   void *stream);
 
 /* ck_moe_combine(moe_out, mw, shared, gate, rows, k, n, out) then ck_add_rmsnorm(x, out, w1p, y,
- * rows, n, eps) in one launch, the same bits; y NULL: the residual add alone (ck_add). rows at
- * most 65535. */
+ * rows, n, eps) in one launch (one per 65535 rows), the same bits; y NULL: the residual add
+ * alone (ck_add). */
 int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const float *shared, const float *gate,
 			       uint64_t k, float *x, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
 			       void *stream);

@@ -9,6 +9,7 @@
  * expert re-read its weights (from L2 mostly): right for decode, where few slots share one.
  * The slots of prefill rows run as grouped GEMMs instead (moe-grouped.cu). */
 #include "moe-grouped.h"
+#include "moe-combine.cuh"
 #include "ck-common.cuh"
 
 #include <math.h>
@@ -359,23 +360,13 @@ extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struc
 
 /* out[t][i] = (0 + sum over j in order of moe_out[t k + j][i] * w[t k + j]) + sigmoid(gate[t])
  * shared[t][i], each operation rounded as the CPU's (no contraction). */
-static __global__ void k_combine(const float *moe_out, const float *w, const float *shared, const float *gate,
-				 uint64_t T, uint64_t k, uint64_t H, float *out)
+static __global__ void k_combine(struct moe_term m, uint64_t T, uint64_t H, float *out)
 {
 	ck_grid_enter();
 	const uint64_t e = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x;
 
-	if (e < T * H) {
-		const uint64_t t = e / H, i = e % H;
-		float o = 0.0f;
-		for (uint64_t j = 0; j < k; j++)
-			o = __fadd_rn(o, __fmul_rn(moe_out[(t * k + j) * H + i], w[t * k + j]));
-		if (shared) {
-			const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-gate[t])));
-			o = __fadd_rn(o, __fmul_rn(g, shared[e]));
-		}
-		out[e] = o;
-	}
+	if (e < T * H)
+		out[e] = moe_term_at(m, e / H, H, e % H);
 }
 
 extern "C" int ck_moe_combine(const float *moe_out, const float *w, const float *shared, const float *gate,
@@ -383,7 +374,8 @@ extern "C" int ck_moe_combine(const float *moe_out, const float *w, const float 
 {
 	if (!T || !H)
 		return 0;
-	ck_launch(k_combine, (unsigned)((T * H + 255) / 256), 256, 0, (cudaStream_t)stream, moe_out, w, shared, gate, T, k,
-										       H, out);
+	const struct moe_term m = { moe_out, w, shared, gate, k };
+
+	ck_launch(k_combine, (unsigned)((T * H + 255) / 256), 256, 0, (cudaStream_t)stream, m, T, H, out);
 	return ck_launched();
 }

@@ -5,7 +5,7 @@
 // per row, a tree of fixed shape), never with atomics, so results do not depend on the batch.
 #include "capy-kernels.h"
 #include "ck-common.cuh"
-#include "linear-impl.h" /* cpu_expf */
+#include "moe-combine.cuh"
 
 namespace {
 
@@ -21,40 +21,7 @@ __global__ void embed_kernel(const void *table, int dt, const int32_t *ids, uint
 	}
 }
 
-// One block per (row, group): the sum of squares in a fixed tree, then the scaling. The
-// weights are indexed by the value's place in the row (per_value) or in its group.
-/* ADD: x += add first (the residual add, as add_kernel), then the norm of the sum; each thread
- * reads back only what it wrote. The same reduction either way, so add then norm in one
- * launch gives the bits of ck_add then ck_rmsnorm. */
-/* The MoE block's output as the added term (MOE): moe.cu's combine of the routed experts and
- * the gated shared expert, element by element, so folding it in changes no bits. */
-struct moe_term {
-	const float *out, *w, *shared, *gate;
-	uint64_t k;
-};
-
-__device__ __forceinline__ float moe_term_at(const struct moe_term &m, uint64_t t, uint64_t H, uint64_t i)
-{
-	float o = 0.0f;
-
-	for (uint64_t j = 0; j < m.k; j++)
-		o = __fadd_rn(o, __fmul_rn(m.out[(t * m.k + j) * H + i], m.w[t * m.k + j]));
-	if (m.shared) {
-		const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-m.gate[t])));
-		o = __fadd_rn(o, __fmul_rn(g, m.shared[t * H + i]));
-	}
-	return o;
-}
-
-/* NeoX RoPE of each normed group (ROPE): group g of row r is head vector r * groups + g, of
- * token (that) / heads; rope_kernel's arithmetic, so norm then rope in one launch changes no
- * bits. */
-struct rope_term {
-	const int64_t *pos;
-	const float *inv_freq;
-	uint64_t rot, heads;
-};
-
+/* A head vector's NeoX RoPE pair (i, i + half), as rope_kernel and rmsnorm_kernel's ROPE apply it. */
 __device__ __forceinline__ void rope_pair(float *vh, uint64_t i, uint64_t half, int64_t p, const float *inv_freq)
 {
 	float ang = __fmul_rn((float)p, inv_freq[i]);
@@ -64,6 +31,20 @@ __device__ __forceinline__ void rope_pair(float *vh, uint64_t i, uint64_t half, 
 	vh[i + half] = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
 }
 
+struct rope_term {
+	const int64_t *pos;
+	const float *inv_freq;
+	uint64_t rot, heads, row0; /* row0: the launch's first row in the whole (launches of 65535 rows) */
+};
+
+// One block per (row, group): the sum of squares in a fixed tree, then the scaling. The
+// weights are indexed by the value's place in the row (per_value) or in its group.
+/* ADD: x += add first (the residual add, as add_kernel), then the norm of the sum; each thread
+ * reads back only what it wrote. The same reduction either way, so add then norm in one
+ * launch gives the bits of ck_add then ck_rmsnorm. MOE: the added term is the MoE block's
+ * output (moe-combine.cuh), as moe.cu's combine computes it; y NULL: the add alone. ROPE: each
+ * normed group (head vector (row0 + r) * groups + g, of token that / heads) is then rotated as
+ * rope_kernel rotates it. Each fusion changes no bits. */
 template <bool ADD, bool MOE = false, bool ROPE = false>
 __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const float *w, bool per_value, float *y,
 			       uint64_t ys, uint32_t group, float eps, struct moe_term moe, struct rope_term rope)
@@ -92,7 +73,7 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x)
 		yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), wr[i]);
 	if (ROPE) {
-		const uint64_t hv = r * gridDim.y + blockIdx.y, half = rope.rot / 2;
+		const uint64_t hv = (rope.row0 + r) * gridDim.y + blockIdx.y, half = rope.rot / 2;
 		__syncthreads(); /* the normed vector, all of it */
 		for (uint64_t i = threadIdx.x; i < half; i += blockDim.x)
 			rope_pair(yr, i, half, rope.pos[hv / rope.heads], rope.inv_freq);
@@ -316,14 +297,15 @@ int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const floa
 			       uint64_t k, float *x, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
 			       void *stream)
 {
-	const struct moe_term m = { moe_out, mw, shared, gate, k };
-
 	if (!rows)
 		return 0;
-	if (rows > CK_MAX_GRID_X)
-		return -(int)cudaErrorInvalidValue;
-	ck_launch(rmsnorm_kernel<true, true>, dim3((unsigned)rows, 1), norm_threads(n), 0, (cudaStream_t)stream, x, n,
-		  (const float *)NULL, w1p, true, y, n, (uint32_t)n, eps, m, rope_term{});
+	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
+		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
+		const struct moe_term m = { moe_out + r0 * k * n, mw + r0 * k, shared ? shared + r0 * n : NULL, gate + r0, k };
+		ck_launch(rmsnorm_kernel<true, true>, dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream,
+			  x + r0 * n, n, (const float *)NULL, w1p, true, y ? y + r0 * n : NULL, n, (uint32_t)n, eps, m,
+			  rope_term{});
+	}
 	return ck_launched();
 }
 
@@ -331,15 +313,17 @@ int ck_rmsnorm_rope(const float *x, uint64_t xs, const float *w1p, float *y, uin
 		    uint64_t group, float eps, uint64_t heads, uint64_t rot, const int64_t *pos, const float *inv_freq,
 		    void *stream)
 {
-	const struct rope_term rt = { pos, inv_freq, rot, heads };
-
 	if (!rows)
 		return 0;
-	if (rows > CK_MAX_GRID_X || rot < 2 || rot > group)
+	if (rot > group)
 		return -(int)cudaErrorInvalidValue;
-	ck_launch(rmsnorm_kernel<false, false, true>, dim3((unsigned)rows, (unsigned)(n / group)), norm_threads(group), 0,
-		  (cudaStream_t)stream, (float *)x, xs, (const float *)NULL, w1p, false, y, ys, (uint32_t)group, eps,
-		  moe_term{}, rt);
+	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
+		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
+		const struct rope_term rt = { pos, inv_freq, rot, heads, r0 };
+		ck_launch(rmsnorm_kernel<false, false, true>, dim3((unsigned)nr, (unsigned)(n / group)), norm_threads(group),
+			  0, (cudaStream_t)stream, (float *)x + r0 * xs, xs, (const float *)NULL, w1p, false, y + r0 * ys, ys,
+			  (uint32_t)group, eps, moe_term{}, rt);
+	}
 	return ck_launched();
 }
 

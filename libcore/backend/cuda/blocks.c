@@ -108,16 +108,11 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 	if (PART(CU_ATT_IN))
 		MULTI(xn, T, LINS(&a->q, &a->k, &a->v), OUTS(qg, k, v));
 	/* q: per head the first hd of [query | gate], normed into q; k normed in place. */
-	if (PART(CU_ATT_CORE) && T * nq <= 65535 && e->rot >= 2) { /* norm and rope in one launch */
+	if (PART(CU_ATT_CORE)) { /* each normed and rotated in one launch */
 		TRY(ck_rmsnorm_rope(qg, 2 * hd, a->q_norm, q, hd, T * nq, hd, hd, eps, nq, e->rot, st->pos, e->inv_freq, s),
 		    "q norm and rope");
 		TRY(ck_rmsnorm_rope(k, hd, a->k_norm, k, hd, T * nkv, hd, hd, eps, nkv, e->rot, st->pos, e->inv_freq, s),
 		    "k norm and rope");
-	} else if (PART(CU_ATT_CORE)) {
-		TRY(ck_rmsnorm(qg, 2 * hd, a->q_norm, hd, q, hd, T * nq, hd, hd, eps, s), "q norm");
-		TRY(ck_rope(q, T, nq, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "q rope");
-		TRY(ck_rmsnorm(k, hd, a->k_norm, hd, k, hd, T * nkv, hd, hd, eps, s), "k norm");
-		TRY(ck_rope(k, T, nkv, hd, e->rot, st->pos, 0, 0, e->inv_freq, s), "k rope");
 	}
 	if (PART(CU_ATT_KV))
 		TRY(ck_kv_store(st, kv, k, v, s), "kv store");
@@ -126,7 +121,7 @@ int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *x
 		float *idx = e->s.big2, *iq = e->s.big3; /* k and v are in the cache now */
 		LIN(&a->idx_qk, xn, T, idx);
 		TRY(ck_qsa_store_keys(st, kv, idx, w, ni * ih, ih, s), "qsa keys");
-		if (T <= 65535 && e->rot >= 2 && e->rot <= ih) {
+		if (e->rot <= ih) {
 			TRY(ck_rmsnorm_rope(idx, w, a->idx_q_norm, iq, ni * ih, T, ni * ih, ih, eps, ni, e->rot, st->pos,
 					    e->inv_freq, s),
 			    "qsa q norm and rope");

@@ -365,7 +365,7 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 				TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
 		}
 		/* Non-hyper-connection models fold the MoE combine into the residual add and norm. */
-		const bool fold = !q4 && PART(CU_NORM) && T <= 65535;
+		const bool fold = !q4 && PART(CU_NORM);
 		if ((rc = cu_ffn(e, l, in, s->out, fold, err)) < 0)
 			return rc;
 		if (rc == 1) {

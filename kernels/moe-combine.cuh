@@ -1,0 +1,31 @@
+// moe-combine.cuh - the MoE block's output for one element: the routed experts' outputs
+// weighted in order, then the gated shared expert, rounded step by step as moe_forward
+// (libcore/backend/cpu/moe.c). moe.cu's combine and ops.cu's combine folded into the residual
+// add and norm both compute it here, so the two give the same bits. CUDA C++; kernels/ only.
+#ifndef CAPY_MOE_COMBINE_CUH
+#define CAPY_MOE_COMBINE_CUH
+
+#include "linear-impl.h" /* cpu_expf */
+
+#include <stdint.h>
+
+struct moe_term {
+	const float *out, *w, *shared, *gate; /* out [T * k][H], w [T * k]; shared [T][H] or NULL, gate [T] */
+	uint64_t k;
+};
+
+// out[t][i] = (0 + sum over j < k of out[t k + j][i] * w[t k + j]) + sigmoid(gate[t]) * shared[t][i]
+__device__ __forceinline__ float moe_term_at(const struct moe_term &m, uint64_t t, uint64_t H, uint64_t i)
+{
+	float o = 0.0f;
+
+	for (uint64_t j = 0; j < m.k; j++)
+		o = __fadd_rn(o, __fmul_rn(m.out[(t * m.k + j) * H + i], m.w[t * m.k + j]));
+	if (m.shared) {
+		const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-m.gate[t])));
+		o = __fadd_rn(o, __fmul_rn(g, m.shared[t * H + i]));
+	}
+	return o;
+}
+
+#endif
