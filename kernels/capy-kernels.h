@@ -156,12 +156,23 @@ struct ck_expert_stack {
  *   quantized operands on the tensor cores (kernels/moe-grouped.cu), every product exact and
  *   the sums in fp32: within ~1e-6 relative of the CPU;
  * - plain weights: ck_linear's plain numerics per slot.
- * ws: ck_moe_ws_bytes(gate_up, down, T * k) bytes. */
+ * ws: ck_moe_ws_bytes(gate_up, down, T * k) bytes, all zero before its first use: its first
+ * kilobyte holds counters the kernels leave zero (one workspace per stream at a time). */
 size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
 		       uint64_t slots);
 int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
 		   const float *x, uint64_t T, uint64_t k, const int32_t *ids, const uint8_t *grouped,
 		   uint64_t n_grouped, float *out, void *ws, void *stream);
+/* ck_moe_route(logits, T, E, k, norm_topk, ids, w) then ck_moe_experts(gate_up, down, x, T, k, ids,
+ * grouped, n_grouped, out, ws): the same ids, weights and outputs. Where the experts are NVFP4
+ * and no slot is grouped (decode), the router and the quantization of the experts' input run
+ * as one launch, and the quantization of down's input inside gate_up's launch.
+ * ck_set_moe_fusion(0) keeps them all apart, 1 fuses only the first (for measurement). */
+int ck_moe_route_experts(const float *logits, uint64_t E, bool norm_topk, int32_t *ids, float *w,
+			 const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down, const float *x,
+			 uint64_t T, uint64_t k, const uint8_t *grouped, uint64_t n_grouped, float *out, void *ws,
+			 void *stream);
+void ck_set_moe_fusion(int on);
 
 /* out[t][H] = sum over j < k in order of moe_out[t * k + j][i] * w[t * k + j], then
  * + sigmoid(gate[t]) * shared[t][i] (sigmoid(v) = 1 / (1 + exp(-v))). As moe_forward. */

@@ -96,6 +96,9 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 					    (uint64_t)d[i].bytes >> 20, cudaGetErrorString(rc));
 		e->device_bytes += d[i].bytes;
 	}
+	/* the routed experts' kernels expect their workspace's counters zero (capy-kernels.h) */
+	if (ps.moe_ws && (rc = cudaMemset(s->moe_ws, 0, ps.moe_ws)) != cudaSuccess)
+		return cu_err(err, rc, "clearing the experts' workspace");
 	if ((rc = cudaMallocHost((void **)&s->logits_host, ps.host_logits)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->row_idx_host, ps.host_row_idx)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->smp_rows_host, ps.host_smp_rows)) != cudaSuccess ||
@@ -206,8 +209,15 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		const char *p = getenv("CAPY_CUDA_PDL");
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
+		const char *fu = getenv("CAPY_CUDA_FUSE");
+		ck_set_moe_fusion(!(fu && !strcmp(fu, "0")));
+		const char *f = getenv("CAPY_CUDA_FORK");
+		e->no_fork = f && !strcmp(f, "0");
 	}
-	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess) {
+	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess ||
+	    (r = cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (r = cudaEventCreateWithFlags(&e->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
+	    (r = cudaEventCreateWithFlags(&e->ev_join, cudaEventDisableTiming)) != cudaSuccess) {
 		rc = cu_err(err, r, "opening the device");
 		goto fail;
 	}
@@ -295,6 +305,12 @@ static void cu_close(struct capy_engine *core)
 	cudaFree(e->pages);
 	cudaFree(e->inv_freq);
 	free(e->kv);
+	if (e->ev_join)
+		cudaEventDestroy(e->ev_join);
+	if (e->ev_fork)
+		cudaEventDestroy(e->ev_fork);
+	if (e->side)
+		cudaStreamDestroy(e->side);
 	if (e->stream)
 		cudaStreamDestroy(e->stream);
 	free(e);

@@ -191,14 +191,31 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	/* The router, the shared expert's gate_up and its gate read the same input. */
 	if (PART(CU_MOE_IN))
 		MULTI(xn, T, LINS(&m->router, &m->shared.gate_up, &m->shared_gate), OUTS(sc->big1, sc->big3, sc->big2));
-	if (PART(CU_ROUTE))
+	/* decode rows: the shared expert's SwiGLU inside its down projection's loads, on the side
+	 * stream while the router and the routed experts run (it reads big3 and writes tmp, which
+	 * nothing on the main stream touches before the join) */
+	const bool fused_shared = PART(CU_SHARED) && !gemm_step(e, T) && ck_linear_swiglu_ok(&m->shared.down, sc->big3, T);
+	const bool fork = fused_shared && !e->no_fork;
+	if (fork) {
+		TRY(-(int)cudaEventRecord(e->ev_fork, e->stream), "forking the shared expert");
+		TRY(-(int)cudaStreamWaitEvent(e->side, e->ev_fork, 0), "forking the shared expert");
+		TRY(ck_linear_swiglu(&m->shared.down, sc->big3, T, sc->tmp, e->side), "shared expert");
+		TRY(-(int)cudaEventRecord(e->ev_join, e->side), "joining the shared expert");
+	}
+	if (PART(CU_ROUTE) && PART(CU_EXPERTS))
+		TRY(ck_moe_route_experts(sc->big1, c->n_experts, c->norm_topk_prob, sc->moe_ids, sc->moe_w, &m->gate_up,
+					 &m->down, xn, T, k, e->step.grouped, e->step.n_grouped, sc->moe_out, sc->moe_ws,
+					 e->stream),
+		    "router and experts");
+	else if (PART(CU_ROUTE))
 		TRY(ck_moe_route(sc->big1, T, c->n_experts, k, c->norm_topk_prob, sc->moe_ids, sc->moe_w, e->stream), "router");
-	if (PART(CU_EXPERTS))
+	else if (PART(CU_EXPERTS))
 		TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, e->step.grouped, e->step.n_grouped, sc->moe_out,
 				   sc->moe_ws, e->stream),
 		    "experts");
-	/* decode rows: the shared expert's SwiGLU inside its down projection's loads */
-	if (PART(CU_SHARED) && !gemm_step(e, T) && ck_linear_swiglu_ok(&m->shared.down, sc->big3, T)) {
+	if (fork) {
+		TRY(-(int)cudaStreamWaitEvent(e->stream, e->ev_join, 0), "joining the shared expert");
+	} else if (fused_shared) {
 		TRY(ck_linear_swiglu(&m->shared.down, sc->big3, T, sc->tmp, e->stream), "shared expert");
 	} else if (PART(CU_SHARED)) {
 		TRY(ck_swiglu(sc->big3, T, m->shared.gate_up.n / 2, sc->mix, e->stream), "swiglu");

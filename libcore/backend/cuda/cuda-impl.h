@@ -111,6 +111,12 @@ struct cuda_engine {
 	struct capy_engine_opts opts;
 	int device;
 	cudaStream_t stream;
+	/* A second stream for work of a step that does not depend on the main chain: the shared
+	 * expert of a decode step runs there beside the router and the routed experts (forked and
+	 * joined by the two events; in a captured graph, two branches). */
+	cudaStream_t side;
+	cudaEvent_t ev_fork, ev_join;
+	bool no_fork;                     /* CAPY_CUDA_FORK=0: everything on the main stream */
 	struct capy_pool *ple_pool;       /* host threads gathering PLE rows (models with PLE) */
 	struct ck_blas *blas;             /* cuBLASLt for prompt rows' BF16 linears, or NULL */
 	const struct capy_batch *batch;   /* the step being run (cu_step) */
