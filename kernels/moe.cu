@@ -381,10 +381,11 @@ static int nvfp4_stage(const struct lin_mat *w, const float *x, uint64_t ldx, ui
 	return moe_grouped_linear(g, w, &b, S, n_grouped * k, E, y, ldy, st);
 }
 
-/* 0: the router, the quantizations and the expert matrices each their own launch; 1: the
- * router and gate_up's quantization in one (k_route_quant); 2: also down's quantization
- * inside gate_up's launch (lin_nvfp4_qnext). */
-static int moe_fusion = 2;
+/* Which decode launches are merged (bits of CAPY_CUDA_FUSE; 0, every one apart, measured
+ * fastest on the H200: docs/perf.md): 1, the router and gate_up's input quantization
+ * (k_route_quant); 2, down's SwiGLU and quantization inside gate_up's launch
+ * (lin_nvfp4_qnext). The results are the same bits in every case. */
+static int moe_fusion = 0;
 
 /* ck_moe_experts; gu_ready: gate_up's activations are quantized already (k_route_quant). */
 static int experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down, const float *x,
@@ -413,14 +414,16 @@ static int experts(const struct ck_expert_stack *gate_up, const struct ck_expert
 			return rc;
 	}
 	/* gate_up: slot s reads x[s / k]. */
-	if (gu_ready) {
+	if (gu.dtype == CK_NVFP4 && !n_grouped) {
 		const struct lin_act a = lin_act_carve(&gu, S, m.q);
+		if (!gu_ready && (rc = lin_quantize(&gu, x, H, k, &a, st)))
+			return rc;
 		/* decode: each slot's SwiGLU and quantization for down by the gate_up kernel's last
 		 * block of that slot, into the SwiGLU rows' space (unused here), since gate_up's
 		 * own quantized rows are still being read */
 		struct lin_qnext qn = { dn, lin_act_carve(&dn, S, m.h), m.counter };
 		qn.a.swiglu = true;
-		if (moe_fusion >= 2 && lin_act_bytes(&dn, S) <= ck_align_up(S * I * 4, 256) &&
+		if ((moe_fusion & 2) && dn.dtype == CK_NVFP4 && lin_act_bytes(&dn, S) <= ck_align_up(S * I * 4, 256) &&
 		    lin_nvfp4_qnext_ok(&gu, &a, &dn)) {
 			if ((rc = lin_nvfp4_qnext(&gu, &a, m.act, 2 * I, &qn, st)))
 				return rc;
@@ -473,7 +476,7 @@ extern "C" int ck_moe_route_experts(const float *logits, uint64_t E, bool norm_t
 
 	if (!T || !k)
 		return 0;
-	if (!moe_fusion || gu.dtype != CK_NVFP4 || E > 32 * RW_J || (grouped && n_grouped) || H % 16) {
+	if (!(moe_fusion & 1) || gu.dtype != CK_NVFP4 || E > 32 * RW_J || (grouped && n_grouped) || H % 16) {
 		if ((rc = ck_moe_route(logits, T, E, k, norm_topk, ids, w, stream)))
 			return rc;
 		return experts(gate_up, down, x, T, k, ids, grouped, n_grouped, out, ws, st, false);

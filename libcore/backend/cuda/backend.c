@@ -210,7 +210,9 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
 		const char *fu = getenv("CAPY_CUDA_FUSE");
-		ck_set_moe_fusion(!(fu && !strcmp(fu, "0")));
+		ck_set_moe_fusion(fu ? (int)strtol(fu, NULL, 10) : 0);
+		const char *sk = getenv("CAPY_CUDA_SK_WARPS");
+		ck_set_skinny_warps(sk ? strtoull(sk, NULL, 10) : 0);
 		const char *f = getenv("CAPY_CUDA_FORK");
 		e->no_fork = f && !strcmp(f, "0");
 	}

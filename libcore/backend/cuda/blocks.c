@@ -188,19 +188,25 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 
 	if (!l->h->moe)
 		return mlp(e, &l->mlp, xn, T, out, sc->big1, sc->big2, err);
-	/* The router, the shared expert's gate_up and its gate read the same input. */
-	if (PART(CU_MOE_IN))
-		MULTI(xn, T, LINS(&m->router, &m->shared.gate_up, &m->shared_gate), OUTS(sc->big1, sc->big3, sc->big2));
-	/* decode rows: the shared expert's SwiGLU inside its down projection's loads, on the side
-	 * stream while the router and the routed experts run (it reads big3 and writes tmp, which
-	 * nothing on the main stream touches before the join) */
+	/* Decode rows: the shared expert (gate_up and gate, then its SwiGLU inside its down
+	 * projection's loads) on the side stream while the router and the routed experts run on
+	 * the main one: it reads xn and writes big3, big2 and tmp, which nothing on the main stream
+	 * touches before the join; its matrices are plain (no use of the shared lin_ws). */
 	const bool fused_shared = PART(CU_SHARED) && !gemm_step(e, T) && ck_linear_swiglu_ok(&m->shared.down, sc->big3, T);
-	const bool fork = fused_shared && !e->no_fork;
+	const bool fork = fused_shared && PART(CU_MOE_IN) && !e->no_fork && !ck_linear_ws_bytes(&m->shared.gate_up, T) &&
+			  !ck_linear_ws_bytes(&m->shared_gate, T);
 	if (fork) {
+		const struct ck_linear *sw[] = { &m->shared.gate_up, &m->shared_gate };
+		float *sy[] = { sc->big3, sc->big2 };
 		TRY(-(int)cudaEventRecord(e->ev_fork, e->stream), "forking the shared expert");
 		TRY(-(int)cudaStreamWaitEvent(e->side, e->ev_fork, 0), "forking the shared expert");
+		TRY(ck_linear_multi(sw, 2, xn, T, sy, e->s.lin_ws, e->side), "shared expert");
 		TRY(ck_linear_swiglu(&m->shared.down, sc->big3, T, sc->tmp, e->side), "shared expert");
 		TRY(-(int)cudaEventRecord(e->ev_join, e->side), "joining the shared expert");
+		TRY(ck_linear(&m->router, xn, T, sc->big1, e->s.lin_ws, e->stream), "router");
+	} else if (PART(CU_MOE_IN)) {
+		/* The router, the shared expert's gate_up and its gate read the same input. */
+		MULTI(xn, T, LINS(&m->router, &m->shared.gate_up, &m->shared_gate), OUTS(sc->big1, sc->big3, sc->big2));
 	}
 	if (PART(CU_ROUTE) && PART(CU_EXPERTS))
 		TRY(ck_moe_route_experts(sc->big1, c->n_experts, c->norm_topk_prob, sc->moe_ids, sc->moe_w, &m->gate_up,
