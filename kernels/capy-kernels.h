@@ -99,11 +99,6 @@ int ck_linear(const struct ck_linear *w, const float *x, uint64_t m, float *y, v
 bool ck_linear_swiglu_ok(const struct ck_linear *w, const float *act, uint64_t m);
 int ck_linear_swiglu(const struct ck_linear *w, const float *act, uint64_t m, float *y, void *stream);
 
-/* The number of warps (16-row tiles x slices of k) the BF16 tensor-core linears aim at when
- * they split k (default 4096; 0 restores it): a process-wide setting for measurement, made
- * before any linear runs, since the slices fix each element's summation order. */
-void ck_set_skinny_warps(uint64_t warps);
-
 /* y[j] = x W_j^T for nw matrices over the same input, each exactly as ck_linear computes it
  * alone (the same bits); plain matrices of one dtype and k (up to 4) run in one launch, so
  * the small projections of a decode step fill the GPU together. */
@@ -161,23 +156,12 @@ struct ck_expert_stack {
  *   quantized operands on the tensor cores (kernels/moe-grouped.cu), every product exact and
  *   the sums in fp32: within ~1e-6 relative of the CPU;
  * - plain weights: ck_linear's plain numerics per slot.
- * ws: ck_moe_ws_bytes(gate_up, down, T * k) bytes, all zero before its first use: its first
- * kilobyte holds counters the kernels leave zero (one workspace per stream at a time). */
+ * ws: ck_moe_ws_bytes(gate_up, down, T * k) bytes. */
 size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
 		       uint64_t slots);
 int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
 		   const float *x, uint64_t T, uint64_t k, const int32_t *ids, const uint8_t *grouped,
 		   uint64_t n_grouped, float *out, void *ws, void *stream);
-/* ck_moe_route(logits, T, E, k, norm_topk, ids, w) then ck_moe_experts(gate_up, down, x, T, k, ids,
- * grouped, n_grouped, out, ws): the same ids, weights and outputs. Where the experts are NVFP4
- * and no slot is grouped (decode), ck_set_moe_fusion(bits) merges launches for measurement
- * (1: the router with the quantization of the experts' input; 2: the quantization of down's
- * input into gate_up's launch; 0, the default: none, measured fastest). */
-int ck_moe_route_experts(const float *logits, uint64_t E, bool norm_topk, int32_t *ids, float *w,
-			 const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down, const float *x,
-			 uint64_t T, uint64_t k, const uint8_t *grouped, uint64_t n_grouped, float *out, void *ws,
-			 void *stream);
-void ck_set_moe_fusion(int on);
 
 /* out[t][H] = sum over j < k in order of moe_out[t * k + j][i] * w[t * k + j], then
  * + sigmoid(gate[t]) * shared[t][i] (sigmoid(v) = 1 / (1 + exp(-v))). As moe_forward. */

@@ -67,21 +67,6 @@ int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t
 		 cudaStream_t st);
 /* y[i][r] (row stride ldy) for i < a->m from the quantized rows. */
 int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, cudaStream_t st);
-/* lin_nvfp4 for a stack's gate_up in decode, and then, for each activation row i, SwiGLU and
- * quantization of its output row for the next matrix w, as lin_quantize(&w, y, ldy, 1, &a)
- * with a.swiglu gives them (the same bits), inside the same launch: the last block to finish
- * row i's outputs does it. counter: LIN_QNEXT_MAX_ROWS zeros in device memory, left zero.
- * Only where lin_nvfp4_qnext_ok (one activation row per weight load, no row selection, every
- * warp of the grid given rows). */
-#define LIN_QNEXT_MAX_ROWS 256
-struct lin_qnext {
-	struct lin_mat w;
-	struct lin_act a;
-	unsigned *counter;
-};
-bool lin_nvfp4_qnext_ok(const struct lin_mat *w, const struct lin_act *a, const struct lin_mat *next);
-int lin_nvfp4_qnext(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, const struct lin_qnext *q,
-		    cudaStream_t st);
 /* Warps per row of a plain matrix of n rows of k elements of es bytes (from n and k alone). */
 int lin_slices(uint64_t n, uint64_t k, uint64_t es);
 /* Plain weights: y[i][r] = x[i / xdiv] . W_i[r] for i < m (x row stride k, y row stride ldy). */

@@ -188,21 +188,14 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 }
 
 /* Slices of k per 16-row tile: enough tiles x slices to keep every multiprocessor streaming
- * (~4k warps, few round trips each; ck_set_skinny_warps), each slice at least SK_STEPS
- * steps. From n and k alone (and the process-wide target). */
-static uint64_t sk_target_warps = 4096;
-
-extern "C" void ck_set_skinny_warps(uint64_t warps)
-{
-	sk_target_warps = warps ? warps : 4096;
-}
-
+ * (~4k warps, few round trips each), each slice at least SK_STEPS steps. From n and k
+ * alone. */
 int lin_mma_slices(uint64_t n, uint64_t k)
 {
 	const uint64_t tiles = (n + 15) / 16, nsteps = k / MMA_STEP;
 	int ks = 1;
 
-	while (ks < SK_MAX_KS && tiles * (uint64_t)ks < sk_target_warps && nsteps >= (uint64_t)(2 * ks * SK_STEPS))
+	while (ks < SK_MAX_KS && tiles * (uint64_t)ks < 4096 && nsteps >= (uint64_t)(2 * ks * SK_STEPS))
 		ks *= 2;
 	return ks;
 }

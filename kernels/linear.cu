@@ -19,7 +19,6 @@
  * int64 sum of dot * Sa * Sw and the final scaling in IEEE double, as libcore/cpu/linear.h
  * defines it: bit-identical to the CPU, in any order. */
 #include "linear-impl.h"
-#include "nvfp4-quant.cuh"
 #include "ck-common.cuh"
 
 #include <cuda_fp16.h>
@@ -98,22 +97,68 @@ struct lin_act lin_act_carve(const struct lin_mat *w, uint64_t m, void *ws)
 	return a;
 }
 
+/* capy_f32_to_e4m3: round to nearest even, saturating to NaN (0x7f) from 480 up. */
+static __device__ __forceinline__ uint32_t f32_to_e4m3(float f)
+{
+	uint32_t u = __float_as_uint(f), sign = (u >> 24) & 0x80, a = u & 0x7fffffff, e, keep, rest;
+
+	if (a >= 0x43f00000)
+		return sign | 0x7f;
+	if (a < 0x3c800000) /* subnormal: RNE(|f| * 2^9), exact scaling */
+		return sign | (uint32_t)rintf(__fmul_rn(__uint_as_float(a), 512.0f));
+	e = (a >> 23) - 127 + 7;
+	keep = (a >> 20) & 7;
+	rest = a & 0xfffff;
+	if (rest > 0x80000 || (rest == 0x80000 && (keep & 1))) {
+		if (++keep == 8) {
+			keep = 0;
+			e++;
+		}
+	}
+	return sign | (e << 3) | keep;
+}
+
+/* 2 * e2m1 of x by capy_e2m1_code's rule (ties to the even mantissa), as a signed integer. */
+static __device__ __forceinline__ int e2m1_a(float x)
+{
+	float a = fabsf(x);
+	int ord = (0.25f < a) + (0.75f < a) + (1.25f < a) + (1.75f < a) + (2.5f < a) + (3.5f < a) + (5.0f < a);
+	int mag;
+
+	if (a == 0.75f || a == 1.75f || a == 3.5f)
+		ord++;
+	mag = ord < 4 ? ord : (2 + (ord & 1)) << ((ord >> 1) - 1); /* 0 1 2 3 4 6 8 12 */
+	return x < 0 ? -mag : mag;
+}
+
+/* Element j of the row to quantize: x itself, or (swiglu) silu(gate) * up of a [gate | up] row
+ * of 2k values, exactly as moe.cu's k_swiglu computes it (so fusing the two changes no bits). */
+static __device__ __forceinline__ float quant_in(const float *xr, uint64_t j, uint64_t k, bool swiglu)
+{
+	if (!swiglu)
+		return xr[j];
+	const float g = xr[j], u = xr[k + j];
+	return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, cpu_expf(-g))), u);
+}
+
 #define QTHREADS 128
 #define QSWIGLU_MAX 2048 /* SwiGLU rows up to this long keep their values in shared memory */
 
-/* Row i, part p of a lin_quantize by a block of NT threads: the row's amax and Inf/NaN flag
- * (needed for the dynamic scale), then one thread per 16-block. CG: the row was written by
- * other blocks of the running kernel (k_nvfp4's last-block quantization): read it from the L2. */
-template <int NT, bool CG>
-static __device__ __forceinline__ void quant_row(const struct lin_mat &w, const float *x, uint64_t ldx, uint64_t xdiv,
-						 const struct lin_act &a, uint64_t i, unsigned p)
+/* One block per (row i, part p): the row's amax and Inf/NaN flag (needed for the dynamic
+ * scale), then one thread per 16-block. */
+static __global__ void __launch_bounds__(QTHREADS)
+	k_quant(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, struct lin_act a)
 {
-	const uint64_t k = w.k, nb = k / 16, row = (uint64_t)p * a.m + i;
-	const unsigned tid = threadIdx.x;
+	ck_grid_enter();
+	const uint64_t i = blockIdx.x, k = w.k, nb = k / 16, row = (uint64_t)blockIdx.y * a.m + i;
+	const unsigned p = blockIdx.y, tid = threadIdx.x;
+	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
+		return; /* the whole block: a row of the other kind */
 	const float *xr = x + (i / xdiv) * ldx;
 	const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i] * w.stride : 0);
-	__shared__ float s_amax[NT / 32];
-	__shared__ int s_bad[NT / 32];
+	const float sixth = (float)(1.0 / 6.0);
+	__shared__ float s_amax[QTHREADS / 32];
+	__shared__ int s_bad[QTHREADS / 32];
 	float amax = 0, is, gs, inv_gs;
 	int bad = 0;
 
@@ -122,8 +167,8 @@ static __device__ __forceinline__ void quant_row(const struct lin_mat &w, const 
 	const bool keep = a.swiglu && k <= QSWIGLU_MAX;
 
 	/* fmaxf is exact and ignores NaN, so any order gives the CPU's row amax. */
-	for (uint64_t j = tid; j < k; j += NT) {
-		float v = quant_in<CG>(xr, j, k, a.swiglu);
+	for (uint64_t j = tid; j < k; j += QTHREADS) {
+		float v = quant_in(xr, j, k, a.swiglu);
 		if (keep)
 			s_x[j] = v;
 		bad |= !isfinite(v);
@@ -140,22 +185,39 @@ static __device__ __forceinline__ void quant_row(const struct lin_mat &w, const 
 	__syncthreads();
 	amax = s_amax[0];
 	bad = s_bad[0];
-	for (int q = 1; q < NT / 32; q++) {
+	for (int q = 1; q < QTHREADS / 32; q++) {
 		amax = fmaxf(amax, s_amax[q]);
 		bad |= s_bad[q];
 	}
 
 	is = ((const float *)(rec + w.globals_off))[w.nparts + p];
-	nv_row_scale(is, amax, &gs, &inv_gs);
+	if (is == 0) { /* dynamic: capy_nvfp4_weight_scale2(amax) */
+		is = __fdiv_rn(amax, 2688.0f);
+		if (!(is > 0))
+			is = 1.0f;
+	}
+	gs = __fdiv_rn(1.0f, is);
+	inv_gs = __fdiv_rn(1.0f, gs);
 	if (tid == 0)
-		a.gs[row] = nv_row_gs(gs, bad);
+		a.gs[row] = (bad || !isfinite(gs)) ? __uint_as_float(0x7fc00000) : gs;
 
-	for (uint64_t b = tid; b < nb; b += NT) {
-		float v[16], os;
+	for (uint64_t b = tid; b < nb; b += QTHREADS) {
+		float v[16], bam = 0, s, t, os;
+		uint32_t sc, word[4] = { 0, 0, 0, 0 };
 		int32_t si;
-		for (int e = 0; e < 16; e++)
-			v[e] = keep ? s_x[b * 16 + e] : quant_in<CG>(xr, b * 16 + e, k, a.swiglu);
-		nv_block_scale(v, gs, inv_gs, &si, &os);
+		for (int e = 0; e < 16; e++) {
+			v[e] = keep ? s_x[b * 16 + e] : quant_in(xr, b * 16 + e, k, a.swiglu);
+			bam = fmaxf(bam, fabsf(v[e]));
+		}
+		s = __fmul_rn(gs, __fmul_rn(bam, sixth));
+		if (s > 448.0f)
+			s = 448.0f;
+		sc = f32_to_e4m3(s);
+		si = scale_int(sc);
+		/* e4m3_to_f32(sc) is exactly si * 2^-9 wherever the result matters (finite rows
+		 * with a finite gs never give the NaN byte). */
+		t = __fmul_rn(__fmul_rn((float)si, 0x1p-9f), inv_gs);
+		os = t == 0 ? 0.0f : __fdiv_rn(1.0f, t);
 		if (a.xb) { /* 2*e2m1 * Sa: at most 6 significant bits, exact in BF16 */
 			uint32_t pk[8];
 			for (int e = 0; e < 16; e += 2) {
@@ -169,20 +231,13 @@ static __device__ __forceinline__ void quant_row(const struct lin_mat &w, const 
 			dst[1] = make_uint4(pk[4], pk[5], pk[6], pk[7]);
 			continue;
 		}
-		*(uint4 *)(a.qa + row * k + b * 16) = nv_block_codes(v, os);
+		for (int e = 0; e < 16; e++) {
+			float q = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
+			word[e / 4] |= ((uint32_t)e2m1_a(q) & 0xff) << (8 * (e % 4));
+		}
+		*(uint4 *)(a.qa + row * k + b * 16) = make_uint4(word[0], word[1], word[2], word[3]);
 		a.sa[row * nb + b] = si;
 	}
-}
-
-/* One block per (row i, part p). */
-static __global__ void __launch_bounds__(QTHREADS)
-	k_quant(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, struct lin_act a)
-{
-	ck_grid_enter();
-	const uint64_t i = blockIdx.x;
-	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
-		return; /* the whole block: a row of the other kind */
-	quant_row<QTHREADS, false>(w, x, ldx, xdiv, a, i, blockIdx.y);
 }
 
 int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t xdiv, const struct lin_act *a,
@@ -213,11 +268,8 @@ static __device__ __forceinline__ float nv_finish(long long acc, float s2, float
 /* RPW weight rows per warp, 32 / RPW lanes each (short rows: a warp per row would leave most
  * lanes one block and the warp's fixed costs for very few bytes); the integer sums are exact,
  * so how the lanes share a row changes no bits. */
-/* QN (one activation row per group, every warp live): after a group's outputs are written, the
- * last block to finish that row quantizes it for the next matrix (struct lin_qnext). */
-template <int MT, int VEC, int RPW, bool QN = false>
-static __global__ void __launch_bounds__(THREADS)
-	k_nvfp4(struct lin_mat w, struct lin_act a, float *y, uint64_t ldy, struct lin_qnext q)
+template <int MT, int VEC, int RPW>
+static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, struct lin_act a, float *y, uint64_t ldy)
 {
 	ck_grid_enter();
 	constexpr int BPL = VEC == 2 ? 2 : 1, LPR = 32 / RPW;
@@ -291,59 +343,30 @@ static __global__ void __launch_bounds__(THREADS)
 				if (i0 + i < m)
 					y[(i0 + i) * ldy + r] = nv_finish(acc[i], s2, a.gs[rowbase + i]);
 		}
-		if constexpr (QN) {
-			/* The classic last-block pattern: each block makes its outputs visible, then
-			 * counts itself done with row i0; the block that brings the count to
-			 * gridDim.x sees every other block's outputs and quantizes the row. It resets
-			 * the count, so the next launch (a graph replay) finds zeros again. */
-			__shared__ int s_last;
-			__threadfence();
-			__syncthreads();
-			if (threadIdx.x == 0)
-				s_last = atomicAdd(q.counter + i0, 1u) == gridDim.x - 1;
-			__syncthreads();
-			if (s_last) {
-				__threadfence();
-				for (uint32_t qp = 0; qp < q.w.nparts; qp++) {
-					if (qp)
-						__syncthreads();
-					quant_row<THREADS, true>(q.w, y, ldy, 1, q.a, i0, qp);
-				}
-				if (threadIdx.x == 0)
-					q.counter[i0] = 0;
-			}
-		}
 	}
 }
 
 template <int VEC>
 static void launch_nvfp4(int mt, dim3 grid, const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy,
-			 const struct lin_qnext *qn, cudaStream_t st)
+			 cudaStream_t st)
 {
-	const struct lin_qnext q = qn ? *qn : lin_qnext{};
-
 	switch (mt) {
 	case 1:
 		if (w->k / 16 <= 64) { /* rows of at most 64 blocks: 4 to a warp */
 			grid.x = (unsigned)((w->n + 4 * WARPS - 1) / (4 * WARPS));
-			if (qn)
-				ck_launch(k_nvfp4<1, VEC, 4, true>, grid, THREADS, 0, st, *w, *a, y, ldy, q);
-			else
-				ck_launch(k_nvfp4<1, VEC, 4>, grid, THREADS, 0, st, *w, *a, y, ldy, q);
-		} else if (qn) {
-			ck_launch(k_nvfp4<1, VEC, 1, true>, grid, THREADS, 0, st, *w, *a, y, ldy, q);
+			ck_launch(k_nvfp4<1, VEC, 4>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		} else {
-			ck_launch(k_nvfp4<1, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy, q);
+			ck_launch(k_nvfp4<1, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		}
 		break;
 	case 2:
-		ck_launch(k_nvfp4<2, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy, q);
+		ck_launch(k_nvfp4<2, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		break;
 	case 4:
-		ck_launch(k_nvfp4<4, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy, q);
+		ck_launch(k_nvfp4<4, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		break;
 	default:
-		ck_launch(k_nvfp4<8, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy, q);
+		ck_launch(k_nvfp4<8, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		break;
 	}
 }
@@ -358,8 +381,7 @@ static int group_rows(const struct lin_mat *w, uint64_t m)
 	return m <= 4 ? 4 : 8;
 }
 
-static int nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, const struct lin_qnext *qn,
-		 cudaStream_t st)
+int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, cudaStream_t st)
 {
 	const int mt = group_rows(w, a->m);
 	const uint64_t codes = (uint64_t)(uintptr_t)w->data + w->codes_off, nb = w->k / 16;
@@ -371,31 +393,12 @@ static int nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uin
 	/* Rows are k/2 bytes apart: 16-byte loads need k % 32 == 0 and an aligned base (and
 	 * stride); 64 blocks per row or more keep all lanes busy with two blocks each. */
 	if (codes % 16 == 0 && w->k % 32 == 0 && (!w->ids || w->stride % 16 == 0) && nb >= 64)
-		launch_nvfp4<2>(mt, grid, w, a, y, ldy, qn, st);
+		launch_nvfp4<2>(mt, grid, w, a, y, ldy, st);
 	else if (codes % 8 == 0 && (!w->ids || w->stride % 8 == 0))
-		launch_nvfp4<1>(mt, grid, w, a, y, ldy, qn, st);
+		launch_nvfp4<1>(mt, grid, w, a, y, ldy, st);
 	else
-		launch_nvfp4<0>(mt, grid, w, a, y, ldy, qn, st);
+		launch_nvfp4<0>(mt, grid, w, a, y, ldy, st);
 	return ck_launched();
-}
-
-int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, cudaStream_t st)
-{
-	return nvfp4(w, a, y, ldy, NULL, st);
-}
-
-bool lin_nvfp4_qnext_ok(const struct lin_mat *w, const struct lin_act *a, const struct lin_mat *next)
-{
-	const uint64_t per_block = w->k / 16 <= 64 ? 4 * WARPS : WARPS;
-
-	return group_rows(w, a->m) == 1 && !a->sel && w->n % per_block == 0 && next->dtype == CK_NVFP4 &&
-	       next->k * 2 <= w->n && a->m <= LIN_QNEXT_MAX_ROWS;
-}
-
-int lin_nvfp4_qnext(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, const struct lin_qnext *q,
-		    cudaStream_t st)
-{
-	return nvfp4(w, a, y, ldy, q, st);
 }
 
 /* --- plain weights ----------------------------------------------------------------------- */

@@ -10,7 +10,6 @@
  * The slots of prefill rows run as grouped GEMMs instead (moe-grouped.cu). */
 #include "moe-grouped.h"
 #include "moe-combine.cuh"
-#include "nvfp4-quant.cuh"
 #include "ck-common.cuh"
 
 #include <math.h>
@@ -132,12 +131,18 @@ static __global__ void __launch_bounds__(RTHREADS)
  * kernel's. */
 #define RW_J 32
 template <int NJ>
-static __device__ void route_row_warp(const float *l, uint64_t E, uint64_t k, bool norm, int32_t *id, float *w)
+static __global__ void __launch_bounds__(32)
+	k_route_warp(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
 {
+	ck_grid_enter();
 	__shared__ float p[32 * NJ];
 	__shared__ float s_sum;
-	const unsigned lane = threadIdx.x & 31;
-	float mx = -INFINITY, v[NJ], top = 0;
+	const uint64_t t = blockIdx.x;
+	const unsigned lane = threadIdx.x;
+	const float *l = logits + t * E;
+	int32_t *id = ids + t * k;
+	float *w = wout + t * k, mx = -INFINITY, v[NJ], top = 0;
+
 #pragma unroll
 	for (int j = 0; j < NJ; j++) {
 		uint64_t x = lane + 32 * (uint64_t)j;
@@ -206,15 +211,6 @@ static __device__ void route_row_warp(const float *l, uint64_t E, uint64_t k, bo
 	}
 }
 
-template <int NJ>
-static __global__ void __launch_bounds__(32)
-	k_route_warp(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
-{
-	ck_grid_enter();
-	const uint64_t t = blockIdx.x;
-	route_row_warp<NJ>(logits + t * E, E, k, norm, ids + t * k, wout + t * k);
-}
-
 extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_t k, bool norm_topk, int32_t *ids,
 			    float *w, void *stream)
 {
@@ -232,67 +228,6 @@ extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_
 	return ck_launched();
 }
 
-/* --- router and the experts' input quantization in one launch (decode) -------------------- */
-
-#define RQTHREADS 256
-
-/* One block per row t: the block's row amax of x (every slot of the row quantizes the same x),
- * warp 0 routes the row as k_route_warp does, then the block quantizes x for each of its k
- * slots with the chosen expert's input_scale, as k_quant would (nvfp4-quant.cuh): the same
- * ids, weights and quantized activations, one launch and one dependency fewer. */
-template <int NJ>
-static __global__ void __launch_bounds__(RQTHREADS)
-	k_route_quant(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout,
-		      struct lin_mat w, const float *x, uint64_t ldx, struct lin_act a)
-{
-	ck_grid_enter();
-	__shared__ float s_amax[RQTHREADS / 32];
-	__shared__ int s_bad[RQTHREADS / 32];
-	const uint64_t t = blockIdx.x, K = w.k, nb = K / 16;
-	const unsigned tid = threadIdx.x;
-	const float *xr = x + t * ldx;
-	float amax = 0;
-	int bad = 0;
-
-	for (uint64_t j = tid; j < K; j += RQTHREADS) {
-		const float v = xr[j];
-		bad |= !isfinite(v);
-		amax = fmaxf(amax, fabsf(v));
-	}
-	for (int off = 16; off; off >>= 1) {
-		amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
-		bad |= __shfl_xor_sync(FULL, bad, off);
-	}
-	if ((tid & 31) == 0) {
-		s_amax[tid / 32] = amax;
-		s_bad[tid / 32] = bad;
-	}
-	if (tid < 32)
-		route_row_warp<NJ>(logits + t * E, E, k, norm, ids + t * k, wout + t * k);
-	__syncthreads(); /* the ids (global, written by this block) and the partial maxima */
-	amax = s_amax[0];
-	bad = s_bad[0];
-	for (int q = 1; q < RQTHREADS / 32; q++) {
-		amax = fmaxf(amax, s_amax[q]);
-		bad |= s_bad[q];
-	}
-	for (uint32_t p = 0; p < w.nparts; p++)
-		for (uint64_t u = tid; u < k * nb; u += RQTHREADS) {
-			const uint64_t j = u / nb, b = u % nb, s = t * k + j, row = (uint64_t)p * a.m + s;
-			const uint8_t *rec = w.data + (uint64_t)ids[s] * w.stride;
-			float gs, inv_gs, v[16], os;
-			int32_t si;
-			nv_row_scale(((const float *)(rec + w.globals_off))[w.nparts + p], amax, &gs, &inv_gs);
-			if (b == 0)
-				a.gs[row] = nv_row_gs(gs, bad);
-			for (int e = 0; e < 16; e++)
-				v[e] = xr[b * 16 + e];
-			nv_block_scale(v, gs, inv_gs, &si, &os);
-			*(uint4 *)(a.qa + row * K + b * 16) = nv_block_codes(v, os);
-			a.sa[row * nb + b] = si;
-		}
-}
-
 /* --- experts ------------------------------------------------------------------------------ */
 
 /* h[s][i] = silu(act[s][i]) * act[s][I + i], silu(v) = v / (1 + exp(-v)) as the CPU's. */
@@ -308,13 +243,7 @@ static __global__ void k_swiglu(const float *act, uint64_t rows, uint64_t I, flo
 	}
 }
 
-/* The workspace: the counters of the gate_up kernel's last-block quantization (zero between
- * launches; the kernel leaves them so), then gate_up's outputs, the SwiGLU rows and the
- * quantized activations. */
-#define MOE_WS_COUNTERS ck_align_up(LIN_QNEXT_MAX_ROWS * sizeof(unsigned), 256)
-
 struct moe_ws {
-	unsigned *counter;
 	float *act, *h;
 	void *q;
 };
@@ -324,8 +253,6 @@ static struct moe_ws moe_carve(uint64_t S, uint64_t I, void *ws)
 	struct moe_ws m;
 	uint8_t *p = (uint8_t *)ck_align_up((uint64_t)(uintptr_t)ws, 256);
 
-	m.counter = (unsigned *)p;
-	p += MOE_WS_COUNTERS;
 	m.act = (float *)p;
 	p += ck_align_up(S * 2 * I * 4, 256);
 	m.h = (float *)p;
@@ -348,8 +275,8 @@ extern "C" size_t ck_moe_ws_bytes(const struct ck_expert_stack *gate_up, const s
 		qd = lin_act_bytes(&dn, slots);
 	if (moe_grouped_ok(&gu) && moe_grouped_ok(&dn))
 		g = moe_grouped_ws_bytes(&gu, &dn, slots, gate_up->E);
-	return (size_t)(256 + MOE_WS_COUNTERS + ck_align_up(slots * 2 * I * 4, 256) + ck_align_up(slots * I * 4, 256)) +
-	       (q > qd ? q : qd) + g;
+	return (size_t)(256 + ck_align_up(slots * 2 * I * 4, 256) + ck_align_up(slots * I * 4, 256)) + (q > qd ? q : qd) +
+	       g;
 }
 
 /* One NVFP4 stage (gate_up or down) of every slot: the exact slots through lin_nvfp4, the
@@ -381,17 +308,11 @@ static int nvfp4_stage(const struct lin_mat *w, const float *x, uint64_t ldx, ui
 	return moe_grouped_linear(g, w, &b, S, n_grouped * k, E, y, ldy, st);
 }
 
-/* Which decode launches are merged (bits of CAPY_CUDA_FUSE; 0, every one apart, measured
- * fastest on the H200: docs/perf.md): 1, the router and gate_up's input quantization
- * (k_route_quant); 2, down's SwiGLU and quantization inside gate_up's launch
- * (lin_nvfp4_qnext). The results are the same bits in every case. */
-static int moe_fusion = 0;
-
-/* ck_moe_experts; gu_ready: gate_up's activations are quantized already (k_route_quant). */
-static int experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down, const float *x,
-		   uint64_t T, uint64_t k, const int32_t *ids, const uint8_t *grouped, uint64_t n_grouped, float *out,
-		   void *ws, cudaStream_t st, bool gu_ready)
+extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
+			      const float *x, uint64_t T, uint64_t k, const int32_t *ids, const uint8_t *grouped,
+			      uint64_t n_grouped, float *out, void *ws, void *stream)
 {
+	cudaStream_t st = (cudaStream_t)stream;
 	const uint64_t S = T * k, H = gate_up->first.k, I = gate_up->first.n / 2, E = gate_up->E;
 	struct lin_mat gu = lin_mat_of(&gate_up->first, gate_up->first.data, gate_up->stride, ids);
 	struct lin_mat dn = lin_mat_of(&down->first, down->first.data, down->stride, ids);
@@ -414,24 +335,7 @@ static int experts(const struct ck_expert_stack *gate_up, const struct ck_expert
 			return rc;
 	}
 	/* gate_up: slot s reads x[s / k]. */
-	if (gu.dtype == CK_NVFP4 && !n_grouped) {
-		const struct lin_act a = lin_act_carve(&gu, S, m.q);
-		if (!gu_ready && (rc = lin_quantize(&gu, x, H, k, &a, st)))
-			return rc;
-		/* decode: each slot's SwiGLU and quantization for down by the gate_up kernel's last
-		 * block of that slot, into the SwiGLU rows' space (unused here), since gate_up's
-		 * own quantized rows are still being read */
-		struct lin_qnext qn = { dn, lin_act_carve(&dn, S, m.h), m.counter };
-		qn.a.swiglu = true;
-		if ((moe_fusion & 2) && dn.dtype == CK_NVFP4 && lin_act_bytes(&dn, S) <= ck_align_up(S * I * 4, 256) &&
-		    lin_nvfp4_qnext_ok(&gu, &a, &dn)) {
-			if ((rc = lin_nvfp4_qnext(&gu, &a, m.act, 2 * I, &qn, st)))
-				return rc;
-			return lin_nvfp4(&dn, &qn.a, out, H, st);
-		}
-		if ((rc = lin_nvfp4(&gu, &a, m.act, 2 * I, st)))
-			return rc;
-	} else if (gu.dtype == CK_NVFP4) {
+	if (gu.dtype == CK_NVFP4) {
 		if ((rc = nvfp4_stage(&gu, x, H, k, S, k, grouped, n_grouped, T, &g, E, m.q, m.act, 2 * I, st)))
 			return rc;
 	} else if ((rc = lin_plain(&gu, x, k, S, m.act, 2 * I, st))) {
@@ -450,47 +354,6 @@ static int experts(const struct ck_expert_stack *gate_up, const struct ck_expert
 	if (dn.dtype == CK_NVFP4)
 		return nvfp4_stage(&dn, m.h, I, 1, S, k, grouped, n_grouped, T, &g, E, m.q, out, H, st);
 	return lin_plain(&dn, m.h, 1, S, out, H, st);
-}
-
-extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
-			      const float *x, uint64_t T, uint64_t k, const int32_t *ids, const uint8_t *grouped,
-			      uint64_t n_grouped, float *out, void *ws, void *stream)
-{
-	return experts(gate_up, down, x, T, k, ids, grouped, n_grouped, out, ws, (cudaStream_t)stream, false);
-}
-
-extern "C" void ck_set_moe_fusion(int on)
-{
-	moe_fusion = on;
-}
-
-extern "C" int ck_moe_route_experts(const float *logits, uint64_t E, bool norm_topk, int32_t *ids, float *w,
-				    const struct ck_expert_stack *gate_up, const struct ck_expert_stack *down,
-				    const float *x, uint64_t T, uint64_t k, const uint8_t *grouped, uint64_t n_grouped,
-				    float *out, void *ws, void *stream)
-{
-	cudaStream_t st = (cudaStream_t)stream;
-	struct lin_mat gu = lin_mat_of(&gate_up->first, gate_up->first.data, gate_up->stride, ids);
-	const uint64_t S = T * k, I = gate_up->first.n / 2, H = gate_up->first.k;
-	int rc;
-
-	if (!T || !k)
-		return 0;
-	if (!(moe_fusion & 1) || gu.dtype != CK_NVFP4 || E > 32 * RW_J || (grouped && n_grouped) || H % 16) {
-		if ((rc = ck_moe_route(logits, T, E, k, norm_topk, ids, w, stream)))
-			return rc;
-		return experts(gate_up, down, x, T, k, ids, grouped, n_grouped, out, ws, st, false);
-	}
-	const struct lin_act a = lin_act_carve(&gu, S, moe_carve(S, I, ws).q);
-	if (E <= 32 * 8)
-		ck_launch(k_route_quant<8>, (unsigned)T, RQTHREADS, 0, st, logits, E, k, norm_topk, ids, w, gu, x, H, a);
-	else if (E <= 32 * 16)
-		ck_launch(k_route_quant<16>, (unsigned)T, RQTHREADS, 0, st, logits, E, k, norm_topk, ids, w, gu, x, H, a);
-	else
-		ck_launch(k_route_quant<RW_J>, (unsigned)T, RQTHREADS, 0, st, logits, E, k, norm_topk, ids, w, gu, x, H, a);
-	if ((rc = ck_launched()))
-		return rc;
-	return experts(gate_up, down, x, T, k, ids, NULL, 0, out, ws, st, true);
 }
 
 /* --- combine ------------------------------------------------------------------------------ */

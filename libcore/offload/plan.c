@@ -162,8 +162,7 @@ static uint64_t moe_ws(const struct capy_tensor_info *gu, const struct capy_tens
 		uint64_t parts = CAPY_MAX(pg, pd), tiles = (S + 127) / 128 + E;
 		g = 256 + al(xq) + al(parts * S * 4) + 2 * al(E * 4) + al(S * 4) + al(tiles * 12) + 256;
 	}
-	/* 1024: moe_carve's counters (LIN_QNEXT_MAX_ROWS of them, kernels/linear-impl.h) */
-	return 256 + 1024 + al(S * 2 * I * 4) + al(S * I * 4) + CAPY_MAX(q, qd) + g;
+	return 256 + al(S * 2 * I * 4) + al(S * I * 4) + CAPY_MAX(q, qd) + g;
 }
 
 void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *a, const struct capy_model_config *c,

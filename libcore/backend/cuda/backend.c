@@ -96,9 +96,7 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 					    (uint64_t)d[i].bytes >> 20, cudaGetErrorString(rc));
 		e->device_bytes += d[i].bytes;
 	}
-	/* the routed experts' kernels expect their workspace's counters zero (capy-kernels.h) */
-	if (ps.moe_ws && (rc = cudaMemset(s->moe_ws, 0, ps.moe_ws)) != cudaSuccess)
-		return cu_err(err, rc, "clearing the experts' workspace");
+
 	if ((rc = cudaMallocHost((void **)&s->logits_host, ps.host_logits)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->row_idx_host, ps.host_row_idx)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->smp_rows_host, ps.host_smp_rows)) != cudaSuccess ||
@@ -209,10 +207,6 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		const char *p = getenv("CAPY_CUDA_PDL");
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
-		const char *fu = getenv("CAPY_CUDA_FUSE");
-		ck_set_moe_fusion(fu ? (int)strtol(fu, NULL, 10) : 0);
-		const char *sk = getenv("CAPY_CUDA_SK_WARPS");
-		ck_set_skinny_warps(sk ? strtoull(sk, NULL, 10) : 0);
 		const char *f = getenv("CAPY_CUDA_FORK");
 		e->no_fork = f && !strcmp(f, "0");
 	}

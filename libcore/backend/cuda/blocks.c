@@ -208,14 +208,9 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 		/* The router, the shared expert's gate_up and its gate read the same input. */
 		MULTI(xn, T, LINS(&m->router, &m->shared.gate_up, &m->shared_gate), OUTS(sc->big1, sc->big3, sc->big2));
 	}
-	if (PART(CU_ROUTE) && PART(CU_EXPERTS))
-		TRY(ck_moe_route_experts(sc->big1, c->n_experts, c->norm_topk_prob, sc->moe_ids, sc->moe_w, &m->gate_up,
-					 &m->down, xn, T, k, e->step.grouped, e->step.n_grouped, sc->moe_out, sc->moe_ws,
-					 e->stream),
-		    "router and experts");
-	else if (PART(CU_ROUTE))
+	if (PART(CU_ROUTE))
 		TRY(ck_moe_route(sc->big1, T, c->n_experts, k, c->norm_topk_prob, sc->moe_ids, sc->moe_w, e->stream), "router");
-	else if (PART(CU_EXPERTS))
+	if (PART(CU_EXPERTS))
 		TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, e->step.grouped, e->step.n_grouped, sc->moe_out,
 				   sc->moe_ws, e->stream),
 		    "experts");
