@@ -208,7 +208,7 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
 		const char *f = getenv("CAPY_CUDA_FORK");
-		e->no_fork = f && !strcmp(f, "0");
+		e->fork = f ? (unsigned)strtoul(f, NULL, 10) & CU_FORK_ALL : CU_FORK_ALL;
 	}
 	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess ||
 	    (r = cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking)) != cudaSuccess ||

@@ -154,14 +154,28 @@ int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	int slot = l->h->gdn_slot;
 	void *s = e->stream;
 
-	if (PART(CU_GDN_IN))
+	/* Decode rows: the output gate's projection z (needed only by the gated norm) on the side
+	 * stream, beside the rest of the in_proj and the conv, gates and recurrence; it writes z
+	 * (big3), which the main stream does not touch before the join; z is plain (no lin_ws). */
+	const bool fork = PART(CU_GDN_IN) && (e->fork & CU_FORK_GDN_Z) && !gemm_step(e, T) &&
+			  !ck_linear_ws_bytes(&w->z, T);
+	if (fork) {
+		TRY(-(int)cudaEventRecord(e->ev_fork, e->stream), "forking the gdn gate");
+		TRY(-(int)cudaStreamWaitEvent(e->side, e->ev_fork, 0), "forking the gdn gate");
+		TRY(ck_linear(&w->z, xn, T, z, e->s.lin_ws, e->side), "gdn gate");
+		TRY(-(int)cudaEventRecord(e->ev_join, e->side), "joining the gdn gate");
+		MULTI(xn, T, LINS(&w->qkv, &w->b, &w->a), OUTS(qkv, bb, aa));
+	} else if (PART(CU_GDN_IN)) {
 		MULTI(xn, T, LINS(&w->qkv, &w->z, &w->b, &w->a), OUTS(qkv, z, bb, aa));
+	}
 	if (PART(CU_GDN_CORE))
 		TRY(ck_gdn_conv(st, &e->gdn, slot, qkv, w->conv, conv, s), "gdn conv");
 	if (PART(CU_GDN_CORE))
 		TRY(ck_gdn_gates(bb, aa, w->neg_a, w->dt_bias, T, nv, beta, g, s), "gdn gates");
 	if (PART(CU_GDN_CORE))
 		TRY(ck_gdn_recurrent(st, &e->gdn, slot, conv, beta, g, o, s), "gdn recurrence");
+	if (fork)
+		TRY(-(int)cudaStreamWaitEvent(e->stream, e->ev_join, 0), "joining the gdn gate");
 	if (PART(CU_GDN_CORE))
 		TRY(ck_gdn_gated_norm(o, z, w->norm, T, nv, dv, (float)c->rms_norm_eps, c->output_gate_sigmoid, s), "gdn norm");
 	if (PART(CU_GDN_OUT))
@@ -193,7 +207,7 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	 * the main one: it reads xn and writes big3, big2 and tmp, which nothing on the main stream
 	 * touches before the join; its matrices are plain (no use of the shared lin_ws). */
 	const bool fused_shared = PART(CU_SHARED) && !gemm_step(e, T) && ck_linear_swiglu_ok(&m->shared.down, sc->big3, T);
-	const bool fork = fused_shared && PART(CU_MOE_IN) && !e->no_fork && !ck_linear_ws_bytes(&m->shared.gate_up, T) &&
+	const bool fork = fused_shared && PART(CU_MOE_IN) && (e->fork & CU_FORK_SHARED) && !ck_linear_ws_bytes(&m->shared.gate_up, T) &&
 			  !ck_linear_ws_bytes(&m->shared_gate, T);
 	if (fork) {
 		const struct ck_linear *sw[] = { &m->shared.gate_up, &m->shared_gate };

@@ -111,12 +111,13 @@ struct cuda_engine {
 	struct capy_engine_opts opts;
 	int device;
 	cudaStream_t stream;
-	/* A second stream for work of a step that does not depend on the main chain: the shared
-	 * expert of a decode step runs there beside the router and the routed experts (forked and
-	 * joined by the two events; in a captured graph, two branches). */
+	/* A second stream for work of a step that does not depend on the main chain: in decode
+	 * steps, the shared expert beside the router and the routed experts, and a GDN layer's
+	 * output-gate projection beside its recurrence (forked and joined by the two events; in a
+	 * captured graph, two branches). */
 	cudaStream_t side;
 	cudaEvent_t ev_fork, ev_join;
-	bool no_fork;                     /* CAPY_CUDA_FORK=0: everything on the main stream */
+	unsigned fork;                    /* what runs there (enum cu_fork; CAPY_CUDA_FORK, 0: none) */
 	struct capy_pool *ple_pool;       /* host threads gathering PLE rows (models with PLE) */
 	struct ck_blas *blas;             /* cuBLASLt for prompt rows' BF16 linears, or NULL */
 	const struct capy_batch *batch;   /* the step being run (cu_step) */
@@ -184,6 +185,7 @@ enum cu_part {
 	CU_ATT_GATE = 1 << 15, CU_PLE_HOST = 1 << 16, /* the host's gather of PLE rows */
 };
 unsigned cu_skip_parse(const char *list);
+enum cu_fork { CU_FORK_SHARED = 1 << 0, CU_FORK_GDN_Z = 1 << 1, CU_FORK_ALL = 3 };
 #define PART(part) (!(e->skip & (part)))
 
 #define TRY(call, what)                                                 \
