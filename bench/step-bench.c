@@ -2,7 +2,7 @@
  *
  *	step-bench MODEL.capy [--device cpu|cuda] [--prefill N,N,...] [--batch B,B,...]
  *	           [--decode M] [--step-tokens S] [--kv bf16|int8|f32] [--threads T]
- *	           [--sample logits|greedy|topk]
+ *	           [--sample logits|greedy|topk] [--mask none|all]
  *
  * Prefill: one sequence of N tokens through capy_engine_forward (steps of S tokens), timed
  * from the first token to the last logits (the time to first token of an N-token prompt).
@@ -10,7 +10,10 @@
  * them; aggregate tokens per second over the timed steps (after 2 warm-up steps). --sample:
  * each step copies every sequence's logits to the host (logits, the default, as llama.cpp's
  * benchmarks do), or picks the tokens where the backend can (greedy; topk: temperature 0.7,
- * top-k 20, top-p 0.8), the rows' logits then never leave the GPU.
+ * top-k 20, top-p 0.8), the rows' logits then never leave the GPU. --mask all (with a sampler)
+ * gives every item a token mask that allows every id (engine.h's step-item mask, ready at
+ * once): what applying a grammar's mask costs the step by itself (the copy into the pinned
+ * buffer, its upload, the sampling kernel reading it), the same tokens as --mask none.
  * With cuda, the device's copy bandwidth is measured first in the same run (a 2 GiB
  * device-to-device copy, bytes read + written), and decode is put against its floor:
  * the weight bytes one decode token reads (capy_engine_weight_bytes: every matrix once,
@@ -36,6 +39,12 @@ static double now(void)
 
 	clock_gettime(CLOCK_MONOTONIC, &ts);
 	return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* --mask all: every id allowed (the bits live in main's frame for the whole run). */
+static const uint32_t *permissive_mask(void *ud)
+{
+	return ud;
 }
 
 static void die(const char *what, const struct capy_err *err)
@@ -96,7 +105,8 @@ static uint64_t *list(const char *s, size_t *n)
 
 int main(int argc, char **argv)
 {
-	const char *model = NULL, *device = "cpu", *prefill = "512,4096", *batch = "1,8", *kv = "bf16", *sample = "logits";
+	const char *model = NULL, *device = "cpu", *prefill = "512,4096", *batch = "1,8", *kv = "bf16", *sample = "logits",
+		   *mask = "none";
 	uint64_t decode = 64, step_tokens = 2048, prompt = 16;
 	int threads = 0;
 	struct capy_err err = { 0 };
@@ -119,18 +129,25 @@ int main(int argc, char **argv)
 			kv = argv[++i];
 		else if (!strcmp(a, "--sample") && v)
 			sample = argv[++i];
+		else if (!strcmp(a, "--mask") && v)
+			mask = argv[++i];
 		else if (!strcmp(a, "--threads") && v)
 			threads = (int)strtol(argv[++i], NULL, 10);
 		else if (a[0] != '-' && !model)
 			model = a;
 		else {
 			fprintf(stderr, "usage: step-bench MODEL [--device d] [--prefill N,..] [--batch B,..] [--decode M] "
-					"[--step-tokens S] [--prompt P] [--kv t] [--sample logits|greedy|topk] [--threads T]\n");
+					"[--step-tokens S] [--prompt P] [--kv t] [--sample logits|greedy|topk] [--mask none|all] "
+					"[--threads T]\n");
 			return 2;
 		}
 	}
 	if (!model)
 		return fprintf(stderr, "step-bench: no model\n"), 2;
+	if (strcmp(mask, "none") && strcmp(mask, "all"))
+		return fprintf(stderr, "step-bench: --mask none|all\n"), 2;
+	if (!strcmp(mask, "all") && !strcmp(sample, "logits"))
+		return fprintf(stderr, "step-bench: --mask all needs --sample greedy or topk\n"), 2;
 	double bw = strcmp(device, "cuda") ? 0 : copy_bandwidth(0);
 	struct capy_artifact *art = NULL;
 	struct capy_engine *e = NULL;
@@ -157,6 +174,8 @@ int main(int argc, char **argv)
 		maxp = CAPY_MAX(maxp, pre[i]);
 	int32_t *ids = calloc(maxp + 64, sizeof(int32_t));
 	float *logits = calloc(V * 64, sizeof(float));
+	uint32_t *all_bits = malloc((V + 31) / 32 * 4);
+	memset(all_bits, 0xff, (V + 31) / 32 * 4);
 	for (uint64_t i = 0; i < maxp + 64; i++)
 		ids[i] = (int32_t)((i * 7919 + 13) % (V - 1000) + 500);
 	if (np) { /* what a process pays once: the first prompt chunk of each matrix shape */
@@ -210,19 +229,23 @@ int main(int argc, char **argv)
 		for (uint64_t step = 0; step < decode + 2; step++) {
 			if (step == 2)
 				a = now();
-			for (uint64_t q = 0; q < B; q++)
+			for (uint64_t q = 0; q < B; q++) {
 				it[q] = smp ? (struct capy_step_item){ .seq = s[q], .tokens = &next[q], .n = 1, .sampler = smp[q],
 								       .token = &picked[q] }
 					    : (struct capy_step_item){ .seq = s[q], .tokens = &next[q], .n = 1,
 								       .logits = lg + q * V };
+				if (!strcmp(mask, "all"))
+					it[q].mask = permissive_mask, it[q].mask_ud = all_bits;
+			}
 			if (capy_engine_step(e, it, B, &err) < 0)
 				die("decode", &err);
 			for (uint64_t q = 0; q < B; q++)
 				next[q] = ids[(step * 31 + q) % maxp];
 		}
 		double d = now() - a;
-		printf("decode batch %3" PRIu64 ": %.3f ms/step, %.1f tok/s aggregate, %.1f tok/s per sequence", B,
-		       d / (double)decode * 1e3, (double)(B * decode) / d, (double)decode / d);
+		printf("decode batch %3" PRIu64 "%s: %.3f ms/step, %.1f tok/s aggregate, %.1f tok/s per sequence", B,
+		       strcmp(mask, "all") ? "" : " (masked)", d / (double)decode * 1e3, (double)(B * decode) / d,
+		       (double)decode / d);
 		if (bw > 0 && B == 1)
 			printf(" (%.0f %% of the floor)", 100.0 * ((double)wb / bw) / (d / (double)decode));
 		printf("\n");
@@ -240,6 +263,7 @@ int main(int argc, char **argv)
 	capy_engine_free(e);
 	capy_artifact_close(art);
 	free(ids);
+	free(all_bits);
 	free(logits);
 	free(pre);
 	free(bat);

@@ -402,16 +402,15 @@ static void constraint_release(struct constraint *c)
 	capy_grammar_free(c->g);
 }
 
-/* The next token: drawn among those the grammar allows, when there is one (the mask waited
- * for: it was started when the state was reached). */
-static int32_t next_token(struct capy_sampler *smp, float *logits, struct constraint *c)
+/* The mask of the grammar's state, waited for (it was started when the state was reached):
+ * what a step item's mask gives the engine, which asks for it once the step is under way. */
+static const uint32_t *constraint_mask(void *ud)
 {
+	struct constraint *c = ud;
 	struct capy_err err = { 0 };
 	struct capy_mask_timing t;
 	const uint32_t *bits;
 
-	if (!c->g)
-		return capy_sampler_next(smp, logits);
 	if (capy_mask_ahead_wait(c->ahead, &bits, &t, &err) < 0)
 		capy_die("%s: %s", constraint_name(), err.msg);
 	if (c->n == c->cap) {
@@ -422,7 +421,23 @@ static int32_t next_token(struct capy_sampler *smp, float *logits, struct constr
 	}
 	c->compute_us[c->n] = t.compute_s * 1e6;
 	c->wait_us[c->n++] = t.wait_s * 1e6;
-	return capy_sampler_next_masked(smp, logits, bits);
+	return bits;
+}
+
+/* A token of a constrained generation: none (-1) is a dead end. */
+static int32_t constrained(int32_t id)
+{
+	if (id < 0)
+		capy_die("%s: no token can continue", constraint_name());
+	return id;
+}
+
+/* The next token from logits here: drawn among those the grammar allows, when there is one. */
+static int32_t next_token(struct capy_sampler *smp, float *logits, struct constraint *c)
+{
+	if (!c->g)
+		return capy_sampler_next(smp, logits);
+	return constrained(capy_sampler_next_masked(smp, logits, constraint_mask(c)));
 }
 
 static int cmp_double(const void *a, const void *b)
@@ -489,17 +504,15 @@ static int refill(struct capy_engine *e, struct capy_seq *s, struct capy_sampler
 		*qn = m;
 		return 0;
 	}
-	/* Without a grammar the step samples the next token itself (on the GPU, next to the
-	 * logits); a grammar's mask needs the logits here. */
-	struct capy_step_item it = { .seq = s, .tokens = &feed, .n = 1 };
+	/* The step samples the next token itself (on the GPU, next to the logits), with the
+	 * grammar's mask where there is one: the engine asks for it once the step is under way. */
+	struct capy_step_item it = { .seq = s, .tokens = &feed, .n = 1, .sampler = smp, .token = &queue[0] };
 	if (con->g)
-		it.logits = logits;
-	else
-		it.sampler = smp, it.token = &queue[0];
+		it.mask = constraint_mask, it.mask_ud = con;
 	if ((rc = capy_engine_step(e, &it, 1, err)) < 0)
 		return rc;
 	if (con->g)
-		queue[0] = next_token(smp, logits, con);
+		constrained(queue[0]);
 	*qn = 1;
 	sr->plain_steps++;
 	return 0;

@@ -358,14 +358,19 @@ enum ck_sample_mode { CK_SAMPLE_NONE, CK_SAMPLE_GREEDY, CK_SAMPLE_TOP_K };
 #define CK_SAMPLE_CAP 2048
 struct ck_sample_row {
 	float temperature;
-	int32_t top_k; /* 2 .. CK_SAMPLE_CAP / 2 */
-	int32_t mode;  /* enum ck_sample_mode */
-	int32_t pad;
+	int32_t top_k;        /* 2 .. CK_SAMPLE_CAP / 2 */
+	int32_t mode;         /* enum ck_sample_mode */
+	int32_t first;        /* the lowest id the row may give: 0, or its mask's lowest allowed id */
+	const uint32_t *mask; /* NULL: every id; else [ceil(V / 32)] words, bit id % 32 of word
+			       * id / 32 set: id allowed (constrain/mask.h), in device memory */
 };
 /* status 0: greedy holds the first index of the row's maximum (GREEDY), or v/id[0..n) every
  * token with v = logit / temperature among the top_k largest, ties included, and within 40
  * of the largest v (TOP_K), in no particular order; 1: more than CK_SAMPLE_CAP of those
- * (ties), the host needs the row. */
+ * (ties), the host needs the row. NaN logits are never listed nor chosen, except as the host
+ * sampler does: greedy gives first when logits[first] is NaN or no other is a number. With a
+ * mask, the ids it does not allow are left out entirely (as if their logit were -inf: the
+ * host's capy_sampler_next_masked). */
 struct ck_sample_out {
 	int32_t status, n, greedy, pad;
 	float v[CK_SAMPLE_CAP];

@@ -9,7 +9,9 @@
  * bits (11, 11 and 10 bits: a histogram of the row per level, only as many levels as it takes
  * for the keys above the cut to fit the output), then every token at or above the cut, ties
  * included, is listed. The list's order depends on timing (a shared counter), the host sorts
- * it by (v, id), so the result does not. One block per row: the row was just written by
+ * it by (v, id), so the result does not. A row with a token mask (structured output) reads it
+ * beside the logits and leaves out the ids it does not allow, which is what the host's masked
+ * sampler does by setting their logits to -inf. One block per row: the row was just written by
  * lm_head and is read from L2. That block is the limit: a top-k row costs ~150 us on the
  * H200 against ~10 for a greedy one and ~50 for copying the row to the host, so the backend
  * uses it only for chunks of several rows (forward.c); spreading a row over many blocks is
@@ -96,6 +98,12 @@ static __device__ void find_bin(const uint32_t *hist, int nb, uint32_t need, int
 	}
 }
 
+/* Whether row mask mk (NULL: none) allows id i. */
+static __device__ __forceinline__ bool allowed(const uint32_t *mk, uint64_t i)
+{
+	return !mk || ((mk[i >> 5] >> (i & 31)) & 1);
+}
+
 static __global__ void __launch_bounds__(SM_THREADS)
 	k_sample(const float *logits, uint64_t V, const struct ck_sample_row *rows, struct ck_sample_out *out)
 {
@@ -116,15 +124,15 @@ static __global__ void __launch_bounds__(SM_THREADS)
 		float bv = -INFINITY;
 		int bx = -1;
 		for (uint64_t i = tid; i < V; i += SM_THREADS)
-			if (l[i] > bv || (bx < 0 && l[i] == bv)) {
+			if (allowed(p.mask, i) && (l[i] > bv || (bx < 0 && l[i] == bv))) {
 				bv = l[i];
 				bx = (int)i;
 			}
 		block_best(&bv, &bx, sv, sx);
 		if (tid == 0) {
-			/* The host's loop starts at 0 and takes only larger values: a NaN first logit,
-			 * or a row of NaN, leaves it at 0. */
-			o->greedy = (bx < 0 || isnan(l[0])) ? 0 : bx;
+			/* The host's loop starts at first (0, or the lowest allowed id) and takes only
+			 * larger values: a NaN there, or a row of NaN, leaves it at first. */
+			o->greedy = (bx < 0 || isnan(l[p.first])) ? p.first : bx;
 			o->status = 0;
 		}
 		return;
@@ -141,7 +149,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 		__syncthreads();
 		for (uint64_t i = tid; i < V; i += SM_THREADS) {
 			float v = __fdiv_rn(l[i], p.temperature);
-			if (isnan(v))
+			if (isnan(v) || !allowed(p.mask, i))
 				continue;
 			uint32_t key = order_key(v);
 			if (level == 0 && ck_beats(mx, mxx, v, (int)i)) {
@@ -183,7 +191,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 	__syncthreads();
 	for (uint64_t i = tid; i < V; i += SM_THREADS) {
 		float v = __fdiv_rn(l[i], p.temperature);
-		if (isnan(v) || order_key(v) < cut || !(v >= floor_v))
+		if (isnan(v) || order_key(v) < cut || !(v >= floor_v) || !allowed(p.mask, i))
 			continue;
 		uint32_t at = atomicAdd(&s_n, 1u);
 		o->v[at] = v;

@@ -77,7 +77,15 @@ struct capy_batch_item {
 	 * state_new) receives the recurrent state after the item's token t; the sequence's own
 	 * state ends after its last token as usual. NULL: none kept. */
 	void *const *states;
+	/* as in capy_step_item (with a sampler only): the backend calls it once, late */
+	const uint32_t *(*mask)(void *mask_ud);
+	void *mask_ud;
 };
+
+/* An item's token from its last row's logits on the host (row is changed): capy_sampler_next,
+ * or with a mask, the mask asked for now and capy_sampler_next_masked (-1 without a mask or
+ * with nothing allowed). For backends that sample, where the device cannot. */
+int32_t capy_step_sample(const struct capy_batch_item *it, float *row);
 
 struct capy_batch {
 	const struct capy_batch_item *items;

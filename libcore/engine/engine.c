@@ -313,6 +313,16 @@ static int seq_kept_reserve(struct capy_seq *s, uint64_t n, struct capy_err *err
 	return 0;
 }
 
+int32_t capy_step_sample(const struct capy_batch_item *it, float *row)
+{
+	const uint32_t *bits;
+
+	if (!it->mask)
+		return capy_sampler_next(it->sampler, row);
+	bits = it->mask(it->mask_ud);
+	return bits ? capy_sampler_next_masked(it->sampler, row, bits) : -1;
+}
+
 /* A backend that does not sample: items with a sampler get a row of the engine's own buffer
  * (kept between steps), for their logits when the caller wants none. */
 static int host_sampling_rows(struct capy_engine *e, struct capy_batch_item *bi, size_t n, struct capy_err *err)
@@ -352,7 +362,7 @@ static void host_sample(struct capy_engine *e, const struct capy_batch_item *bi,
 		float *row = e->sample_logits + r++ * V;
 		if (items[i].logits)
 			memcpy(row, items[i].logits + (items[i].all_logits ? (items[i].n - 1) * V : 0), V * sizeof(float));
-		*bi[i].token = capy_sampler_next(bi[i].sampler, row);
+		*bi[i].token = capy_step_sample(&bi[i], row);
 	}
 }
 
@@ -385,10 +395,17 @@ int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, 
 			goto out;
 		if (it->keep_states && (rc = seq_kept_reserve(it->seq, it->n - 1, err)) < 0)
 			goto out;
-		bi[i] = (struct capy_batch_item){ it->seq, it->tokens, it->n, t0, it->logits, it->all_logits, it->sampler,
-						  it->token, it->keep_states ? it->seq->kept : NULL };
+		bi[i] = (struct capy_batch_item){ .seq = it->seq, .tokens = it->tokens, .n = it->n, .t0 = t0,
+						  .logits = it->logits, .all_logits = it->all_logits,
+						  .sampler = it->sampler, .token = it->token,
+						  .states = it->keep_states ? it->seq->kept : NULL,
+						  .mask = it->mask, .mask_ud = it->mask_ud };
 		if (it->sampler && !it->token) {
 			rc = capy_err_set(err, CAPY_EINVAL, "step item %zu: a sampler but nowhere for its token", i);
+			goto out;
+		}
+		if (it->mask && !it->sampler) {
+			rc = capy_err_set(err, CAPY_EINVAL, "step item %zu: a token mask but no sampler", i);
 			goto out;
 		}
 		t0 += it->n;

@@ -187,6 +187,18 @@ struct capy_step_item {
 	 * token, never the chunked form). Needs a non-empty sequence and a backend that keeps
 	 * states (capy_engine_keeps_states). */
 	bool keep_states;
+	/* Constrained decoding (constrain/mask.h), with a sampler: mask(mask_ud) gives the tokens
+	 * the sampler may pick, a bitmask of capy_mask_words(vocab) words (bit id % 32 of word
+	 * id / 32 set: allowed), and the token is capy_sampler_next_masked's. The backend asks for
+	 * it as late as it can: once the step's forward pass is under way (the CPU: after it;
+	 * CUDA: once the layers and lm_head are enqueued, before the sampling kernel), so a mask
+	 * computed on another thread during the step (constrain/mask-ahead.h) is joined only
+	 * then. Called at most once per step, from the thread of capy_engine_step, and only if
+	 * the step gets as far as sampling; the bits must stay as they are until the step
+	 * returns. A NULL mask, or one that allows no token, gives *token = -1 (the caller knows
+	 * why: its grammar ended or failed) and the sampler draws nothing. */
+	const uint32_t *(*mask)(void *mask_ud);
+	void *mask_ud;
 };
 
 /* Run one step: every item's tokens through the model in one pass (the weights are read

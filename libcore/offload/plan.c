@@ -212,13 +212,16 @@ void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *
 	s->row_idx = lr * 4;
 	s->smp_rows = s->host_smp_rows = lr * CAPY_PLAN_SAMPLE_ROW_BYTES;
 	s->smp_out = s->host_smp_out = lr * CAPY_PLAN_SAMPLE_OUT_BYTES;
+	/* one mask per row a chunk samples (constrained requests: uploaded from the pinned copy
+	 * before the sampling kernel) */
+	s->smp_mask = s->host_smp_mask = lr * ((V + 31) / 32) * 4;
 	s->device = s->x + s->xn + s->blk + s->out + s->inj + s->mix + s->tmp + s->big1 + s->big2 + s->big3 +
 		    s->moe_out + s->moe_w + s->moe_ids + s->ple_emb + s->rows + s->hid + s->logits + s->row_idx +
-		    s->lin_ws + s->moe_ws + s->smp_rows + s->smp_out;
+		    s->lin_ws + s->moe_ws + s->smp_rows + s->smp_out + s->smp_mask;
 	s->host_logits = lr * V * 4;
 	s->host_row_idx = lr * 4;
 	s->host_ple = (uint64_t)n_ple * T * c->ple_embed_dim * 4 + 16;
-	s->host = s->host_logits + s->host_row_idx + s->host_smp_rows + s->host_smp_out + s->host_ple;
+	s->host = s->host_logits + s->host_row_idx + s->host_smp_rows + s->host_smp_out + s->host_smp_mask + s->host_ple;
 }
 
 uint64_t capy_plan_context_cap(uint64_t have, uint64_t ctx)
@@ -353,6 +356,8 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 	p->states = p->o.max_seqs * p->state_bytes;
 	capy_plan_scratch(&s, a, c, p->o.step_tokens);
 	p->scratch = s.device;
+	p->mask_rows = s.logits_rows;
+	p->masks = s.smp_mask;
 	p->host_staging = s.host;
 	p->context_cap = capy_plan_context_cap(0, p->o.max_context);
 	p->context = capy_plan_attn_ws(c, p->o.step_tokens, p->context_cap) +
@@ -458,7 +463,8 @@ void capy_plan_format(const struct capy_plan *p, const char *what, struct capy_b
 	row(b, "attention cache", p->kv, "%" PRIu64 " pages of %" PRIu64 " tokens, %" PRIu64 " bytes each", p->pages,
 	    p->page_tokens, p->page_bytes);
 	row(b, "recurrent states", p->states, "%" PRIu64 " x %" PRIu64 " bytes", p->o.max_seqs, p->state_bytes);
-	row(b, "step buffers", p->scratch, "%" PRIu64 " tokens", p->o.step_tokens);
+	row(b, "step buffers", p->scratch, "%" PRIu64 " tokens; token masks %" PRIu64 " x %" PRIu64 " bytes",
+	    p->o.step_tokens, p->mask_rows, p->mask_rows ? p->masks / p->mask_rows : 0);
 	row(b, "attention workspace", p->context, "%" PRIu64 " tokens of context", p->context_cap);
 	row(b, "fixed parts", p->fixed, "%s", "");
 	if (!p->experts)

@@ -95,15 +95,16 @@ struct capy_plan_scratch {
 	uint64_t moe_out, moe_w, moe_ids, ple_emb, rows, hid, logits, row_idx;
 	uint64_t lin_ws, moe_ws;
 	uint64_t smp_rows, smp_out;       /* the GPU sampler's row settings and results */
+	uint64_t smp_mask;                /* its rows' token masks (structured output): ceil(V / 32) words each */
 	uint64_t device;                  /* the sum of the above */
-	uint64_t host_logits, host_row_idx, host_smp_rows, host_smp_out, host_ple;
+	uint64_t host_logits, host_row_idx, host_smp_rows, host_smp_out, host_smp_mask, host_ple;
 	uint64_t host;                    /* the sum of the host_ ones */
 };
 
 /* The GPU sampler's records per logits row: kernels/capy-kernels.h's struct ck_sample_row and
  * struct ck_sample_out (CK_SAMPLE_CAP = 2048 candidates), which the backend asserts at compile
  * time. */
-#define CAPY_PLAN_SAMPLE_ROW_BYTES 16
+#define CAPY_PLAN_SAMPLE_ROW_BYTES 24
 #define CAPY_PLAN_SAMPLE_OUT_BYTES (16 + 2048 * 8)
 
 void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *a, const struct capy_model_config *c,
@@ -155,6 +156,8 @@ struct capy_plan {
 	uint64_t page_tokens, page_bytes, pages, kv; /* the attention cache: pages x page_bytes */
 	uint64_t state_bytes, states;     /* one sequence's recurrent state; max_seqs of them */
 	uint64_t scratch;                 /* the step's buffers (struct capy_plan_scratch) */
+	uint64_t mask_rows, masks;        /* of which the token masks: rows of them, their bytes
+					   * (as many again page-locked on the host) */
 	uint64_t context_cap, context;    /* attention workspace and QSA mask for context_cap tokens */
 	uint64_t fixed;                   /* the sum of the fixed parts */
 	/* routed experts */

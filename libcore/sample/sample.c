@@ -209,24 +209,30 @@ int32_t capy_sampler_next(struct capy_sampler *s, float *logits)
 	return draw(s, logits, 0);
 }
 
+int64_t capy_sampler_mask_first(const uint32_t *allowed, uint64_t vocab)
+{
+	for (uint64_t w = 0; w * 32 < vocab; w++)
+		if (allowed[w]) {
+			uint64_t id = w * 32 + (uint64_t)__builtin_ctz(allowed[w]);
+			return id < vocab ? (int64_t)id : -1;
+		}
+	return -1;
+}
+
 /* Disallowed logits to -inf (before the penalties: a penalty leaves -inf as it is); the lowest
  * allowed id, or -1 when none is. */
 static int64_t apply_mask(const struct capy_sampler *s, float *l, const uint32_t *allowed)
 {
-	int64_t first = -1;
-
 	for (uint64_t w = 0; w * 32 < s->vocab; w++) {
 		uint32_t bits = allowed[w];
 		uint64_t end = CAPY_MIN(32, s->vocab - w * 32);
-		if (bits && first < 0)
-			first = (int64_t)(w * 32) + __builtin_ctz(bits);
 		if (bits == UINT32_MAX)
 			continue;
 		for (uint64_t j = 0; j < end; j++)
 			if (!((bits >> j) & 1))
 				l[w * 32 + j] = -INFINITY;
 	}
-	return first < (int64_t)s->vocab ? first : -1;
+	return capy_sampler_mask_first(allowed, s->vocab);
 }
 
 int32_t capy_sampler_next_masked(struct capy_sampler *s, float *logits, const uint32_t *allowed)
@@ -259,13 +265,19 @@ int32_t capy_sampler_take(struct capy_sampler *s, int32_t id)
 
 int32_t capy_sampler_next_top(struct capy_sampler *s, const float *v, const int32_t *ids, uint64_t n)
 {
+	return capy_sampler_next_top_masked(s, v, ids, n, 0);
+}
+
+int32_t capy_sampler_next_top_masked(struct capy_sampler *s, const float *v, const int32_t *ids, uint64_t n,
+				     int32_t first)
+{
 	float mx = -INFINITY;
 	uint64_t m = 0;
 
 	for (uint64_t i = 0; i < n; i++)
 		mx = fmaxf(mx, v[i]);
-	if (mx == -INFINITY) /* nothing finite: capy_sampler_next's answer, the first id */
-		return record(s, 0);
+	if (mx == -INFINITY) /* nothing finite: draw()'s answer, the first id that may be drawn */
+		return record(s, first);
 	for (uint64_t i = 0; i < n && m < s->vocab; i++)
 		if (v[i] >= mx - 40.0f)
 			s->c[m++] = (struct cand){ v[i], ids[i] };

@@ -73,5 +73,13 @@ enum capy_sample_mode capy_sampler_mode(const struct capy_sampler *s, float *tem
 int32_t capy_sampler_take(struct capy_sampler *s, int32_t id);
 /* The next token from n candidates (v[i] = logits[ids[i]] / temperature) as TOP_K says. */
 int32_t capy_sampler_next_top(struct capy_sampler *s, const float *v, const int32_t *ids, uint64_t n);
+/* Masked rows (capy_sampler_next_masked's token from the device's half): GREEDY is the first
+ * index of the maximum among the allowed ids that are not NaN, or first (the lowest allowed
+ * id) when there is none or logits[first] is NaN; TOP_K lists the allowed ids only, as above,
+ * and first is the answer when none of them is finite. */
+int32_t capy_sampler_next_top_masked(struct capy_sampler *s, const float *v, const int32_t *ids, uint64_t n,
+				     int32_t first);
+/* The lowest id allowed by a mask of vocab tokens (constrain/mask.h's words), or -1. */
+int64_t capy_sampler_mask_first(const uint32_t *allowed, uint64_t vocab);
 
 #endif

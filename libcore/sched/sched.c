@@ -38,6 +38,12 @@ struct req {
 	struct capy_grammar_state *gstate;
 	struct capy_mask_ahead *ahead;
 	double mask_s, mask_wait_s, mask_wait_max_s;
+	/* the step's mask (step_mask, asked for by the engine once the step is under way): what
+	 * the job gave, kept for next_token */
+	struct capy_sched *sched;
+	const uint32_t *mask_bits;
+	int mask_rc;
+	struct capy_err mask_err;
 	/* speculative decoding (opts.spec_draft_tokens; NULL ngram: this request decodes one
 	 * token per step): the drafter of its prompt and output, the step's window [next, drafts]
 	 * and its logits rows, how many drafts the step carries (0: a one-token item), what the
@@ -328,28 +334,43 @@ static void count_mask(struct capy_sched *s, struct req *q, const struct capy_ma
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* A constrained request's token from its logits: the mask of the grammar's state (started
- * when the state was reached, so mostly computed while the step ran), a masked draw, the
- * state advanced. 1: *tok goes on; 0: the request ends (*tok a stop token taken where the
- * grammar accepts, or -1 when the grammar is finished and nothing may follow); < 0: a dead
- * end or a failure, msg says which (never a hang: the request ends with it). */
-static int constrained_token(struct capy_sched *s, struct req *q, int32_t *tok, char *msg, size_t cap)
+/* A constrained request's mask for the step (engine.h's step-item mask, called once the step
+ * is under way): the mask of the grammar's state, started when the state was reached, so
+ * mostly computed while the step ran; what the job gave is kept for constrained_token. */
+static const uint32_t *step_mask(void *ud)
+{
+	struct req *q = ud;
+	struct capy_mask_timing t;
+
+	q->mask_err = (struct capy_err){ 0 };
+	q->mask_rc = capy_mask_ahead_wait(q->ahead, &q->mask_bits, &t, &q->mask_err);
+	count_mask(q->sched, q, &t);
+	return q->mask_rc > 0 ? q->mask_bits : NULL;
+}
+
+/* A constrained request's token: the step's masked draw (or, for a request with
+ * log-probabilities, whose row is here, the mask and the draw here), the state advanced.
+ * 1: *tok goes on; 0: the request ends (*tok a stop token taken where the grammar accepts, or
+ * -1 when the grammar is finished and nothing may follow); < 0: a dead end or a failure, msg
+ * says which (never a hang: the request ends with it). */
+static int constrained_token(struct req *q, int32_t *tok, char *msg, size_t cap)
 {
 	struct capy_err err = { 0 };
-	struct capy_mask_timing t;
-	const uint32_t *bits;
 	int rc;
 
-	*tok = -1;
-	rc = capy_mask_ahead_wait(q->ahead, &bits, &t, &err);
-	count_mask(s, q, &t);
-	if (rc < 0) {
-		snprintf(msg, cap, "the output's grammar: %s", err.msg);
-		return rc;
+	if (q->r.top_logprobs >= 0)
+		*tok = step_mask(q) ? capy_sampler_next_masked(q->smp, q->logits, q->mask_bits) : -1;
+	else
+		*tok = q->sampled;
+	if (q->mask_rc < 0) {
+		snprintf(msg, cap, "the output's grammar: %s", q->mask_err.msg);
+		return q->mask_rc;
 	}
-	if (rc == 0)
+	if (q->mask_rc == 0) {
+		*tok = -1;
 		return 0;
-	if ((*tok = capy_sampler_next_masked(q->smp, q->logits, bits)) < 0) {
+	}
+	if (*tok < 0) {
 		snprintf(msg, cap, "the output's grammar: no token can continue");
 		return CAPY_EFORMAT;
 	}
@@ -389,7 +410,7 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 		memcpy(raw, q->logits, s->vocab * sizeof(float));
 	}
 	if (q->r.grammar) {
-		switch (constrained_token(s, q, &tok, msg, sizeof(msg))) {
+		switch (constrained_token(q, &tok, msg, sizeof(msg))) {
 		case 1:
 			break;
 		case 0: /* a stop token where the grammar accepts, or nothing can follow */
@@ -542,16 +563,22 @@ static void fail_all(struct capy_sched *s, const char *msg)
 	pthread_mutex_unlock(&s->mu);
 }
 
-/* The step picks q's next token (where the backend can, next to the logits), unless q asks
- * for log-probabilities or is constrained: those need the whole row on the host. */
+/* The step picks q's next token (where the backend can, next to the logits; a constrained
+ * request's with its grammar's mask, step_mask), unless q asks for log-probabilities: those
+ * need the whole row on the host. */
 static void wants_token(struct capy_step_item *it, struct req *q)
 {
-	if (q->r.top_logprobs >= 0 || q->r.grammar) { /* a grammar's mask is applied here */
+	if (q->r.top_logprobs >= 0) {
 		it->logits = q->logits;
 		return;
 	}
 	it->sampler = q->smp;
 	it->token = &q->sampled;
+	if (q->r.grammar) {
+		q->mask_rc = capy_err_set(&q->mask_err, CAPY_EINVAL, "the step asked for no mask"); /* until it does */
+		it->mask = step_mask;
+		it->mask_ud = q;
+	}
 }
 
 /* One step: decode tokens first, then prompt pieces in turn while they fit whole. */
@@ -912,6 +939,7 @@ int capy_sched_submit(struct capy_sched *s, const struct capy_gen_request *r, ui
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	}
 	q->r = *r;
+	q->sched = s;
 	memcpy(q->prompt, r->prompt, r->n_prompt * sizeof(int32_t));
 	q->r.prompt = q->prompt;
 	if (r->n_stop_ids)

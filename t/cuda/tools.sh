@@ -5,6 +5,7 @@
 #     tokens (16 with NVFP4 experts) and to capy-gen --device cpu;
 #   capy-ppl --device cuda: perplexity within 1e-3 of transformers (5e-3 for the trained W4A4
 #     model, the CPU's own bound) and within 1e-3 of the CPU's;
+#   capy-gen --grammar / --json-schema --device cuda: greedy ids equal to --device cpu's;
 #   capy-serve --device cuda: a greedy chat completion equal to the CPU server's.
 set -u
 cd "$(dirname "$0")/../.."
@@ -48,6 +49,26 @@ sys.exit(0 if a < float(sys.argv[4]) and b < 1e-3 else 1)
 PY
 	then ok "$m: capy-ppl --device cuda within $tb of transformers and 1e-3 of cpu"; else bad "$m: capy-ppl"; fi
 done
+
+# capy-gen --grammar on the GPU: the grammar's mask uploaded and applied by the device's
+# greedy sampler, the same ids as the CPU's masked sampler (the random fixtures, whose
+# preferences are noise, so the mask does the work; and capy-tiny), and with --json-schema.
+for m in qwen3_5_moe qwen3_5-dense capy-tiny; do
+	[ -f "$T/$m.capy" ] || continue
+	for g in json.gbnf arithmetic.gbnf list.gbnf; do
+		for d in cuda cpu; do
+			got[$d]=$($B/bin/capy-gen -q "$T/$m.capy" --device $d -p "Write it:" --grammar "$FIX/grammars/$g" -n 48 --temp 0 --ids)
+		done
+		[ -n "${got[cuda]}" ] && [ "${got[cuda]}" = "${got[cpu]}" ] && ok "$m: capy-gen --grammar $g greedy cuda = cpu" ||
+			bad "$m: --grammar $g: cuda '${got[cuda]}' cpu '${got[cpu]}'"
+	done
+done
+printf '%s' '{"type":"object","properties":{"name":{"type":"string"},"n":{"type":"integer"}},"required":["name","n"]}' >"$T/schema.json"
+for d in cuda cpu; do
+	got[$d]=$($B/bin/capy-gen -q "$T/qwen3_5_moe.capy" --device $d -p "x" --json-schema "$T/schema.json" -n 64 --temp 0)
+done
+[ -n "${got[cuda]}" ] && [ "${got[cuda]}" = "${got[cpu]}" ] && ok "qwen3_5_moe: capy-gen --json-schema greedy cuda = cpu" ||
+	bad "qwen3_5_moe: --json-schema: cuda '${got[cuda]}' cpu '${got[cpu]}'"
 
 # capy-serve on the GPU: greedy chat completions, the same text as the CPU server's: the random
 # fixture, and capy-tiny's tool call (it must be the calculator call with its expression).

@@ -2,12 +2,15 @@
  * (share/models, the trained model, BF16 and NVFP4): whole-model
  * logits within tolerance (prefill, all positions), greedy ids equal for 32 tokens, a batch
  * of 8 sequences bitwise equal to the 8 run alone, chunked prefill against token-by-token
- * decode, and a context that spans several attention-cache pages in small steps. Runs on
+ * decode, a context that spans several attention-cache pages in small steps, and decode steps
+ * with samplers and token masks (structured output) giving the tokens the host's masked
+ * sampler picks from the same logits. Runs on
  * the first GPU (CAPY_GPU picks another); make test-cuda. */
 #include "test.h"
 #include "test-fixture.h"
 #include "cuda-test.h"
 #include "engine/engine.h"
+#include "sample/sample.h"
 
 #include <string.h>
 
@@ -197,6 +200,102 @@ static void batch8(const char *name, const char *kvn, struct capy_engine *gpu, u
 	free(got);
 }
 
+/* A step item's token mask for masked_steps: its bits (NULL: none), and how often asked. */
+struct cmask {
+	uint32_t *bits;
+	int calls;
+};
+
+static const uint32_t *cuda_mask(void *ud)
+{
+	struct cmask *m = ud;
+
+	m->calls++;
+	return m->bits;
+}
+
+/* 8 sequences decoded together, each item with a sampler and (but one) a token mask: greedy
+ * and top-k rows sampled on the device with their mask uploaded, rows the host samples
+ * (temperature without top-k, a penalty), a row without a mask, a NULL mask (no token, no
+ * draw), a mask of one id. The items ask for their logits too, so the host repeats each draw
+ * with capy_sampler_next_masked on the very logits the device sampled: the same token, every
+ * step; each mask asked for once a step. */
+static void masked_steps(const char *name, const char *kvn, struct capy_engine *gpu, uint64_t V)
+{
+	enum { STEPS = 6 };
+	const struct capy_sampler_params ps[NBATCH] = {
+		{ .temperature = 0 },
+		{ .temperature = 0.8f, .top_k = 20, .seed = 1 },
+		{ .temperature = 1.2f, .top_k = 500, .top_p = 0.9f, .seed = 2 },
+		{ .temperature = 1.0f, .seed = 3 },		/* no top-k: the host samples */
+		{ .temperature = 0.9f, .top_k = 30, .seed = 6 },	/* no mask */
+		{ .temperature = 0 },				/* a NULL mask */
+		{ .temperature = 0.7f, .top_k = 5, .seed = 4 },	/* one id allowed */
+		{ .temperature = 0.5f, .top_k = 40, .repetition_penalty = 1.2f, .seed = 5 }, /* the host */
+	};
+	const uint64_t W = (V + 31) / 32;
+	struct capy_err err = { 0 };
+	struct capy_sampler *dev[NBATCH], *host[NBATCH];
+	struct capy_seq *s[NBATCH];
+	struct capy_step_item it[NBATCH];
+	struct cmask mk[NBATCH];
+	uint32_t *bits = calloc(NBATCH * W, 4);
+	float *l = calloc(NBATCH * V, sizeof(float)), *x = malloc(V * sizeof(float));
+	int32_t tok[NBATCH], got[NBATCH], prompt[8];
+	uint64_t r = 11;
+	int same = 0, total = 0;
+
+	for (int q = 0; q < NBATCH; q++) {
+		capy_sampler_new(&dev[q], V, &ps[q], &err);
+		capy_sampler_new(&host[q], V, &ps[q], &err);
+		capy_seq_new(gpu, &s[q], &err);
+		make_prompt(prompt, 8, V, 20 + q);
+		CHECK_MSG(capy_engine_forward(gpu, s[q], prompt, 8, l, false, &err) == 0, "%s", err.msg);
+		tok[q] = (int32_t)((uint64_t)(q * 13 + 5) % V);
+	}
+	for (int step = 0; step < STEPS; step++) {
+		for (int q = 0; q < NBATCH; q++) {
+			uint32_t *b = bits + q * W;
+			for (uint64_t w = 0; w < W; w++) /* about a quarter of the ids */
+				r = r * 6364136223846793005ull + 1442695040888963407ull, b[w] = (uint32_t)(r >> 29) & (uint32_t)(r >> 13);
+			if (W * 32 > V)
+				b[W - 1] &= (1u << (V % 32)) - 1;
+			b[0] |= 1u << (q + step); /* never empty */
+			if (q == 6) {
+				memset(b, 0, W * 4);
+				uint64_t id = (uint64_t)(step * 97 + 31) % V;
+				b[id / 32] = 1u << (id % 32);
+			}
+			mk[q] = (struct cmask){ q == 5 ? NULL : b, 0 };
+			got[q] = -2;
+			it[q] = (struct capy_step_item){ .seq = s[q], .tokens = &tok[q], .n = 1, .logits = l + q * V,
+							 .sampler = dev[q], .token = &got[q],
+							 .mask = q == 4 ? NULL : cuda_mask, .mask_ud = &mk[q] };
+		}
+		CHECK_MSG(capy_engine_step(gpu, it, NBATCH, &err) == 0, "%s", err.msg);
+		for (int q = 0; q < NBATCH; q++) {
+			int32_t want;
+			memcpy(x, l + q * V, V * sizeof(float));
+			want = q == 5 ? -1 : q == 4 ? capy_sampler_next(host[q], x) : capy_sampler_next_masked(host[q], x, mk[q].bits);
+			same += want == got[q];
+			total++;
+			CHECK_MSG(mk[q].calls == (q == 4 ? 0 : 1), "item %d: mask asked for %d times", q, mk[q].calls);
+			tok[q] = got[q] >= 0 ? got[q] : (int32_t)((uint64_t)(step + q) % V);
+		}
+	}
+	printf("%-18s kv %-4s masked decode of %d: %d of %d tokens as the host's masked sampler\n", name, kvn, NBATCH, same,
+	       total);
+	CHECK_MSG(same == total, "%s kv %s: masked tokens differ from the host's", name, kvn);
+	for (int q = 0; q < NBATCH; q++) {
+		capy_sampler_free(dev[q]);
+		capy_sampler_free(host[q]);
+		capy_seq_free(s[q]);
+	}
+	free(bits);
+	free(l);
+	free(x);
+}
+
 /* The same 300 tokens as one chunked prefill (steps of the engine's size) and token by
  * token: the last logits within tolerance, and against the CPU. */
 static void chunked_vs_steps(const struct fixture *fx, const char *kvn, struct capy_engine *cpu, struct capy_engine *gpu,
@@ -245,6 +344,7 @@ static void family(const struct fixture *fx)
 			prefill_logits(fx, kvn[k], cpu, gpu, V);
 			greedy(fx, kvn[k], cpu, gpu, V);
 			batch8(name, kvn[k], gpu, V);
+			masked_steps(name, kvn[k], gpu, V);
 			chunked_vs_steps(fx, kvn[k], cpu, gpu, V);
 			CHECK_EQ_U64(capy_engine_pages_used(gpu), 0);
 		}

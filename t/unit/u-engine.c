@@ -168,27 +168,66 @@ static void test_step_errors(void)
 	free(l);
 }
 
+/* The step-item mask of test_step_samples: counts its calls; none: no mask (NULL). */
+struct mask_src {
+	uint32_t *bits;
+	int calls;
+	bool none;
+};
+
+static const uint32_t *step_mask(void *ud)
+{
+	struct mask_src *m = ud;
+
+	m->calls++;
+	return m->none ? NULL : m->bits;
+}
+
 /* A step with a sampler picks what capy_sampler_next picks from the same step's logits, and
- * leaves the caller's logits as the model gave them; with and without logits wanted. */
+ * leaves the caller's logits as the model gave them; with and without logits wanted. With a
+ * token mask (asked for once, after the forward pass) it picks what capy_sampler_next_masked
+ * picks: sparse masks, one allowed id (the last); a NULL mask and a mask allowing nothing
+ * give -1 without a draw (the draws after are unchanged). A mask without a sampler is
+ * refused. */
 static void test_step_samples(void)
 {
 	const struct capy_sampler_params ps[] = { { 0 }, { .temperature = 0.9f, .top_k = 40, .seed = 3 },
+						  { .temperature = 1.1f, .seed = 5 },
 						  { .temperature = 1.1f, .repetition_penalty = 1.3f, .seed = 4 } };
+	const size_t W = (V + 31) / 32;
 	struct capy_err err = { 0 };
 	float *l = malloc(V * 4), *raw = malloc(V * 4);
+	uint32_t *bits = calloc(W, 4), *empty = calloc(W, 4);
+	uint64_t r = 7;
 
 	for (size_t c = 0; c < ARRAY_SIZE(ps); c++) {
-		struct capy_sampler *a, *b;
-		struct capy_seq *s1, *s2;
+		struct capy_sampler *a, *b, *am, *bm;
+		struct capy_seq *s1, *s2, *s3;
 		capy_sampler_new(&a, V, &ps[c], &err);
 		capy_sampler_new(&b, V, &ps[c], &err);
+		capy_sampler_new(&am, V, &ps[c], &err);
+		capy_sampler_new(&bm, V, &ps[c], &err);
 		capy_seq_new(eng, &s1, &err);
 		capy_seq_new(eng, &s2, &err);
+		capy_seq_new(eng, &s3, &err);
 		for (int i = 0; i < 6; i++) {
-			int32_t want, got = -1, tok = A[i];
+			int32_t want, got = -1, want_m, got_m = -2, tok = A[i];
+			struct mask_src m = { bits, 0, i == 1 };
+			for (size_t w = 0; w < W; w++) /* a few ids allowed; at i == 4 only the last */
+				r = r * 6364136223846793005ull + 1442695040888963407ull, bits[w] = (uint32_t)(r >> 33) & 0x01010101u;
+			if (i == 4) {
+				memset(bits, 0, W * 4);
+				bits[(V - 1) / 32] = 1u << ((V - 1) % 32);
+			}
+			if (i == 2)
+				m.bits = empty;
 			struct capy_step_item plain = { .seq = s1, .tokens = &tok, .n = 1, .logits = l };
 			struct capy_step_item picked = { .seq = s2, .tokens = &tok, .n = 1, .sampler = b, .token = &got };
+			struct capy_step_item masked = { .seq = s3, .tokens = &tok, .n = 1, .sampler = bm, .token = &got_m,
+							 .mask = step_mask, .mask_ud = &m };
 			CHECK_EQ_INT(capy_engine_step(eng, &plain, 1, &err), 0);
+			memcpy(raw, l, V * 4);
+			want_m = i == 1 ? -1 : capy_sampler_next_masked(am, raw, m.bits);
 			memcpy(raw, l, V * 4);
 			want = capy_sampler_next(a, l);
 			if (i % 2)
@@ -197,17 +236,30 @@ static void test_step_samples(void)
 			CHECK_EQ_INT(got, want);
 			if (i % 2)
 				CHECK(!memcmp(l, raw, V * 4));
+			CHECK_EQ_INT(capy_engine_step(eng, &masked, 1, &err), 0);
+			CHECK_EQ_INT(m.calls, 1);
+			CHECK_EQ_INT(got_m, want_m);
+			if (i == 4)
+				CHECK_EQ_INT(got_m, V - 1);
 		}
 		struct capy_step_item bad = { .seq = s2, .tokens = A, .n = 1, .sampler = b };
 		CHECK(capy_engine_step(eng, &bad, 1, &err) == CAPY_EINVAL);
 		CHECK_CONTAINS(err.msg, "nowhere for its token");
+		struct capy_step_item bad_mask = { .seq = s2, .tokens = A, .n = 1, .mask = step_mask };
+		CHECK(capy_engine_step(eng, &bad_mask, 1, &err) == CAPY_EINVAL);
+		CHECK_CONTAINS(err.msg, "a token mask but no sampler");
 		capy_seq_free(s1);
 		capy_seq_free(s2);
+		capy_seq_free(s3);
 		capy_sampler_free(a);
 		capy_sampler_free(b);
+		capy_sampler_free(am);
+		capy_sampler_free(bm);
 	}
 	free(l);
 	free(raw);
+	free(bits);
+	free(empty);
 }
 
 /* One family: NSEQ sequences with prompts of different lengths (one longer than a page,

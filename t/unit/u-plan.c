@@ -90,6 +90,24 @@ static void test_plan(void)
 	CHECK_EQ_U64(p.experts, c.n_experts * a->nstacks);
 	CHECK_EQ_U64(p.host_need, p.host_staging);
 	CHECK_EQ_INT(capy_plan_check(&p, &err), 0);
+	/* the token masks: a mask row per logits row (steps of 64: 64 rows), on the device and
+	 * page-locked on the host, counted in the step buffers and the staging */
+	{
+		struct capy_plan_scratch ps;
+		capy_plan_scratch(&ps, a, &c, 64);
+		CHECK_EQ_U64(ps.logits_rows, 64);
+		CHECK_EQ_U64(ps.smp_mask, 64 * ((c.vocab_size + 31) / 32) * 4);
+		CHECK_EQ_U64(ps.host_smp_mask, ps.smp_mask);
+		CHECK_EQ_U64(p.mask_rows, 64);
+		CHECK_EQ_U64(p.masks, ps.smp_mask);
+		CHECK_EQ_U64(p.scratch, ps.device);
+		CHECK(ps.device > ps.smp_mask && ps.host > ps.host_smp_mask);
+		struct capy_buf b = { 0 };
+		capy_plan_format(&p, "fixture", &b);
+		snprintf(line, sizeof(line), "token masks 64 x %" PRIu64 " bytes", ((c.vocab_size + 31) / 32) * 4);
+		CHECK_MSG(b.data && strstr(b.data, line), "no '%s' in the plan", line);
+		capy_buf_release(&b);
+	}
 
 	/* exactly enough for the fixed parts and 3.5 slots: 3 slots */
 	o.gpu_mem = p.fixed + 3 * p.slot_bytes + p.slot_bytes / 2;

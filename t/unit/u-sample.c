@@ -1,6 +1,7 @@
 /* u-sample.c - the sampler: greedy, reproducibility by seed, the filters, the penalties,
  * and that draws follow the softmax distribution. */
 #include "test.h"
+#include "constrain/mask.h"
 #include "sample/sample.h"
 
 static int32_t one(const struct capy_sampler_params *p, const float *l, uint64_t v)
@@ -296,6 +297,107 @@ static void test_masked(void)
 	}
 }
 
+/* What the device computes for a masked row (kernels/sample.cu), done here: greedy, the first
+ * index of the maximum among allowed ids that are not NaN, or first when there is none or
+ * logits[first] is NaN; top-k, the allowed ids that are not NaN (any superset of the top k
+ * does), shuffled. */
+static int32_t device_greedy(const float *l, uint64_t V, const uint32_t *bits, int32_t first)
+{
+	int32_t bx = -1;
+
+	for (uint64_t i = 0; i < V; i++)
+		if (capy_mask_has(bits, (int32_t)i) && !isnan(l[i]) && (bx < 0 || l[i] > l[bx]))
+			bx = (int32_t)i;
+	return bx < 0 || isnan(l[first]) ? first : bx;
+}
+
+static uint64_t device_list(const float *l, uint64_t V, const uint32_t *bits, float temp, float *v, int32_t *ids,
+			    uint64_t *r)
+{
+	uint64_t n = 0;
+
+	for (uint64_t i = 0; i < V; i++)
+		if (capy_mask_has(bits, (int32_t)i) && !isnan(l[i] / temp))
+			ids[n++] = (int32_t)i;
+	for (uint64_t i = n; i > 1; i--) {
+		uint64_t j = lcg(r) % i;
+		int32_t t = ids[i - 1];
+		ids[i - 1] = ids[j];
+		ids[j] = t;
+	}
+	for (uint64_t i = 0; i < n; i++)
+		v[i] = l[ids[i]] / temp;
+	return n;
+}
+
+/* A device's half of a masked row (capy_sampler_mask_first, _take, _next_top_masked) picks what
+ * capy_sampler_next_masked picks from the whole row: continuous and tied logits, NaN and -inf
+ * among them, a sparse mask, a single allowed id, allowed ids that are all -inf, all NaN, a NaN
+ * at the lowest allowed id. */
+static void test_device_half_masked(void)
+{
+	enum { V = 1000, W = (V + 31) / 32, KINDS = 6 };
+	static float l[V], x[V], v[V];
+	static int32_t ids[V];
+	static uint32_t bits[W];
+	const struct capy_sampler_params cases[] = {
+		{ .temperature = 0, .seed = 1 },
+		{ .temperature = 0.7f, .top_k = 20, .top_p = 0.8f, .seed = 2 },
+		{ .temperature = 1.0f, .top_k = 2, .seed = 3 },
+		{ .temperature = 1.3f, .top_k = 300, .min_p = 0.05f, .seed = 4 },
+	};
+	uint64_t r = 17;
+	int same = 0, total = 0, outside = 0;
+
+	CHECK_EQ_INT((int)capy_sampler_mask_first(bits, V), -1);
+	bits[W - 1] = 1u << ((V - 1) % 32);
+	CHECK_EQ_INT((int)capy_sampler_mask_first(bits, V), V - 1);
+	bits[W - 1] = 1u << 31; /* past the vocabulary (V is not a multiple of 32) */
+	CHECK_EQ_INT((int)capy_sampler_mask_first(bits, V), -1);
+	for (size_t c = 0; c < ARRAY_SIZE(cases); c++) {
+		struct capy_sampler *a, *b;
+		float temp;
+		int k;
+		capy_sampler_new(&a, V, &cases[c], NULL);
+		capy_sampler_new(&b, V, &cases[c], NULL);
+		enum capy_sample_mode mode = capy_sampler_mode(b, &temp, &k);
+		CHECK(mode != CAPY_SAMPLE_HOST);
+		for (int round = 0; round < 120; round++) {
+			int kind = round % KINDS;
+			memset(bits, 0, sizeof(bits));
+			for (uint64_t i = 0; i < V; i++) {
+				uint64_t q = lcg(&r);
+				l[i] = round % 2 ? (float)(q % 16) * 0.5f - 4.0f : (float)(q % 100000) * 1e-4f;
+				if (q % 23 == 0)
+					l[i] = NAN;
+				else if (q % 29 == 0)
+					l[i] = -INFINITY;
+				bool on = kind == 0 ? q % 5 == 0
+					: kind == 1 ? i == (uint64_t)(round * 37) % V
+					: kind == 2 ? i % 3 == 0 && (l[i] = -INFINITY, true)
+					: kind == 3 ? i % 4 == 1 && (l[i] = NAN, true)
+					: kind == 4 ? i % 50 == 7 && (i != 7 || (l[i] = NAN, true))
+						    : q % 2 == 0;
+				if (on)
+					bits[i / 32] |= 1u << (i % 32);
+			}
+			int32_t first = (int32_t)capy_sampler_mask_first(bits, V), want, got;
+			memcpy(x, l, sizeof(l));
+			want = capy_sampler_next_masked(a, x, bits);
+			if (mode == CAPY_SAMPLE_GREEDY)
+				got = capy_sampler_take(b, device_greedy(l, V, bits, first));
+			else
+				got = capy_sampler_next_top_masked(b, v, ids, device_list(l, V, bits, temp, v, ids, &r), first);
+			same += want == got;
+			outside += !capy_mask_has(bits, got);
+			total++;
+		}
+		capy_sampler_free(a);
+		capy_sampler_free(b);
+	}
+	CHECK_MSG(same == total && !outside, "%d of %d the same, %d outside the mask", same, total, outside);
+}
+
 int main(void)
 {
 	RUN(test_greedy);
@@ -305,5 +407,6 @@ int main(void)
 	RUN(test_penalties);
 	RUN(test_device_half);
 	RUN(test_masked);
+	RUN(test_device_half_masked);
 	return test_summary();
 }

@@ -89,6 +89,7 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 		{ (void **)&s->logits, ps.logits }, { (void **)&s->row_idx, ps.row_idx },
 		{ &s->lin_ws, ps.lin_ws },	  { &s->moe_ws, ps.moe_ws },
 		{ (void **)&s->smp_rows, ps.smp_rows }, { (void **)&s->smp_out, ps.smp_out },
+		{ (void **)&s->smp_mask, ps.smp_mask },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++) {
 		if ((rc = cudaMalloc(d[i].p, d[i].bytes ? d[i].bytes : 16)) != cudaSuccess)
@@ -101,13 +102,15 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 	    (rc = cudaMallocHost((void **)&s->row_idx_host, ps.host_row_idx)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->smp_rows_host, ps.host_smp_rows)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->smp_out_host, ps.host_smp_out)) != cudaSuccess ||
+	    (rc = cudaMallocHost((void **)&s->smp_mask_host, ps.host_smp_mask)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->ple_host, ps.host_ple)) != cudaSuccess)
 		return cu_err(err, rc, "allocating pinned host buffers");
 	s->row_dst = calloc(s->logits_rows, sizeof(*s->row_dst));
 	s->row_smp = calloc(s->logits_rows, sizeof(*s->row_smp));
 	s->row_tok = calloc(s->logits_rows, sizeof(*s->row_tok));
+	s->row_mask = calloc(s->logits_rows, sizeof(*s->row_mask));
 	s->hist = calloc(16 + T, sizeof(*s->hist));
-	if (!s->row_dst || !s->row_smp || !s->row_tok || !s->hist)
+	if (!s->row_dst || !s->row_smp || !s->row_tok || !s->row_mask || !s->hist)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	return 0;
 }
@@ -116,7 +119,7 @@ static void free_scratch(struct cu_scratch *s)
 {
 	void *d[] = { s->x, s->xn, s->blk, s->out, s->inj, s->mix, s->tmp, s->big1, s->big2, s->big3, s->moe_out,
 		      s->moe_w, s->moe_ids, s->ple_emb, s->rows, s->hid, s->logits, s->row_idx, s->lin_ws, s->moe_ws,
-		      s->attn_ws, s->sel, s->meta_dev, s->smp_rows, s->smp_out };
+		      s->attn_ws, s->sel, s->meta_dev, s->smp_rows, s->smp_out, s->smp_mask };
 
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++)
 		cudaFree(d[i]);
@@ -124,11 +127,13 @@ static void free_scratch(struct cu_scratch *s)
 	cudaFreeHost(s->row_idx_host);
 	cudaFreeHost(s->smp_rows_host);
 	cudaFreeHost(s->smp_out_host);
+	cudaFreeHost(s->smp_mask_host);
 	cudaFreeHost(s->ple_host);
 	cudaFreeHost(s->meta_host);
 	free(s->row_dst);
 	free(s->row_smp);
 	free(s->row_tok);
+	free(s->row_mask);
 	free(s->hist);
 	memset(s, 0, sizeof(*s));
 }

@@ -70,6 +70,17 @@ struct cu_span {
 
 /* --- the step's device buffers ---------------------------------------------------------- */
 
+/* A logits row's token mask (engine.h's step-item mask): the item's callback, and once the
+ * chunk has asked for it (after lm_head is enqueued), its bits and lowest allowed id; none:
+ * the row gets no token (NULL bits, or nothing allowed). */
+struct cu_row_mask {
+	const uint32_t *(*fn)(void *ud);
+	void *ud;
+	const uint32_t *bits;
+	int32_t first;
+	bool none;
+};
+
 struct cu_scratch {
 	uint64_t tmax;
 	float *x, *xn, *blk, *out, *inj, *mix, *tmp, *big1, *big2, *big3;
@@ -79,8 +90,10 @@ struct cu_scratch {
 	float **row_dst;                  /* host: where each of those rows' logits go */
 	struct capy_sampler **row_smp;    /* host: the sampler of each of those rows, or NULL */
 	int32_t **row_tok;                /* host: where its token goes */
+	struct cu_row_mask *row_mask;     /* host: its token mask (structured output), if any */
 	struct ck_sample_row *smp_rows, *smp_rows_host; /* [logits_rows] device, pinned */
 	struct ck_sample_out *smp_out, *smp_out_host;   /* [logits_rows] device, pinned */
+	uint32_t *smp_mask, *smp_mask_host;             /* [logits_rows][ceil(V / 32)] device, pinned */
 	void *lin_ws, *moe_ws, *attn_ws;
 	size_t lin_ws_bytes, moe_ws_bytes, attn_ws_bytes;
 	uint8_t *sel;                     /* QSA: [tmax][sel_cap] */

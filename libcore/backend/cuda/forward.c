@@ -205,23 +205,51 @@ static int ple_rows(struct cuda_engine *e, const struct capy_batch *b, struct ca
 	return 0;
 }
 
-/* Which rows of a chunk the device samples (capy_sampler_mode), into the pinned row table;
- * returns how many. Which side samples never changes the token, only the time. */
-static uint64_t sample_plan(struct cuda_engine *e, uint64_t m)
+/* The chunk's token masks (structured output), asked for now: its layers and lm_head are
+ * enqueued and the GPU is still running them, so a mask computed on another thread during
+ * the step is joined in that time, never before the step was launched. */
+static void join_masks(struct cuda_engine *e, uint64_t m)
 {
 	struct cu_scratch *s = &e->s;
-	uint64_t n = 0;
 
 	for (uint64_t i = 0; i < m; i++) {
+		struct cu_row_mask *k = &s->row_mask[i];
+		if (!k->fn)
+			continue;
+		k->bits = k->fn(k->ud);
+		k->first = k->bits ? (int32_t)capy_sampler_mask_first(k->bits, e->c.vocab_size) : -1;
+		k->none = k->first < 0; /* no token for this row */
+	}
+}
+
+/* Which rows of a chunk the device samples (capy_sampler_mode), into the pinned row table,
+ * the masks of those with one into the pinned mask rows (*masked: how many rows of them to
+ * upload); returns how many. Which side samples never changes the token, only the time. */
+static uint64_t sample_plan(struct cuda_engine *e, uint64_t m, uint64_t *masked)
+{
+	struct cu_scratch *s = &e->s;
+	const uint64_t W = (e->c.vocab_size + 31) / 32;
+	uint64_t n = 0;
+
+	*masked = 0;
+	for (uint64_t i = 0; i < m; i++) {
 		struct ck_sample_row *r = &s->smp_rows_host[i];
+		const struct cu_row_mask *mk = &s->row_mask[i];
 		float temp = 0;
 		int k = 0;
-		enum capy_sample_mode mode = s->row_smp[i] ? capy_sampler_mode(s->row_smp[i], &temp, &k) : CAPY_SAMPLE_HOST;
-		*r = (struct ck_sample_row){ temp, k, CK_SAMPLE_NONE, 0 };
+		enum capy_sample_mode mode = s->row_smp[i] && !mk->none ? capy_sampler_mode(s->row_smp[i], &temp, &k)
+									: CAPY_SAMPLE_HOST;
+		*r = (struct ck_sample_row){ temp, k, CK_SAMPLE_NONE, 0, NULL };
 		if (mode == CAPY_SAMPLE_GREEDY)
 			r->mode = CK_SAMPLE_GREEDY;
 		else if (mode == CAPY_SAMPLE_TOP_K && k <= CK_SAMPLE_CAP / 2 && m > 1)
 			r->mode = CK_SAMPLE_TOP_K; /* one row: copying it is cheaper (sample.cu) */
+		if (r->mode != CK_SAMPLE_NONE && mk->fn) {
+			memcpy(s->smp_mask_host + i * W, mk->bits, W * 4);
+			r->mask = s->smp_mask + i * W;
+			r->first = mk->first;
+			*masked = i + 1;
+		}
 		n += r->mode != CK_SAMPLE_NONE;
 	}
 	return n;
@@ -234,7 +262,7 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 {
 	const struct capy_model_config *c = &e->c;
 	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
-	uint64_t H = c->hidden_size, hh = H * (q4 ? c->hc_count : 1), V = c->vocab_size, on_dev;
+	uint64_t H = c->hidden_size, hh = H * (q4 ? c->hc_count : 1), V = c->vocab_size, W = (V + 31) / 32, on_dev, masked;
 	struct cu_scratch *s = &e->s;
 	bool any_host = false;
 	cudaError_t r;
@@ -249,7 +277,12 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 	}
 	if (PART(CU_LM_HEAD) && (rc = cu_linear(e, &e->lm_head, s->hid, m, s->logits, err)) < 0)
 		return rc;
-	if ((on_dev = sample_plan(e, m))) {
+	join_masks(e, m);
+	if ((on_dev = sample_plan(e, m, &masked))) {
+		/* Behind lm_head on the stream, from fixed pinned buffers: the host does not wait. */
+		if (masked && (r = cudaMemcpyAsync(s->smp_mask, s->smp_mask_host, masked * W * 4, cudaMemcpyHostToDevice,
+						   e->stream)) != cudaSuccess)
+			return cu_err(err, r, "uploading the token masks");
 		if ((r = cudaMemcpyAsync(s->smp_rows, s->smp_rows_host, m * sizeof(*s->smp_rows), cudaMemcpyHostToDevice,
 					 e->stream)) != cudaSuccess)
 			return cu_err(err, r, "uploading the sampling rows");
@@ -261,7 +294,8 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 	/* The rows the host needs: the caller's, and those sampled there. (A device row whose ties
 	 * overflow its list is known only after the copy; it comes back on its own below.) */
 	for (uint64_t i = 0; i < m; i++)
-		any_host |= s->row_dst[i] || (s->row_smp[i] && s->smp_rows_host[i].mode == CK_SAMPLE_NONE);
+		any_host |= s->row_dst[i] ||
+			    (s->row_smp[i] && !s->row_mask[i].none && s->smp_rows_host[i].mode == CK_SAMPLE_NONE);
 	if (any_host && (r = cudaMemcpyAsync(s->logits_host, s->logits, m * V * sizeof(float), cudaMemcpyDeviceToHost,
 					     e->stream)) != cudaSuccess)
 		return cu_err(err, r, "copying the logits");
@@ -269,8 +303,10 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 		return cu_err(err, r, "the step");
 	for (uint64_t i = 0; i < m; i++) {
 		const struct ck_sample_out *o = &s->smp_out_host[i];
+		const struct ck_sample_row *sr = &s->smp_rows_host[i];
+		const struct cu_row_mask *mk = &s->row_mask[i];
 		float *row = s->logits_host + i * V;
-		if (!any_host && s->row_smp[i] && o->status) { /* ties past the device's list: this row comes now */
+		if (!any_host && sr->mode != CK_SAMPLE_NONE && o->status) { /* ties past the device's list: this row comes now */
 			if ((r = cudaMemcpy(row, s->logits + i * V, V * sizeof(float), cudaMemcpyDeviceToHost)) != cudaSuccess)
 				return cu_err(err, r, "copying the logits");
 		}
@@ -278,12 +314,16 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 			memcpy(s->row_dst[i], row, V * sizeof(float));
 		if (!s->row_smp[i])
 			continue;
-		if (s->smp_rows_host[i].mode == CK_SAMPLE_GREEDY && !o->status)
+		if (mk->none)
+			*s->row_tok[i] = -1; /* no mask, or nothing allowed: no draw */
+		else if (sr->mode == CK_SAMPLE_GREEDY && !o->status)
 			*s->row_tok[i] = capy_sampler_take(s->row_smp[i], o->greedy);
-		else if (s->smp_rows_host[i].mode == CK_SAMPLE_TOP_K && !o->status)
-			*s->row_tok[i] = capy_sampler_next_top(s->row_smp[i], o->v, o->id, (uint64_t)o->n);
+		else if (sr->mode == CK_SAMPLE_TOP_K && !o->status)
+			*s->row_tok[i] = capy_sampler_next_top_masked(s->row_smp[i], o->v, o->id, (uint64_t)o->n, sr->first);
+		else if (mk->fn) /* a copy: the caller's stay raw */
+			*s->row_tok[i] = capy_sampler_next_masked(s->row_smp[i], row, mk->bits);
 		else
-			*s->row_tok[i] = capy_sampler_next(s->row_smp[i], row); /* a copy: the caller's stay raw */
+			*s->row_tok[i] = capy_sampler_next(s->row_smp[i], row);
 	}
 	return 0;
 }
@@ -307,6 +347,7 @@ static int logits_out(struct cuda_engine *e, const struct capy_batch *b, struct 
 			idx[m] = (int32_t)(it->t0 + t);
 			s->row_dst[m] = it->logits ? it->logits + (it->all_logits ? t * V : 0) : NULL;
 			s->row_smp[m] = last ? it->sampler : NULL;
+			s->row_mask[m] = (struct cu_row_mask){ .fn = last ? it->mask : NULL, .ud = it->mask_ud };
 			s->row_tok[m++] = last ? it->token : NULL;
 			if (m == L) {
 				if ((r = cudaMemcpyAsync(s->row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
