@@ -77,6 +77,7 @@ LIBCORE_OBJS += libcore/constrain/json-schema-regex.o
 LIBCORE_OBJS += libcore/constrain/json-schema.o
 LIBCORE_OBJS += libcore/constrain/mask-ahead.o
 LIBCORE_OBJS += libcore/constrain/mask.o
+LIBCORE_OBJS += libcore/cpu/expert.o
 LIBCORE_OBJS += libcore/cpu/isa.o
 LIBCORE_OBJS += libcore/cpu/linear.o
 LIBCORE_OBJS += libcore/cpu/nvfp4-avx2.o
