@@ -196,6 +196,7 @@ PROGRAMS += capy-shortlist
 
 UNIT_TESTS += u-api
 UNIT_TESTS += u-artifact
+UNIT_TESTS += u-cpu-experts
 UNIT_TESTS += u-engine
 UNIT_TESTS += u-grammar
 UNIT_TESTS += u-json-schema
