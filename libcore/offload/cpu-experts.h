@@ -104,7 +104,9 @@ void capy_cpu_experts_forget(struct capy_cpu_experts *pool, struct capy_cpu_expe
 /* Request job: done = 0, req = 1, wake the pool. Does not wait. */
 int capy_cpu_experts_post(struct capy_cpu_experts *pool, struct capy_cpu_experts_job *job,
 			  struct capy_err *err);
-/* Sleep until job's done is 1; its status (0, or the code with the job's message in err). */
+/* Sleep until job's done is 1; its status (0, or the code with the job's message in err).
+ * A waiter on another thread than the poster must know the post happened (done was reset
+ * to 0), or it may see the previous request's 1. */
 int capy_cpu_experts_wait(struct capy_cpu_experts_job *job, struct capy_err *err);
 /* post, then wait. */
 int capy_cpu_experts_submit(struct capy_cpu_experts *pool, struct capy_cpu_experts_job *job,
