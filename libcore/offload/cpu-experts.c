@@ -189,35 +189,40 @@ static void prep_down(struct capy_cpu_experts *p, uint32_t a)
 	capy_linear_prepare(&p->cur->down[group_expert(p, a)], act, group_rows(p, a), group_ws(p, a), &p->in[a]);
 }
 
-#define EACH(p, ph, n, i) for (uint32_t i; (i = atomic_fetch_add(&(p)->next[ph], 1)) < (n);)
+static void tile_gate_up(struct capy_cpu_experts *p, uint32_t t)
+{
+	tile(p, t, false);
+}
+
+static void tile_down(struct capy_cpu_experts *p, uint32_t t)
+{
+	tile(p, t, true);
+}
+
+/* The phases of the row-slice split, in order; the odd ones run over tiles, the others over
+ * groups. */
+static void (*const phase_fn[PH_COUNT])(struct capy_cpu_experts *, uint32_t) = {
+	[PH_PREP] = prep_gate_up, [PH_GATE_UP] = tile_gate_up, [PH_DOWN_PREP] = prep_down,
+	[PH_DOWN] = tile_down, [PH_SCATTER] = scatter,
+};
 
 /* Thread ith's share of the current job; every thread ends at the final barrier. */
 static void run_share(struct capy_cpu_experts *p)
 {
 	const uint32_t ng = p->n_groups, nt = ng * p->pieces;
+	uint32_t i;
 
 	if (p->whole) {
-		EACH(p, PH_PREP, ng, a)
-			whole_expert(p, a);
+		while ((i = atomic_fetch_add(&p->next[PH_PREP], 1)) < ng)
+			whole_expert(p, i);
 	} else {
-		EACH(p, PH_PREP, ng, a)
-			prep_gate_up(p, a);
-		barrier(p);
-		if (!atomic_load(&p->failed))
-			EACH(p, PH_GATE_UP, nt, t)
-				tile(p, t, false);
-		barrier(p);
-		if (!atomic_load(&p->failed))
-			EACH(p, PH_DOWN_PREP, ng, a)
-				prep_down(p, a);
-		barrier(p);
-		if (!atomic_load(&p->failed))
-			EACH(p, PH_DOWN, nt, t)
-				tile(p, t, true);
-		barrier(p);
-		if (!atomic_load(&p->failed))
-			EACH(p, PH_SCATTER, ng, a)
-				scatter(p, a);
+		for (int ph = 0; ph < PH_COUNT; ph++) {
+			const uint32_t n = ph % 2 ? nt : ng;
+			if (ph)
+				barrier(p);
+			while (!atomic_load(&p->failed) && (i = atomic_fetch_add(&p->next[ph], 1)) < n)
+				phase_fn[ph](p, i);
+		}
 	}
 	barrier(p);
 }
