@@ -300,7 +300,8 @@ static int lay_out(struct capy_cpu_experts *p, struct capy_cpu_experts_job *j, s
 	p->H = H;
 	p->I2 = I2;
 	p->row_bytes = CAPY_ALIGN_UP(row, 64);
-	need = 64 + n * CAPY_ALIGN_UP((I2 + 2 * H) * sizeof(float), 64) + n * p->row_bytes;
+	need = 64 + n * (CAPY_ALIGN_UP(I2 * sizeof(float), 64) + 2 * CAPY_ALIGN_UP(H * sizeof(float), 64)) +
+	       n * p->row_bytes;
 	if (need > p->buf_bytes) {
 		void *nb = aligned_alloc(64, CAPY_ALIGN_UP(need, 64));
 		if (!nb)
