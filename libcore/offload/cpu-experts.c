@@ -438,7 +438,7 @@ static void *worker(void *arg)
 int capy_cpu_experts_new(struct capy_cpu_experts **out, const struct capy_cpu_experts_opts *o,
 			 struct capy_err *err)
 {
-	static struct capy_cpu_topology sys; /* large; read once per pool made without one */
+	struct capy_cpu_topology *sys = NULL; /* 16 KiB: not on the stack */
 	const struct capy_cpu_topology *t = o->topo;
 	struct capy_cpu_experts *p;
 	int rc;
@@ -448,15 +448,21 @@ int capy_cpu_experts_new(struct capy_cpu_experts **out, const struct capy_cpu_ex
 		return capy_err_set(err, CAPY_EINVAL, "cpu experts: %d threads, expected 0..%d", o->threads,
 				    CAPY_EXPERT_THREADS_MAX);
 	if (!t) {
-		if ((rc = capy_cpu_topology_read(&sys, NULL, NULL, err)) < 0)
+		if (!(sys = malloc(sizeof(*sys))))
+			return capy_err_set(err, CAPY_ENOMEM, "cpu experts: no memory for the topology");
+		if ((rc = capy_cpu_topology_read(sys, NULL, NULL, err)) < 0) {
+			free(sys);
 			return rc;
-		t = &sys;
+		}
+		t = sys;
 	}
 	if (!(p = calloc(1, sizeof(*p))) || !(p->tid = calloc(CAPY_EXPERT_THREADS_MAX, sizeof(*p->tid)))) {
 		free(p);
+		free(sys);
 		return capy_err_set(err, CAPY_ENOMEM, "cpu experts: no memory for the pool");
 	}
 	capy_expert_threads_choose(&p->th, t, o->threads);
+	free(sys);
 	p->nth = p->th.n;
 	p->pin = !o->no_pin;
 	p->poll_us = o->poll_us;

@@ -126,8 +126,8 @@ static int renumber(struct capy_cpu_topology *t, int *key, size_t stride_off)
 int capy_cpu_topology_read(struct capy_cpu_topology *t, const char *root, const char *affinity,
 			   struct capy_err *err)
 {
-	static bool online[CAPY_TOPO_MAX_CPUS], allowed[CAPY_TOPO_MAX_CPUS], tmp[CAPY_TOPO_MAX_CPUS];
-	static int core_key[CAPY_TOPO_MAX_CPUS], l3_key[CAPY_TOPO_MAX_CPUS];
+	bool online[CAPY_TOPO_MAX_CPUS], allowed[CAPY_TOPO_MAX_CPUS], tmp[CAPY_TOPO_MAX_CPUS];
+	int core_key[CAPY_TOPO_MAX_CPUS], l3_key[CAPY_TOPO_MAX_CPUS];
 	char line[8192], rel[256];
 	bool nodes[CAPY_TOPO_MAX_CPUS] = { false };
 
@@ -191,8 +191,8 @@ int capy_cpu_topology_read(struct capy_cpu_topology *t, const char *root, const 
  * gets indices into t->cpus; returns n_cpus. */
 static int thread_order(const struct capy_cpu_topology *t, int *order)
 {
-	static int rank[CAPY_TOPO_MAX_CPUS], level[CAPY_TOPO_MAX_CPUS], core_rank[CAPY_TOPO_MAX_CPUS];
-	static int seen_l3[CAPY_TOPO_MAX_CPUS], seen_core[CAPY_TOPO_MAX_CPUS];
+	int rank[CAPY_TOPO_MAX_CPUS], level[CAPY_TOPO_MAX_CPUS], core_rank[CAPY_TOPO_MAX_CPUS];
+	int seen_l3[CAPY_TOPO_MAX_CPUS], seen_core[CAPY_TOPO_MAX_CPUS];
 	int n = 0, max_rank = 0, max_level = 0;
 
 	memset(seen_l3, 0, sizeof(seen_l3));
@@ -219,8 +219,7 @@ static int thread_order(const struct capy_cpu_topology *t, int *order)
 
 void capy_expert_threads_choose(struct capy_expert_threads *x, const struct capy_cpu_topology *t, int n)
 {
-	static int order[CAPY_TOPO_MAX_CPUS];
-	int total = thread_order(t, order), pos[CAPY_EXPERT_THREADS_MAX];
+	int order[CAPY_TOPO_MAX_CPUS], total = thread_order(t, order), pos[CAPY_EXPERT_THREADS_MAX];
 
 	memset(x, 0, sizeof(*x));
 	x->host_cpu = -1;
