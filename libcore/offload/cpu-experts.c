@@ -319,8 +319,11 @@ static int lay_out(struct capy_cpu_experts *p, struct capy_cpu_experts_job *j, s
 	p->xg = (float *)b;
 	b += n * CAPY_ALIGN_UP(H * sizeof(float), 64);
 	p->ws = b;
-	p->whole = p->n_groups >= (uint32_t)p->nth;
-	p->pieces = p->whole ? 1 : ((uint32_t)p->nth + p->n_groups - 1) / p->n_groups;
+	/* Whole experts only where the last of them leaves the threads at most a quarter idle;
+	 * else about 4 tiles per thread, taken from a counter, so that the threads finish
+	 * together (a barrier costs little next to an expert's 1-2 MB). */
+	p->whole = p->nth == 1 || p->n_groups >= 4 * (uint32_t)p->nth;
+	p->pieces = p->whole ? 1 : (4 * (uint32_t)p->nth + p->n_groups - 1) / p->n_groups;
 	return 0;
 }
 

@@ -22,10 +22,10 @@
  * (gate_up, SwiGLU, quantize with down's input_scale, down), so out is bit-identical to the
  * CPU backend's expert output, and to the GPU's, whatever the thread count or the split.
  *
- * The split: misses grouped by expert; with at least as many experts as threads each thread
- * takes whole experts (no synchronization inside a job); else every expert's matrices are
- * split into row slices over all threads, in phases separated by barriers (gate_up, SwiGLU
- * and down's quantization, down). Rows are independent in the W4A4 definition, so neither
+ * The split: misses grouped by expert; with at least 4 experts per thread each thread takes
+ * whole experts (no synchronization inside a job); else every expert's matrices are split
+ * into row slices, about 4 per thread, in phases separated by barriers (gate_up, SwiGLU and
+ * down's quantization, down). Rows are independent in the W4A4 definition, so neither
  * the grouping nor the split changes a bit.
  *
  * Words (each a plain aligned 32-bit word inside the job): req is set to 1 to request the job
