@@ -20,7 +20,8 @@
  * once with the expert's input_scale), or as float rows x that the pool quantizes the same
  * way. Each miss is computed as libcore/cpu/expert.h computes an expert for the CPU backend
  * (gate_up, SwiGLU, quantize with down's input_scale, down), so out is bit-identical to the
- * CPU backend's expert output, and to the GPU's, whatever the thread count or the split.
+ * CPU backend's expert output, and to the GPU's (t/cuda/u-cuda-linear checks it), whatever the
+ * thread count or the split.
  *
  * The split: misses grouped by expert; with at least 4 experts per thread each thread takes
  * whole experts (no synchronization inside a job); else every expert's matrices are split
