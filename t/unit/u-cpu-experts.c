@@ -328,6 +328,18 @@ static void job_of(struct capy_cpu_experts_job *j, const struct layer *l, struct
 		j->x = s->x;
 }
 
+/* The nvfp4 fixture's layer and g experts x m rows of random misses, quantized. */
+static bool open_misses(struct layer *l, struct misses *s, uint64_t seed, uint32_t g, uint32_t m)
+{
+	struct capy_rng r;
+
+	if (!open_layer(l, "qwen3_5_moe-nvfp4"))
+		return false;
+	capy_rng_seed(&r, seed);
+	make_misses(s, l, &r, g, m, true);
+	return true;
+}
+
 static struct capy_cpu_experts *new_pool(int threads, uint32_t poll_us)
 {
 	struct capy_cpu_experts *p = NULL;
@@ -489,7 +501,6 @@ static void *write_words(void *arg)
 static void test_words_and_idle(void)
 {
 	struct layer l;
-	struct capy_rng r;
 	struct capy_err err = { 0 };
 	struct capy_cpu_experts *p;
 	struct capy_cpu_experts_job job;
@@ -497,10 +508,8 @@ static void test_words_and_idle(void)
 	pthread_t th;
 	double c0, c1;
 
-	if (!open_layer(&l, "qwen3_5_moe-nvfp4"))
+	if (!open_misses(&l, &s, 5, 3, 2))
 		return;
-	capy_rng_seed(&r, 5);
-	make_misses(&s, &l, &r, 3, 2, true);
 
 	/* idle: 3 threads sleeping in the futex burn (almost) nothing over 200 ms */
 	if ((p = new_pool(3, 0))) {
@@ -559,10 +568,9 @@ static void test_errors_and_shutdown(void)
 	struct misses s;
 
 	CHECK_EQ_INT(capy_cpu_experts_new(&p, &(struct capy_cpu_experts_opts){ .threads = -2 }, &err), CAPY_EINVAL);
-	if (!open_layer(&l, "qwen3_5_moe-nvfp4"))
+	if (!open_misses(&l, &s, 9, 4, 1))
 		return;
-	capy_rng_seed(&r, 9);
-	make_misses(&s, &l, &r, 4, 1, true);
+	capy_rng_seed(&r, 10);
 	if ((p = new_pool(3, 0))) {
 		job_of(&job, &l, &s, true);
 		s.expert[2] = 99;
