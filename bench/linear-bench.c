@@ -3,7 +3,8 @@
  *
  *	make bench && build/bench/linear-bench [--quick] [--experts N] [--isa NAME]
  *		[--threads 1,2,...] [--m 1,4,16] [--split rows|experts]
- *		[--only bandwidth|decode|hot|prefill|prepare]
+ *		[--jobs 8x1,8x4,32x1] [--hidden 2048,2560]
+ *		[--only bandwidth|decode|hot|prefill|prepare|jobs]
  *
  * 1. Read bandwidth: sum a 1 GiB buffer with each thread count (default 1 and 2, at most the
  *    CPU count; best of 5), and again between the timed passes of every kernel (the VM's share
@@ -18,9 +19,16 @@
  * 3. The same kernels with the weights in L2 (8 NVFP4 [64, 2048], 2 BF16 [64, 2048]): what the
  *    core computes when memory is not the limit (NVFP4 at every m of --m).
  * 4. Prefill-like: m = 64 and 512 on in-cache-sized sets, GFLOP/s (2 m n k per call).
+ * 5. Expert jobs of the offloading engine (libcore/offload/cpu-experts.h): one MoE layer's
+ *    misses of a decode step, --jobs EXPERTSxTOKENS (default 8 experts x 1 token, 8 x 4,
+ *    32 x 1), for each --hidden (2048: Qwen3.5-MoE, 2560: Flash-Next; moe_intermediate 512,
+ *    gate_up in two parts), through a pool of each --threads count, the input handed over
+ *    quantized as the GPU hands it; the experts of successive jobs rotate over a set larger
+ *    than the caches. Prints us per job (median and best) and GB/s of expert weights read.
  */
 #include "core.h"
 #include "cpu/linear.h"
+#include "offload/cpu-experts.h"
 #include "util/thread.h"
 
 #include <immintrin.h>
@@ -312,6 +320,157 @@ static void free_run(struct run *r)
 	free(r->y);
 }
 
+/* --- expert jobs of the offloading engine -------------------------------------------------- */
+
+struct job_shape {
+	uint64_t experts, tokens;
+};
+
+/* A list of EXPERTSxTOKENS ("8x1,8x4,32x1") into out; the count, or -1. */
+static int parse_jobs(const char *s, struct job_shape *out, int max)
+{
+	int n = 0;
+
+	while (*s) {
+		char *end;
+		unsigned long long e = strtoull(s, &end, 10), t;
+		if (end == s || *end != 'x' || !e || e > 512 || n == max)
+			return -1;
+		s = end + 1;
+		t = strtoull(s, &end, 10);
+		if (end == s || !t || t > 64 || (*end && *end != ','))
+			return -1;
+		out[n++] = (struct job_shape){ e, t };
+		s = *end ? end + 1 : end;
+	}
+	return n;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+	double x = *(const double *)a, y = *(const double *)b;
+
+	return x < y ? -1 : x > y;
+}
+
+/* Section 5: nexp experts of hidden size H, each job shape through a pool of each thread count. */
+static void bench_jobs(uint64_t H, size_t nexp, const uint64_t *threads, int nthr, struct capy_pool **bwpool,
+		       const struct job_shape *jobs, int njobs, bool quick)
+{
+	const uint64_t I = 512, gu_parts[2] = { I, I };
+	struct capy_nvfp4_layout gl, dl;
+	struct capy_err err = { 0 };
+
+	capy_nvfp4_layout(2 * I, H, 2, &gl);
+	capy_nvfp4_layout(H, I, 1, &dl);
+	uint64_t stride = CAPY_ALIGN_UP(gl.slice_bytes + dl.slice_bytes, 4096);
+	uint8_t *rec = xalloc(stride * nexp);
+	struct mat *m = calloc(2 * nexp, sizeof(*m));
+	struct capy_linear *gu = calloc(nexp, sizeof(*gu)), *dn = calloc(nexp, sizeof(*dn));
+	for (size_t e = 0; e < nexp; e++) {
+		uint8_t *p = rec + e * stride;
+		nvfp4_record(p, 2 * I, H, 2, gu_parts, &m[2 * e]);
+		nvfp4_record(p + gl.slice_bytes, H, I, 1, &H, &m[2 * e + 1]);
+		gu[e] = m[2 * e].w;
+		dn[e] = m[2 * e + 1].w;
+	}
+	const uint64_t ebytes = m[0].bytes + m[1].bytes;
+	uint64_t maxm = 1;
+	for (int jn = 0; jn < njobs; jn++)
+		maxm = CAPY_MAX(maxm, jobs[jn].experts * jobs[jn].tokens);
+	/* the hand-over: every expert has the same input scales here, so rows quantized for expert
+	 * 0 serve them all (what the GPU would hand over) */
+	float *x = xalloc(maxm * H * sizeof(float));
+	for (uint64_t i = 0; i < maxm * H; i++)
+		x[i] = (float)((double)(rnd() % 20001) / 10000.0 - 1.0);
+	int8_t *qa = xalloc(2 * maxm * H);
+	int32_t *sa = xalloc(2 * maxm * (H / 16) * sizeof(int32_t));
+	float *gs = xalloc(2 * maxm * sizeof(float)), *out = xalloc(maxm * H * sizeof(float));
+	void *qws = xalloc(capy_linear_input_bytes(&gu[0], maxm));
+	capy_linear_quantize_rows(&gu[0], x, maxm, qws, qa, sa, gs, maxm);
+	int32_t *ids = xalloc(maxm * sizeof(int32_t));
+
+	printf("\n%zu NVFP4 experts of hidden %" PRIu64 " (gate_up [%" PRIu64 ", %" PRIu64 "] + down [%" PRIu64
+	       ", %" PRIu64 "], %.2f MB each), %.0f MB\n", nexp, H, 2 * I, H, H, I, (double)ebytes / 1e6,
+	       (double)stride * (double)nexp / 1e6);
+	printf("\n| hidden | experts x tokens | threads | split | us per job (median) | best | GB/s (median) | "
+	       "read bw GB/s |\n|---|---|---|---|---|---|---|---|\n");
+	for (int ti = 0; ti < nthr; ti++) {
+		struct capy_cpu_experts *pool;
+		struct capy_cpu_experts_job *job = calloc(1, sizeof(*job));
+		double bw = 0;
+		for (int i = 0; i < 3; i++)
+			bw = fmax(bw, bw_pass(bwpool[ti]));
+		if (capy_cpu_experts_new(&pool, &(struct capy_cpu_experts_opts){ .threads = (int)threads[ti] },
+					 &err) < 0) {
+			fprintf(stderr, "linear-bench: %s\n", err.msg);
+			exit(1);
+		}
+		job->gate_up = gu;
+		job->down = dn;
+		job->n_experts = (uint32_t)nexp;
+		job->expert = ids;
+		job->out = out;
+		/* the hand-off alone: a job without misses (post, the dispatcher wakes, done, the
+		 * waiter wakes), best and median of 2000 */
+		{
+			double rt[2000];
+			for (int r = 0; r < 2000; r++) {
+				double t0 = now();
+				capy_cpu_experts_submit(pool, job, &err);
+				rt[r] = now() - t0;
+			}
+			qsort(rt, 2000, sizeof(double), cmp_double);
+			printf("| %" PRIu64 " | none (hand-off) | %d | | %.1f | %.1f | | |\n", H, (int)threads[ti],
+			       rt[1000] * 1e6, rt[0] * 1e6);
+		}
+		for (int jn = 0; jn < njobs; jn++) {
+			const uint64_t g = jobs[jn].experts, tok = jobs[jn].tokens, n = g * tok;
+			const int reps = quick ? 20 : 200;
+			double *t = calloc((size_t)reps, sizeof(double));
+			uint64_t next = 0;
+			if (g > nexp)
+				continue;
+			job->n_misses = (uint32_t)n;
+			job->in = (struct capy_nvfp4_rows){ qa, sa, gs, maxm };
+			for (int r = -2; r < reps; r++) {
+				for (uint64_t s = 0; s < n; s++) /* token-major, as the router lists them */
+					ids[s] = (int32_t)((next + s % g) % nexp);
+				next += g;
+				double t0 = now();
+				if (capy_cpu_experts_submit(pool, job, &err) < 0) {
+					fprintf(stderr, "linear-bench: %s\n", err.msg);
+					exit(1);
+				}
+				if (r >= 0)
+					t[r] = now() - t0;
+			}
+			qsort(t, (size_t)reps, sizeof(double), cmp_double);
+			/* the pool's choice (cpu-experts.c): whole experts from 4 per thread */
+			const bool whole = threads[ti] == 1 || g >= 4 * threads[ti];
+			printf("| %" PRIu64 " | %" PRIu64 " x %" PRIu64 " | %d | %s | %.1f | %.1f | %.2f | %.2f |\n", H, g, tok,
+			       (int)threads[ti], whole ? "experts" : "rows", t[reps / 2] * 1e6, t[0] * 1e6,
+			       (double)(g * ebytes) / t[reps / 2] / 1e9, bw);
+			fflush(stdout);
+			free(t);
+		}
+		capy_cpu_experts_forget(pool, job);
+		capy_cpu_experts_free(pool);
+		free(job);
+	}
+	free(rec);
+	free(m);
+	free(gu);
+	free(dn);
+	free(x);
+	free(qa);
+	free(sa);
+	free(gs);
+	free(out);
+	free(qws);
+	free(ids);
+}
+
 int main(int argc, char **argv)
 {
 	bool quick = false;
@@ -324,6 +483,9 @@ int main(int argc, char **argv)
 	const uint64_t gu_parts[2] = { 512, 512 };
 	uint64_t threads[16] = { 1, 2 }, ms_fp4[16] = { 1, 4, 16 };
 	int nthr = capy_cpu_count() > 1 ? 2 : 1, nm_fp4 = 3, splits = 3; /* bit 0 rows, 1 experts */
+	struct job_shape jobs[16] = { { 8, 1 }, { 8, 4 }, { 32, 1 } };
+	uint64_t hiddens[4] = { 2048, 2560 };
+	int njobs = 3, nhid = 2;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--quick"))
@@ -352,6 +514,16 @@ int main(int argc, char **argv)
 				fprintf(stderr, "linear-bench: --m wants up to 16 row counts in 1..512, e.g. 1,2,4,8,16\n");
 				return 2;
 			}
+		} else if (!strcmp(argv[i], "--jobs") && i + 1 < argc) {
+			if ((njobs = parse_jobs(argv[++i], jobs, 16)) <= 0) {
+				fprintf(stderr, "linear-bench: --jobs wants up to 16 EXPERTSxTOKENS, e.g. 8x1,8x4,32x1\n");
+				return 2;
+			}
+		} else if (!strcmp(argv[i], "--hidden") && i + 1 < argc) {
+			if ((nhid = parse_list(argv[++i], hiddens, 4, 256, 16384)) <= 0 || hiddens[0] % 256) {
+				fprintf(stderr, "linear-bench: --hidden wants up to 4 hidden sizes, multiples of 256\n");
+				return 2;
+			}
 		} else if (!strcmp(argv[i], "--split") && i + 1 < argc) {
 			const char *v = argv[++i];
 			splits = !strcmp(v, "rows") ? 1 : !strcmp(v, "experts") ? 2 : 0;
@@ -362,7 +534,8 @@ int main(int argc, char **argv)
 		} else {
 			fprintf(stderr, "usage: linear-bench [--quick] [--experts N] [--isa NAME] "
 				"[--threads 1,2,...] [--m 1,4,16] [--split rows|experts] "
-				"[--only bandwidth|decode|hot|prefill|prepare]\n");
+				"[--jobs 8x1,8x4,32x1] [--hidden 2048,2560] "
+				"[--only bandwidth|decode|hot|prefill|prepare|jobs]\n");
 			return 2;
 		}
 	}
@@ -388,6 +561,11 @@ int main(int argc, char **argv)
 			printf("capy_pool_run of an empty job, %d threads: %.1f us\n", (int)threads[ti],
 			       pool_overhead(pool[ti]));
 	if (only && !strcmp(only, "bandwidth"))
+		return 0;
+	if (!only || !strcmp(only, "jobs"))
+		for (int h = 0; h < nhid; h++)
+			bench_jobs(hiddens[h], quick ? 48 : 160, threads, nthr, pool, jobs, njobs, quick);
+	if (only && !strcmp(only, "jobs"))
 		return 0;
 
 	/* Experts: gate_up then down, one contiguous range each, as in an artifact. */

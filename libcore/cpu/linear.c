@@ -128,27 +128,37 @@ size_t capy_linear_input_bytes(const struct capy_linear *w, uint64_t m)
 	return (size_t)total;
 }
 
-void capy_linear_prepare(const struct capy_linear *w, const float *x, uint64_t m, void *workspace,
-			 struct capy_linear_input **in)
+/* The header of m rows prepared for w in workspace; NVFP4: where the chunks and scales go. */
+static struct capy_linear_input *input_layout(const struct capy_linear *w, const float *x, uint64_t m,
+					      void *workspace)
 {
 	struct capy_linear_input *p = (void *)CAPY_ALIGN_UP((uintptr_t)workspace, 64);
-	const struct capy_cpu_kernels *kern;
-	uint64_t qrow;
 
 	memset(p, 0, sizeof(*p));
 	p->dtype = w->dtype;
 	p->x = x;
 	p->m = m;
 	p->k = w->k;
+	if (w->dtype != CAPY_DT_NVFP4)
+		return p;
+	p->nvar = variants(w, p->part_var, p->var_scale);
+	p->nchunks = (w->k + CAPY_NV_CHUNK - 1) / CAPY_NV_CHUNK;
+	p->q = (uint8_t *)p + HEADER_BYTES;
+	p->gs = (float *)(p->q + p->nvar * m * p->nchunks * CAPY_NV_CHUNK_BYTES);
+	return p;
+}
+
+void capy_linear_prepare(const struct capy_linear *w, const float *x, uint64_t m, void *workspace,
+			 struct capy_linear_input **in)
+{
+	struct capy_linear_input *p = input_layout(w, x, m, workspace);
+	const struct capy_cpu_kernels *kern;
+	uint64_t qrow = p->nchunks * CAPY_NV_CHUNK_BYTES;
+
 	*in = p;
 	if (w->dtype != CAPY_DT_NVFP4)
 		return;
 	kern = capy_cpu_kernels();
-	p->nvar = variants(w, p->part_var, p->var_scale);
-	p->nchunks = (w->k + CAPY_NV_CHUNK - 1) / CAPY_NV_CHUNK;
-	qrow = p->nchunks * CAPY_NV_CHUNK_BYTES;
-	p->q = (uint8_t *)p + HEADER_BYTES;
-	p->gs = (float *)(p->q + p->nvar * m * qrow);
 	for (uint32_t v = 0; v < p->nvar; v++)
 		for (uint64_t i = 0; i < m; i++)
 			kern->nvfp4_prep(x + i * w->k, w->k, p->var_scale[v], p->q + (v * m + i) * qrow,
@@ -191,5 +201,89 @@ void capy_linear_rows(const struct capy_linear *w, const struct capy_linear_inpu
 			kern->nvfp4(w, in->q + v * in->m * qrow, in->gs + v * in->m, in->m, in->nchunks,
 				    w->scale2[p], y, lo, hi);
 		begin = end;
+	}
+}
+
+/* The first part of each variant: where a variant's rows are read from in the hand-over. */
+static void variant_parts(const struct capy_linear_input *p, uint32_t nparts, uint32_t *first)
+{
+	for (uint32_t part = nparts; part-- > 0;)
+		first[p->part_var[part]] = part;
+}
+
+int capy_linear_prepare_quantized(const struct capy_linear *w, const struct capy_nvfp4_rows *q, const uint32_t *rows,
+				  uint64_t m, void *workspace, struct capy_linear_input **in, struct capy_err *err)
+{
+	const uint64_t k = w->k, nb = k / 16;
+	struct capy_linear_input *p;
+	uint32_t first[CAPY_MAX_PARTS];
+	uint64_t qrow;
+
+	if (w->dtype != CAPY_DT_NVFP4)
+		return capy_err_set(err, CAPY_EINVAL, "linear: quantized rows given for a %s matrix (NVFP4 only)",
+				    capy_dtype_name(w->dtype) ? capy_dtype_name(w->dtype) : "(invalid)");
+	p = input_layout(w, NULL, m, workspace);
+	qrow = p->nchunks * CAPY_NV_CHUNK_BYTES;
+	variant_parts(p, w->nparts, first);
+	*in = p;
+	for (uint32_t v = 0; v < p->nvar; v++)
+		for (uint64_t i = 0; i < m; i++) {
+			const uint64_t src = first[v] * q->ld + (rows ? rows[i] : i);
+			const int8_t *qa = q->qa + src * k;
+			const int32_t *sa = q->sa + src * nb;
+			uint8_t *dst = p->q + (v * m + i) * qrow;
+			if (nb % 16)
+				memset(dst + (p->nchunks - 1) * CAPY_NV_CHUNK_BYTES, 0, CAPY_NV_CHUNK_BYTES);
+			for (uint64_t b = 0; b < nb; b++) {
+				uint8_t *c = dst + (b / 16) * CAPY_NV_CHUNK_BYTES;
+				unsigned d = (unsigned)(b % 16);
+				int32_t sum = 0, nc;
+				if (sa[b] < -(15 << 14) || sa[b] > (15 << 14))
+					return capy_err_set(err, CAPY_EFORMAT, "linear: quantized row %" PRIu64
+							    " (part %u): block %" PRIu64 " has scale %" PRId32
+							    ", outside +-%d", src % q->ld, first[v], b, sa[b], 15 << 14);
+				for (unsigned e = 0; e < 16; e++) {
+					int8_t a = qa[b * 16 + e];
+					if (a < -12 || a > 12)
+						return capy_err_set(err, CAPY_EFORMAT, "linear: quantized row %" PRIu64
+								    " (part %u): element %" PRIu64 " is %d, outside "
+								    "[-12, 12]", src % q->ld, first[v], b * 16 + e, a);
+					c[capy_nv_slot(d, e)] = (uint8_t)a;
+					sum += a;
+				}
+				nc = -12 * sum;
+				memcpy(c + CAPY_NV_NC + 4 * d, &nc, 4);
+				memcpy(c + CAPY_NV_SA + 4 * d, &sa[b], 4);
+			}
+			p->gs[v * m + i] = q->gs[src];
+		}
+	return 0;
+}
+
+void capy_linear_quantize_rows(const struct capy_linear *w, const float *x, uint64_t m, void *workspace, int8_t *qa,
+			       int32_t *sa, float *gs, uint64_t ld)
+{
+	const uint64_t k = w->k, nb = k / 16;
+	struct capy_linear_input *p;
+	uint64_t qrow;
+
+	if (w->dtype != CAPY_DT_NVFP4)
+		CAPY_BUG("capy_linear_quantize_rows: a %s matrix", capy_dtype_name(w->dtype));
+	capy_linear_prepare(w, x, m, workspace, &p);
+	qrow = p->nchunks * CAPY_NV_CHUNK_BYTES;
+	for (uint32_t part = 0; part < w->nparts; part++) {
+		const uint32_t v = p->part_var[part];
+		for (uint64_t i = 0; i < m; i++) {
+			const uint8_t *src = p->q + (v * m + i) * qrow;
+			const uint64_t dst = part * ld + i;
+			for (uint64_t b = 0; b < nb; b++) {
+				const uint8_t *c = src + (b / 16) * CAPY_NV_CHUNK_BYTES;
+				unsigned d = (unsigned)(b % 16);
+				for (unsigned e = 0; e < 16; e++)
+					qa[dst * k + b * 16 + e] = (int8_t)c[capy_nv_slot(d, e)];
+				memcpy(&sa[dst * nb + b], c + CAPY_NV_SA + 4 * d, 4);
+			}
+			gs[dst] = p->gs[v * m + i];
+		}
 	}
 }

@@ -126,6 +126,41 @@ size_t capy_linear_input_bytes(const struct capy_linear *w, uint64_t m);
 void capy_linear_prepare(const struct capy_linear *w, const float *x, uint64_t m, void *workspace,
 			 struct capy_linear_input **in);
 
+/* Activation rows already quantized for an NVFP4 matrix, in the GPU's format (kernels/
+ * linear-impl.h's struct lin_act, what lin_quantize writes): for part p of w and row i,
+ *
+ *	qa[((p * ld) + i) * k + j]     int8   a = 2*e2m1 of element j (an integer in [-12, 12])
+ *	sa[((p * ld) + i) * (k / 16) + b]  int32  block b's E4M3 scale as an integer (value * 2^9)
+ *	gs[(p * ld) + i]               float  vLLM's global scale 1/input_scale (dynamic: of the
+ *	                                      row's amax); NaN for a row that held Inf or NaN
+ *
+ * each part quantized with its own input_scale (parts with the same input_scale hold the same
+ * rows). This is the hand-over of the offloading engine (docs/offload.md): the GPU quantizes a
+ * routed expert's input once and the CPU computes from the same integers, so both sides give
+ * the same bits. */
+struct capy_nvfp4_rows {
+	const int8_t *qa;
+	const int32_t *sa;
+	const float *gs;
+	uint64_t ld; /* rows between one part's rows and the next part's */
+};
+
+/* Prepare m rows of q for w (NVFP4 only) in workspace (capy_linear_input_bytes(w, m) bytes):
+ * prepared row i is q's row rows[i] (rows NULL: row i). Nothing is quantized again: the
+ * integers are rearranged into the kernels' layout, so capy_linear_rows then gives exactly
+ * what capy_linear_prepare of the float rows they came from gives. Fails with CAPY_EFORMAT,
+ * naming the row, on a value out of range (|a| > 12 or |S| > 15 * 2^14: the int32 and int64
+ * bounds of linear.h would not hold) and CAPY_EINVAL on a matrix that is not NVFP4. */
+int capy_linear_prepare_quantized(const struct capy_linear *w, const struct capy_nvfp4_rows *q, const uint32_t *rows,
+				  uint64_t m, void *workspace, struct capy_linear_input **in, struct capy_err *err);
+
+/* Quantize m float rows x [m][k] for w (NVFP4) into the format above (every part, row i of
+ * part p at p * ld + i), exactly as capy_linear_prepare quantizes them (the reference rule of
+ * vLLM's emulation, which the GPU's lin_quantize follows too). workspace: as for
+ * capy_linear_prepare with m rows. */
+void capy_linear_quantize_rows(const struct capy_linear *w, const float *x, uint64_t m, void *workspace, int8_t *qa,
+			       int32_t *sa, float *gs, uint64_t ld);
+
 /* y[i][r] = sum_j x[i][j] * W[r][j] for r in [r0, r1) and every i < m; y is [m][n] (ld = n).
  * Writes only those elements. Any split of the rows gives bit-identical y. in must have been
  * prepared for w. */

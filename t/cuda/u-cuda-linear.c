@@ -2,10 +2,13 @@
  * ck_linear for F32/F16/BF16 (tolerance, and batch invariance bit for bit) and NVFP4 (bit for
  * bit: 1, 2 and 3 parts, calibrated and dynamic input scales, Inf/NaN rows, records at 4- and
  * 8-byte offsets), the router against a C copy of the CPU's route(), the routed experts per
- * slot against a capy_linear chain (NVFP4 bit for bit, BF16 by tolerance) and the combine. */
+ * slot against a capy_linear chain (NVFP4 bit for bit, BF16 by tolerance) and against the
+ * offloading engine's CPU expert pool (libcore/offload/cpu-experts.h: every slot a miss, its
+ * input handed over quantized as the GPU hands it, bit for bit), and the combine. */
 #include "test.h"
 #include "cuda-test.h"
 #include "cpu/linear.h"
+#include "offload/cpu-experts.h"
 #include "quant/floats.h"
 #include "quant/nvfp4.h"
 
@@ -453,6 +456,65 @@ static void grouped_cases(const struct stack *gu, const struct stack *dn, const 
 	free(mix);
 }
 
+/* Every slot computed as a miss by the CPU expert pool (3 threads, so both its whole-expert
+ * and row-slice splits occur across the cases), the input quantized on the CPU into the GPU's
+ * hand-over format: the number of elements that differ from the GPU's out. */
+static size_t pool_differs(const struct stack *gu, const struct stack *dn, const float *x, uint64_t T, uint64_t k,
+			   uint64_t H, const int32_t *ids, const float *gpu)
+{
+	const uint64_t S = T * k, E = gu->E;
+	struct capy_linear *g = xmalloc(E * sizeof(*g)), *d = xmalloc(E * sizeof(*d));
+	struct capy_cpu_experts_job *job = calloc(1, sizeof(*job));
+	float *xs = xmalloc(S * H * 4), *out = xmalloc(S * H * 4), *gs = xmalloc(2 * S * 4);
+	int8_t *qa = xmalloc(2 * S * H);
+	int32_t *sa = xmalloc(2 * S * (H / 16) * 4);
+	struct capy_cpu_experts *pool = NULL;
+	struct capy_err err = { 0 };
+	size_t diff = 0, nan_bits = 0;
+
+	for (uint64_t e = 0; e < E; e++) {
+		const struct ck_linear *a = &gu->ex[e].ck, *b = &dn->ex[e].ck;
+		CHECK_EQ_INT(capy_linear_init(&g[e], capy_dt(a->dtype), a->n, a->k, a->nparts, a->part_rows,
+					      gu->ex[e].data, &err), 0);
+		CHECK_EQ_INT(capy_linear_init(&d[e], capy_dt(b->dtype), b->n, b->k, b->nparts, b->part_rows,
+					      dn->ex[e].data, &err), 0);
+	}
+	for (uint64_t s = 0; s < S; s++) {
+		void *ws = aligned_alloc(64, CAPY_ALIGN_UP(capy_linear_input_bytes(&g[ids[s]], 1), 64));
+		int8_t q[2 * 4096];
+		int32_t sc[2 * 256];
+		float f[2];
+		memcpy(xs + s * H, x + (s / k) * H, H * 4);
+		capy_linear_quantize_rows(&g[ids[s]], xs + s * H, 1, ws, q, sc, f, 1);
+		for (uint32_t p = 0; p < g[ids[s]].nparts; p++) {
+			memcpy(qa + (p * S + s) * H, q + p * H, H);
+			memcpy(sa + (p * S + s) * (H / 16), sc + p * (H / 16), (H / 16) * 4);
+			gs[p * S + s] = f[p];
+		}
+		free(ws);
+	}
+	*job = (struct capy_cpu_experts_job){ .gate_up = g, .down = d, .n_experts = (uint32_t)E,
+					      .n_misses = (uint32_t)S, .expert = ids, .out = out,
+					      .in = { qa, sa, gs, S } };
+	CHECK_MSG(capy_cpu_experts_new(&pool, &(struct capy_cpu_experts_opts){ .threads = 3, .no_pin = true },
+				       &err) == 0, "%s", err.msg);
+	if (pool) {
+		CHECK_MSG(capy_cpu_experts_submit(pool, job, &err) == 0, "%s", err.msg);
+		diff = differ(out, gpu, S * H, &nan_bits);
+		capy_cpu_experts_forget(pool, job);
+		capy_cpu_experts_free(pool);
+	}
+	free(g);
+	free(d);
+	free(job);
+	free(xs);
+	free(out);
+	free(gs);
+	free(qa);
+	free(sa);
+	return diff;
+}
+
 static void experts_case(enum ck_dtype dt, uint64_t E, uint64_t H, uint64_t I, uint64_t T, uint64_t k, bool dyn)
 {
 	const uint64_t S = T * k;
@@ -494,6 +556,10 @@ static void experts_case(enum ck_dtype dt, uint64_t E, uint64_t H, uint64_t I, u
 	if (dt == CK_NVFP4) {
 		d = differ(out, ref, S * H, &nan_bits);
 		CHECK_MSG(d == 0, "experts NVFP4: %zu of %" PRIu64 " elements differ", d, S * H);
+		size_t dp = pool_differs(&gu, &dn, x, T, k, H, ids, out);
+		CHECK_MSG(dp == 0, "experts NVFP4: the CPU expert pool differs from the GPU in %zu of %" PRIu64
+			  " elements", dp, S * H);
+		d += dp;
 		grouped_cases(&gu, &dn, dx, T, k, H, dids, ws, ref);
 	} else {
 		err = rel_err(out, ref, S * H);
@@ -502,7 +568,7 @@ static void experts_case(enum ck_dtype dt, uint64_t E, uint64_t H, uint64_t I, u
 	printf("experts %-5s E=%-3" PRIu64 " H=%-5" PRIu64 " I=%-4" PRIu64 " T=%-3" PRIu64 " k=%-2" PRIu64 " %s: ",
 	       dt_name(dt), E, H, I, T, k, dt == CK_NVFP4 ? (dyn ? "dynamic" : "calibrated") : "");
 	if (dt == CK_NVFP4)
-		printf("%s\n", d ? "BITS DIFFER" : "bit-identical per slot");
+		printf("%s\n", d ? "BITS DIFFER" : "bit-identical per slot, and to the CPU expert pool");
 	else
 		printf("rel_err %.3g\n", err);
 	CUDA_OK(cudaFree(dx));

@@ -2,28 +2,16 @@
  * top-k (renormalized when the config says so), routed experts summed in ascending
  * expert order (the reference's order), plus the sigmoid-gated shared expert. */
 #include "cpu-impl.h"
+#include "../../cpu/expert.h"
 
 #include <math.h>
 #include <stdatomic.h>
-
-/* SwiGLU in place over rows of [gate | up] (2 * inter values each): silu(gate) * up, the
- * results packed as rows of inter values. */
-static void swiglu_rows(float *act, uint64_t rows, uint64_t inter)
-{
-	for (uint64_t r = 0; r < rows; r++) {
-		float *row = act + r * 2 * inter;
-		for (uint64_t i = 0; i < inter; i++)
-			row[i] = silu(row[i]) * row[inter + i];
-		if (r)
-			memmove(act + r * inter, row, inter * sizeof(float));
-	}
-}
 
 void mlp_forward(struct cpu_engine *e, const struct capy_mlp_w *m, const float *xn, uint64_t T, float *out,
 		 float *act)
 {
 	par_linear(e, &m->gate_up, xn, T, act);
-	swiglu_rows(act, T, m->gate_up.n / 2);
+	capy_swiglu_rows(act, T, m->gate_up.n / 2);
 	par_linear(e, &m->down, act, T, out);
 }
 
@@ -94,7 +82,7 @@ static void expert_worker(void *p, int ith, int nth)
 	struct expert_job *j = p;
 	struct cpu_engine *e = j->e;
 	const struct capy_model_config *c = &e->c;
-	uint64_t H = c->hidden_size, I = c->moe_intermediate_size, k = c->n_experts_per_tok, a;
+	uint64_t H = c->hidden_size, k = c->n_experts_per_tok, a;
 	struct scratch *s = &e->s;
 	float *x = s->moe_x_th[ith], *act = s->moe_act_th[ith];
 	void *ws = s->lin_ws_th[ith];
@@ -108,10 +96,7 @@ static void expert_worker(void *p, int ith, int nth)
 		for (uint64_t r = 0; r < cnt; r++)
 			memcpy(x + r * H, j->xn + (uint64_t)(sl[r] / (int32_t)k) * H, H * sizeof(float));
 		capy_linear_prepare(&j->m->gate_up[ex], x, cnt, ws, &in);
-		capy_linear_rows(&j->m->gate_up[ex], in, act, 0, 2 * I);
-		swiglu_rows(act, cnt, I);
-		capy_linear_prepare(&j->m->down[ex], act, cnt, ws, &in);
-		capy_linear_rows(&j->m->down[ex], in, x, 0, H);
+		capy_expert_rows(&j->m->gate_up[ex], &j->m->down[ex], in, cnt, act, ws, x);
 		for (uint64_t r = 0; r < cnt; r++)
 			memcpy(s->moe_out + (uint64_t)sl[r] * H, x + r * H, H * sizeof(float));
 	}

@@ -1,6 +1,7 @@
 /* ops.c - element-wise and row operations of the forward pass, and the helpers that
  * spread work over the engine's threads. All in fp32, each with a fixed order. */
 #include "cpu-impl.h"
+#include "../../cpu/expert.h"
 #include "../../quant/floats.h"
 
 #include <math.h>
@@ -76,7 +77,7 @@ void rmsnorm_1p(const float *x, const float *w1p, float *y, uint64_t n, uint64_t
 
 float silu(float x)
 {
-	return x / (1.0f + expf(-x));
+	return capy_silu(x);
 }
 
 float sigmoidf_(float x)
