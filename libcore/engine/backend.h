@@ -77,6 +77,7 @@ struct capy_batch_item {
 	 * state_new) receives the recurrent state after the item's token t; the sequence's own
 	 * state ends after its last token as usual. NULL: none kept. */
 	void *const *states;
+	float *hidden;           /* NULL, or [n][H] as in struct capy_step_item */
 };
 
 struct capy_batch {
@@ -121,6 +122,11 @@ struct capy_backend_ops {
 	bool samples;
 	/* step() honours batch items' states (keep_states); else such steps are refused. */
 	bool keeps_states;
+	/* Optional: the MTP head (opts.mtp; engine.h capy_engine_mtp), rows r->pos .. r->pos +
+	 * r->n - 1, at most step_tokens of them; the core has made the pages of those positions
+	 * exist and belong to r->seq alone, and checked the tokens and ids. Backends with it also
+	 * fill step items' hidden. */
+	int (*mtp)(struct capy_engine *e, const struct capy_mtp_rows *r, struct capy_err *err);
 };
 
 /* Where one attention layer's rows are inside an attention-cache page (byte offsets): K and V

@@ -31,6 +31,13 @@ int capy_spec_window(struct capy_engine *e, struct capy_seq *seq, struct capy_sa
 		     const int32_t *drafts, uint64_t k, float *rows, int32_t *out, uint64_t *n_out,
 		     struct capy_spec_stats *st, struct capy_err *err)
 {
+	return capy_spec_window_hidden(e, seq, s, next, drafts, k, rows, NULL, out, n_out, st, err);
+}
+
+int capy_spec_window_hidden(struct capy_engine *e, struct capy_seq *seq, struct capy_sampler *s, int32_t next,
+			    const int32_t *drafts, uint64_t k, float *rows, float *hidden, int32_t *out,
+			    uint64_t *n_out, struct capy_spec_stats *st, struct capy_err *err)
+{
 	uint64_t V = capy_engine_config(e)->vocab_size, len = capy_seq_len(seq), m;
 	int32_t stack[64], *tokens = stack;
 	double t0 = now(), t1;
@@ -46,7 +53,8 @@ int capy_spec_window(struct capy_engine *e, struct capy_seq *seq, struct capy_sa
 	tokens[0] = next;
 	memcpy(tokens + 1, drafts, k * sizeof(*tokens));
 	rc = capy_engine_step(e, &(struct capy_step_item){ .seq = seq, .tokens = tokens, .n = k + 1, .logits = rows,
-							    .all_logits = true, .keep_states = true },
+							    .all_logits = true, .keep_states = true,
+							    .hidden = hidden },
 			      1, err);
 	if (tokens != stack)
 		free(tokens);
