@@ -203,6 +203,7 @@ UNIT_TESTS += u-expert-cache
 UNIT_TESTS += u-http
 UNIT_TESTS += u-linear
 UNIT_TESTS += u-mask
+UNIT_TESTS += u-mtp
 UNIT_TESTS += u-nvfp4
 UNIT_TESTS += u-outparse
 UNIT_TESTS += u-plan
