@@ -104,8 +104,8 @@ PY
 }
 
 @test "bad --spec, --draft-tokens and --ngram-min are refused as usage errors naming the flag" {
-	run -2 --separate-stderr capy-gen "$ART/capy-tiny.capy" --prompt-ids "1 2" --spec mtp
-	[ "${stderr_lines[0]}" = "capy-gen: error: --spec: 'mtp' is not ngram or off" ]
+	run -2 --separate-stderr capy-gen "$ART/capy-tiny.capy" --prompt-ids "1 2" --spec mtpx
+	[ "${stderr_lines[0]}" = "capy-gen: error: --spec: 'mtpx' is not mtp, ngram, mtp+ngram or off" ]
 	run -2 --separate-stderr capy-gen "$ART/capy-tiny.capy" --prompt-ids "1 2" --spec ngram --draft-tokens 0
 	[ "${stderr_lines[0]}" = "capy-gen: error: option '--draft-tokens': '0' is out of range [1, 64]" ]
 	run -2 --separate-stderr capy-gen "$ART/capy-tiny.capy" --prompt-ids "1 2" --spec ngram --draft-tokens 65

@@ -243,7 +243,8 @@ static void check_chained(const char *name)
 			ok += got[i] == (int32_t)want[i];
 		CHECK_MSG(ok == k, "%s: prompt of %" PRIu64 ": %" PRIu64 " of %" PRIu64 " chained drafts equal", name, n, ok, k);
 		CHECK_MSG(worst <= MTP_TOL, "%s: prompt of %" PRIu64 ": chained draft logits differ by %g", name, n, worst);
-		printf("%s: prompt of %" PRIu64 ": %" PRIu64 " chained drafts equal, logits within %.2g\n", name, n, k, worst);
+		printf("%s: prompt of %" PRIu64 ": %" PRIu64 " of %" PRIu64 " chained drafts equal, logits within %.2g\n", name, n, ok, k,
+		       worst);
 		capy_mtp_free(d);
 		capy_seq_free(s);
 		free(hid);
