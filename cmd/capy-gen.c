@@ -481,12 +481,14 @@ static float *mtp_rows(struct spec_run *sr, uint64_t len, uint64_t n, struct cap
 	return h;
 }
 
-/* Up to kmax drafts (kmax >= 1) into sr->drafts; how many. With both drafters, the n-gram
- * draft when it fills all kmax (its match is then at least --ngram-min long), else MTP's. */
-static uint64_t draft(struct spec_run *sr, int32_t next, uint64_t kmax, struct capy_err *err)
+/* Up to kmax drafts (kmax >= 1) into sr->drafts; how many, and in *q the distributions they
+ * were drawn from (NULL: deterministic drafts). With both drafters, the n-gram draft when it
+ * fills all kmax (its match is then at least --ngram-min long), else MTP's. */
+static uint64_t draft(struct spec_run *sr, int32_t next, uint64_t kmax, const float **q, struct capy_err *err)
 {
 	uint64_t k = 0;
 
+	*q = NULL;
 	if (sr->ngram)
 		k = capy_ngram_draft(sr->ngram, kmax, sr->drafts, NULL);
 	if (k && (k == kmax || !sr->mtp)) {
@@ -498,6 +500,7 @@ static uint64_t draft(struct spec_run *sr, int32_t next, uint64_t kmax, struct c
 	if (capy_mtp_draft(sr->mtp, next, kmax, sr->drafts, &sr->st.draft_seconds, err) < 0)
 		capy_die("%s", err->msg);
 	sr->st.mtp_windows++;
+	*q = capy_mtp_q(sr->mtp);
 	return kmax;
 }
 
@@ -510,6 +513,7 @@ static int refill(struct capy_engine *e, struct capy_seq *s, struct capy_sampler
 {
 	int32_t feed = *qn ? queue[*qn - 1] : -1;
 	uint64_t k = 0, m;
+	const float *q = NULL;
 	int rc;
 
 	if (feed < 0) { /* a grammar's first token: the prompt's logits are here */
@@ -518,10 +522,10 @@ static int refill(struct capy_engine *e, struct capy_seq *s, struct capy_sampler
 		return 0;
 	}
 	if ((sr->ngram || sr->mtp) && left > 1)
-		k = draft(sr, feed, CAPY_MIN((uint64_t)opt_draft_tokens, left - 1), err);
+		k = draft(sr, feed, CAPY_MIN((uint64_t)opt_draft_tokens, left - 1), &q, err);
 	if (k) {
 		float *hid = mtp_rows(sr, capy_seq_len(s), k + 1, err);
-		if ((rc = capy_spec_window_hidden(e, s, smp, feed, sr->drafts, k, sr->rows, hid, queue, &m, &sr->st,
+		if ((rc = capy_spec_window_hidden(e, s, smp, feed, sr->drafts, k, q, sr->rows, hid, queue, &m, &sr->st,
 						  err)) < 0)
 			return rc;
 		*qn = m;
@@ -671,6 +675,11 @@ static int generate(const char *model)
 		    capy_shortlist_read(opt_draft_shortlist, capy_engine_config(e)->vocab_size, &ids, &n_ids, &err) < 0)
 			capy_die("--draft-shortlist: %s", err.msg);
 		if (capy_mtp_new(&sr->mtp, e, s, ids, n_ids, &err) < 0)
+			capy_die("%s", err.msg);
+		/* Sampling: drafts drawn from the head's distribution at the same temperature (the
+		 * acceptance rule takes it as q); greedy: its argmax. */
+		if (sp.temperature > 0 && sp.top_k != 1 &&
+		    capy_mtp_sample(sr->mtp, sp.temperature, sp.seed ^ 0x6d74702d64726166ull, (uint64_t)opt_draft_tokens, &err) < 0)
 			capy_die("%s", err.msg);
 		free(ids);
 	}

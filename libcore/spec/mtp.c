@@ -3,8 +3,10 @@
 #include "spec.h"
 #include "../engine/engine.h"
 #include "../util/file.h"
+#include "../util/rng.h"
 
 #include <errno.h>
+#include <math.h>
 
 #include <time.h>
 
@@ -18,6 +20,10 @@ struct capy_mtp {
 	uint64_t cap, have;  /* rows allocated; rows given (positions [len, len + have)) */
 	int32_t *tokens;     /* [cap] the token after each of those positions */
 	float *g, *logits;   /* [H] the last row's output; [n_ids] its logits */
+	/* sampled drafts (capy_mtp_sample): q rows [max_k][vocab] of the last draft call */
+	float temperature, *q;
+	uint64_t max_k;
+	struct capy_rng rng;
 };
 
 static double now(void)
@@ -68,6 +74,7 @@ void capy_mtp_free(struct capy_mtp *m)
 	free(m->tokens);
 	free(m->g);
 	free(m->logits);
+	free(m->q);
 	free(m);
 }
 
@@ -116,14 +123,54 @@ float *capy_mtp_hidden_at(struct capy_mtp *m, uint64_t pos, uint64_t n, struct c
 	return m->hid + (pos - m->len) * H;
 }
 
-/* The first maximum of the row, as a vocabulary id. */
-static int32_t draft_argmax(const struct capy_mtp *m)
+int capy_mtp_sample(struct capy_mtp *m, float temperature, uint64_t seed, uint64_t max_k, struct capy_err *err)
 {
-	uint64_t best = 0;
+	uint64_t V = capy_engine_config(m->e)->vocab_size;
+	float *q;
+
+	if (!(temperature > 0) || !max_k)
+		return capy_err_set(err, CAPY_EINVAL, "sampled drafts need a temperature above 0 and room for a draft");
+	if (!(q = realloc(m->q, max_k * V * sizeof(float))))
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory for the drafts' distributions");
+	m->q = q;
+	m->max_k = max_k;
+	m->temperature = temperature;
+	capy_rng_seed(&m->rng, seed);
+	return 0;
+}
+
+const float *capy_mtp_q(const struct capy_mtp *m)
+{
+	return m->temperature > 0 ? m->q : NULL;
+}
+
+/* Draft j from the last row: its first maximum over the draft vocabulary (in the vocabulary's
+ * order), or, sampling, a draw from q = softmax(logits / temperature) there, written out as
+ * q row j over the whole vocabulary (zero outside the draft vocabulary). */
+static int32_t draft_pick(struct capy_mtp *m, uint64_t j)
+{
+	uint64_t best = 0, V = capy_engine_config(m->e)->vocab_size;
 
 	for (uint64_t i = 1; i < m->n_ids; i++)
 		if (m->logits[i] > m->logits[best])
 			best = i;
+	if (m->temperature > 0) {
+		float *q = m->q + j * V;
+		double sum = 0, u, acc = 0;
+		memset(q, 0, V * sizeof(float));
+		for (uint64_t i = 0; i < m->n_ids; i++)
+			sum += exp((double)((m->logits[i] - m->logits[best]) / m->temperature));
+		u = capy_rng_uniform(&m->rng);
+		for (uint64_t i = 0, picked = 0; i < m->n_ids; i++) {
+			double w = exp((double)((m->logits[i] - m->logits[best]) / m->temperature)) / sum;
+			q[m->ids ? (uint64_t)m->ids[i] : i] = (float)w;
+			acc += w;
+			if (!picked && u < acc && w > 0) {
+				best = i;
+				picked = 1;
+			}
+		}
+	}
 	return m->ids ? m->ids[best] : (int32_t)best;
 }
 
@@ -135,8 +182,8 @@ int capy_mtp_draft(struct capy_mtp *m, int32_t next, uint64_t k, int32_t *out, d
 	double t0 = now();
 	int rc;
 
-	if (!k)
-		return capy_err_set(err, CAPY_EINVAL, "no drafts asked for");
+	if (!k || (m->temperature > 0 && k > m->max_k))
+		return capy_err_set(err, CAPY_EINVAL, "%" PRIu64 " drafts asked for", k);
 	if (L <= m->len)
 		return capy_err_set(err, CAPY_EINVAL, "the MTP head has run %" PRIu64 " positions of a sequence of %" PRIu64
 				    " (cut back below them, or no new position)", m->len, L);
@@ -154,7 +201,7 @@ int capy_mtp_draft(struct capy_mtp *m, int32_t next, uint64_t k, int32_t *out, d
 		return rc;
 	m->len = L;
 	m->have = 0;
-	out[0] = draft_argmax(m);
+	out[0] = draft_pick(m, 0);
 	for (uint64_t j = 1; j < k; j++) { /* chained: scratch rows past the sequence's length */
 		r.pos = L - 1 + j;
 		r.n = 1;
@@ -162,7 +209,7 @@ int capy_mtp_draft(struct capy_mtp *m, int32_t next, uint64_t k, int32_t *out, d
 		r.tokens = &out[j - 1];
 		if ((rc = capy_engine_mtp(m->e, &r, err)) < 0)
 			return rc;
-		out[j] = draft_argmax(m);
+		out[j] = draft_pick(m, j);
 	}
 	if (seconds)
 		*seconds += now() - t0;

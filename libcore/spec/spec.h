@@ -81,6 +81,14 @@ float *capy_mtp_hidden_at(struct capy_mtp *m, uint64_t pos, uint64_t n, struct c
  * have been given. *seconds (may be NULL) gets the time it took added. */
 int capy_mtp_draft(struct capy_mtp *m, int32_t next, uint64_t k, int32_t *out, double *seconds,
 		   struct capy_err *err);
+/* Draw drafts from the head's distribution instead of taking its argmax: q = softmax(logits /
+ * temperature) over the draft vocabulary (temperature > 0), with the drafter's own stream
+ * seeded with seed; capy_mtp_q then gives the last draft call's q rows for the acceptance
+ * rule (capy_spec_accept_q). Fails only out of memory. */
+int capy_mtp_sample(struct capy_mtp *m, float temperature, uint64_t seed, uint64_t max_k, struct capy_err *err);
+/* [k][vocab] the distributions the last capy_mtp_draft drew its k drafts from; NULL when the
+ * drafts are the argmax (point masses). */
+const float *capy_mtp_q(const struct capy_mtp *m);
 
 /* The last draft's logits (over the draft vocabulary, in its order), for tests. */
 const float *capy_mtp_logits(const struct capy_mtp *m);
@@ -108,6 +116,10 @@ struct capy_spec_stats {
  * k + 1). rows are modified. */
 uint64_t capy_spec_accept(struct capy_sampler *s, float *rows, uint64_t vocab, const int32_t *drafts, uint64_t k,
 			  int32_t *out);
+/* The same with each draft's distribution: q[i * vocab ..] the distribution drafts[i] was drawn
+ * from (capy_sampler_verify_q); NULL: point masses, as capy_spec_accept. */
+uint64_t capy_spec_accept_q(struct capy_sampler *s, float *rows, uint64_t vocab, const int32_t *drafts, uint64_t k,
+			    const float *q, int32_t *out);
 
 /* One window on seq (see above): next is the token after seq's history (not yet run),
  * drafts[0..k) its proposed continuation (1 <= k, k + 1 tokens at most the engine's step);
@@ -118,9 +130,10 @@ int capy_spec_window(struct capy_engine *e, struct capy_seq *seq, struct capy_sa
 		     const int32_t *drafts, uint64_t k, float *rows, int32_t *out, uint64_t *n_out,
 		     struct capy_spec_stats *st, struct capy_err *err);
 /* The same, and the hidden states of the window's k + 1 positions into hidden ((k + 1) *
- * hidden_size floats, e.g. capy_mtp_hidden_at(m, len, k + 1); NULL: none). */
+ * hidden_size floats, e.g. capy_mtp_hidden_at(m, len, k + 1); NULL: none), the drafts'
+ * distributions q as capy_spec_accept_q (NULL: point masses). */
 int capy_spec_window_hidden(struct capy_engine *e, struct capy_seq *seq, struct capy_sampler *s, int32_t next,
-			    const int32_t *drafts, uint64_t k, float *rows, float *hidden, int32_t *out,
+			    const int32_t *drafts, uint64_t k, const float *q, float *rows, float *hidden, int32_t *out,
 			    uint64_t *n_out, struct capy_spec_stats *st, struct capy_err *err);
 
 #endif

@@ -298,7 +298,7 @@ static void check_rollback(const char *name, uint64_t K, bool other)
 		for (int q = other ? 1 : 0; q >= 0; q--) {
 			uint64_t len = capy_seq_len(sq[q]), n;
 			CHECK_MSG(capy_mtp_draft(dr[q], next[q], K, drafts, NULL, &err) == 0, "%s", err.msg);
-			CHECK_MSG(capy_spec_window_hidden(m.e, sq[q], smp[q], next[q], drafts, K, rows,
+			CHECK_MSG(capy_spec_window_hidden(m.e, sq[q], smp[q], next[q], drafts, K, NULL, rows,
 							  capy_mtp_hidden_at(dr[q], len, K + 1, &err), out, &n,
 							  q ? NULL : &st, &err) == 0, "%s", err.msg);
 			next[q] = out[n - 1];
