@@ -362,6 +362,66 @@ static void test_rollback(void)
 	check_rollback("qwen3_5-dense", 2, false);
 }
 
+/* The head's rows live in the sequence's pages, shared by a fork until written: a fork that
+ * drafts from another next token (rewriting the head's row at the last position in its copy of
+ * the page) leaves the original's rows alone. a is forked to b; a drafts, b drafts from another
+ * token, a runs its window and drafts again: the bits of c, which was never forked. */
+static void test_fork_copy_on_write(void)
+{
+	struct model m;
+	struct capy_err err = { 0 };
+	int32_t prompt[30], da[3], db[3], dc[3], out[4];
+	uint64_t N = 30, n;
+	struct capy_seq *a, *b, *c;
+	struct capy_mtp *ma, *mb, *mc;
+	struct capy_sampler *sa, *sc;
+	float *hid, *rows;
+
+	if (!open_model(&m, "share/models/capy-tiny", CAPY_KV_F32))
+		return;
+	for (uint64_t i = 0; i < N; i++)
+		prompt[i] = (int32_t)(100 + i * 7);
+	rows = malloc(4 * m.V * sizeof(float));
+	a = run_prefix(&m, prompt, N, &hid);
+	CHECK_EQ_INT(capy_seq_fork(a, &b, &err), 0);
+	free(hid);
+	c = run_prefix(&m, prompt, N, &hid); /* the same prompt, never shared (the same hidden bits) */
+	CHECK_EQ_INT(capy_mtp_new(&ma, m.e, a, NULL, 0, &err), 0);
+	CHECK_EQ_INT(capy_mtp_new(&mb, m.e, b, NULL, 0, &err), 0);
+	CHECK_EQ_INT(capy_mtp_new(&mc, m.e, c, NULL, 0, &err), 0);
+	memcpy(capy_mtp_hidden_at(ma, 0, N, &err), hid, N * m.H * sizeof(float));
+	memcpy(capy_mtp_hidden_at(mb, 0, N, &err), hid, N * m.H * sizeof(float));
+	memcpy(capy_mtp_hidden_at(mc, 0, N, &err), hid, N * m.H * sizeof(float));
+	CHECK_EQ_INT(capy_sampler_new(&sa, m.V, &(struct capy_sampler_params){ 0 }, &err), 0);
+	CHECK_EQ_INT(capy_sampler_new(&sc, m.V, &(struct capy_sampler_params){ 0 }, &err), 0);
+	/* One draft each (no chained row past the end, which would copy the page first). */
+	CHECK_EQ_INT(capy_mtp_draft(ma, 5, 1, da, NULL, &err), 0);
+	CHECK_EQ_INT(capy_mtp_draft(mb, 9, 1, db, NULL, &err), 0);
+	CHECK_EQ_INT(capy_mtp_draft(mc, 5, 1, dc, NULL, &err), 0);
+	CHECK_EQ_INT(da[0], dc[0]);
+	CHECK_EQ_INT(capy_spec_window_hidden(m.e, a, sa, 5, da, 1, NULL, rows, capy_mtp_hidden_at(ma, N, 2, &err), out, &n,
+					     NULL, &err), 0);
+	int32_t next = out[n - 1];
+	CHECK_EQ_INT(capy_spec_window_hidden(m.e, c, sc, 5, dc, 1, NULL, rows, capy_mtp_hidden_at(mc, N, 2, &err), out, &n,
+					     NULL, &err), 0);
+	CHECK_EQ_INT(out[n - 1], next);
+	CHECK_EQ_INT(capy_mtp_draft(ma, next, 3, da, NULL, &err), 0);
+	CHECK_EQ_INT(capy_mtp_draft(mc, next, 3, dc, NULL, &err), 0);
+	CHECK_MSG(!memcmp(da, dc, sizeof(da)) && !memcmp(capy_mtp_logits(ma), capy_mtp_logits(mc), m.V * sizeof(float)),
+		  "a fork's MTP rows leaked into the original's pages");
+	capy_mtp_free(ma);
+	capy_mtp_free(mb);
+	capy_mtp_free(mc);
+	capy_sampler_free(sa);
+	capy_sampler_free(sc);
+	capy_seq_free(a);
+	capy_seq_free(b);
+	capy_seq_free(c);
+	free(hid);
+	free(rows);
+	close_model(&m);
+}
+
 /* What the engine and the drafter refuse. */
 static void test_refusals(void)
 {
@@ -402,5 +462,6 @@ int main(void)
 	RUN(test_teacher_forced);
 	RUN(test_chained_reference);
 	RUN(test_rollback);
+	RUN(test_fork_copy_on_write);
 	return test_summary();
 }
