@@ -28,7 +28,8 @@ static const char *const usage[] = {
 };
 
 static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg, *opt_tokenizer,
-	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema, *opt_regex, *opt_spec = "off";
+	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema, *opt_regex, *opt_spec = "off",
+	*opt_draft_shortlist;
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos, opt_plan;
 static int64_t opt_draft_tokens = 4, opt_ngram_min = 2;
@@ -55,7 +56,8 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_INT(0, "mask-threads", &opt_mask_threads, "n",
 		     "threads computing the next token mask during the step (default 1; 0: after it)", 0, 64),
 	CAPY_OPT_GROUP("Speculative decoding"),
-	CAPY_OPT_STRING(0, "spec", &opt_spec, "ngram|off", "draft tokens and verify them in one step (default off)"),
+	CAPY_OPT_STRING(0, "spec", &opt_spec, "mtp|ngram|mtp+ngram|off", "draft tokens and verify them in one step (default off)"),
+	CAPY_OPT_STRING(0, "draft-shortlist", &opt_draft_shortlist, "file", "mtp: the draft vocabulary (capy-shortlist; default all)"),
 	CAPY_OPT_INT(0, "draft-tokens", &opt_draft_tokens, "k", "drafts per window at most (default 4)", 1, 64),
 	CAPY_OPT_INT(0, "ngram-min", &opt_ngram_min, "n", "ngram: the shortest match that drafts (default 2)", 1, 1 << 20),
 	CAPY_OPT_GROUP("Sampling (defaults: the model's generation_config.json; greedy without one)"),
@@ -477,18 +479,56 @@ struct spec_run {
 	uint64_t plain_steps;         /* steps of one token (no draft) */
 	float *rows;                  /* [draft_tokens + 1][vocab] */
 	int32_t *drafts;              /* [draft_tokens] */
+	struct capy_ngram *ngram;     /* --spec ngram (or mtp+ngram) */
+	struct capy_mtp *mtp;         /* --spec mtp (or mtp+ngram) */
 };
+
+/* Where a step of the tokens at [len, len + n) puts their hidden states: the MTP drafter's
+ * rows (NULL without MTP). */
+static float *mtp_rows(struct spec_run *sr, uint64_t len, uint64_t n, struct capy_err *err)
+{
+	float *h;
+
+	if (!sr->mtp)
+		return NULL;
+	if (!(h = capy_mtp_hidden_at(sr->mtp, len, n, err)))
+		capy_die("%s", err->msg);
+	return h;
+}
+
+/* Up to kmax drafts (kmax >= 1) into sr->drafts; how many, and in *q the distributions they
+ * were drawn from (NULL: deterministic drafts). With both drafters, the n-gram draft when it
+ * fills all kmax (its match is then at least --ngram-min long), else MTP's. */
+static uint64_t draft(struct spec_run *sr, int32_t next, uint64_t kmax, const float **q, struct capy_err *err)
+{
+	uint64_t k = 0;
+
+	*q = NULL;
+	if (sr->ngram)
+		k = capy_ngram_draft(sr->ngram, kmax, sr->drafts, NULL);
+	if (k && (k == kmax || !sr->mtp)) {
+		sr->st.ngram_windows++;
+		return k;
+	}
+	if (!sr->mtp)
+		return 0;
+	if (capy_mtp_draft(sr->mtp, next, kmax, sr->drafts, &sr->st.draft_seconds, err) < 0)
+		capy_die("%s", err->msg);
+	sr->st.mtp_windows++;
+	*q = capy_mtp_q(sr->mtp);
+	return kmax;
+}
 
 /* The next tokens into queue[0..*qn) once those before are printed: the prompt's logits'
  * answer (a grammar's first token), or a step on the last printed token queue[*qn - 1]:
  * a window when the drafter has drafts (at most left - 1, so no more than left tokens come
  * back), else one token. */
 static int refill(struct capy_engine *e, struct capy_seq *s, struct capy_sampler *smp, struct constraint *con,
-		  float *logits, struct capy_ngram *spec, int32_t *queue, size_t *qn, uint64_t left,
-		  struct spec_run *sr, struct capy_err *err)
+		  float *logits, int32_t *queue, size_t *qn, uint64_t left, struct spec_run *sr, struct capy_err *err)
 {
 	int32_t feed = *qn ? queue[*qn - 1] : -1;
 	uint64_t k = 0, m;
+	const float *q = NULL;
 	int rc;
 
 	if (feed < 0) { /* a grammar's first token: the prompt's logits are here */
@@ -496,17 +536,20 @@ static int refill(struct capy_engine *e, struct capy_seq *s, struct capy_sampler
 		*qn = 1;
 		return 0;
 	}
-	if (spec && left > 1)
-		k = capy_ngram_draft(spec, CAPY_MIN((uint64_t)opt_draft_tokens, left - 1), sr->drafts, NULL);
+	if ((sr->ngram || sr->mtp) && left > 1)
+		k = draft(sr, feed, CAPY_MIN((uint64_t)opt_draft_tokens, left - 1), &q, err);
 	if (k) {
-		if ((rc = capy_spec_window(e, s, smp, feed, sr->drafts, k, sr->rows, queue, &m, &sr->st, err)) < 0)
+		float *hid = mtp_rows(sr, capy_seq_len(s), k + 1, err);
+		if ((rc = capy_spec_window_hidden(e, s, smp, feed, sr->drafts, k, q, sr->rows, hid, queue, &m, &sr->st,
+						  err)) < 0)
 			return rc;
 		*qn = m;
 		return 0;
 	}
 	/* The step samples the next token itself (on the GPU, next to the logits), with the
 	 * grammar's mask where there is one: the engine asks for it once the step is under way. */
-	struct capy_step_item it = { .seq = s, .tokens = &feed, .n = 1, .sampler = smp, .token = &queue[0] };
+	struct capy_step_item it = { .seq = s, .tokens = &feed, .n = 1, .sampler = smp, .token = &queue[0],
+				     .hidden = mtp_rows(sr, capy_seq_len(s), 1, err) };
 	if (con->g)
 		it.mask = constraint_mask, it.mask_ud = con;
 	if ((rc = capy_engine_step(e, &it, 1, err)) < 0)
@@ -530,6 +573,10 @@ static void spec_stats(const struct spec_run *sr)
 		capy_tool_name, opt_spec, st->windows, (int)opt_draft_tokens, st->drafted, st->accepted,
 		st->drafted ? 100.0 * (double)st->accepted / (double)st->drafted : 0.0, (double)st->tokens / w,
 		1e3 * st->seconds / w, 1e3 * st->cut_seconds / w, sr->plain_steps);
+	if (sr->mtp)
+		fprintf(stderr, "%s: spec %s: %" PRIu64 " windows drafted by MTP, %" PRIu64 " by n-gram; MTP drafting %.2f ms "
+			"per MTP window\n", capy_tool_name, opt_spec, st->mtp_windows, st->ngram_windows,
+			1e3 * st->draft_seconds / (double)(st->mtp_windows ? st->mtp_windows : 1));
 }
 
 static double pick(double opt, double model_default, double fallback)
@@ -558,8 +605,8 @@ static int generate(const char *model)
 	double t0, t1, t2;
 	uint64_t produced = 0;
 	const char *why = "length";
-	struct capy_ngram *spec = NULL;
 	struct spec_run spec_run = { 0 }, *sr = &spec_run;
+	bool use_mtp = !strncmp(opt_spec, "mtp", 3), use_ngram = !!strstr(opt_spec, "ngram"), spec = use_mtp || use_ngram;
 	int32_t *queue;
 	size_t qn = 0, qi = 0;
 
@@ -594,6 +641,7 @@ static int generate(const char *model)
 		return rc;
 	}
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
+	eo.mtp = use_mtp;
 	if (capy_engine_new(&e, a, &eo, &err) < 0 ||
 	    capy_seq_new(e, &s, &err) < 0)
 		capy_die("%s", err.msg);
@@ -623,7 +671,7 @@ static int generate(const char *model)
 	queue = malloc(((size_t)opt_draft_tokens + 1) * sizeof(*queue));
 	if (!logits || !queue)
 		capy_die("out of memory");
-	if (!strcmp(opt_spec, "ngram")) {
+	if (spec) {
 		if (!capy_engine_keeps_states(e))
 			capy_die("--spec: the %s backend cannot verify drafts yet (use --device cpu)", capy_engine_device(e));
 		if ((uint64_t)opt_draft_tokens + 1 > capy_engine_step_tokens(e))
@@ -631,8 +679,23 @@ static int generate(const char *model)
 				 capy_engine_step_tokens(e));
 		sr->rows = malloc(((size_t)opt_draft_tokens + 1) * capy_engine_config(e)->vocab_size * sizeof(float));
 		sr->drafts = malloc((size_t)opt_draft_tokens * sizeof(int32_t));
-		if (!sr->rows || !sr->drafts || capy_ngram_new(&spec, (uint64_t)opt_ngram_min, &err) < 0)
+		if (!sr->rows || !sr->drafts || (use_ngram && capy_ngram_new(&sr->ngram, (uint64_t)opt_ngram_min, &err) < 0))
 			capy_die("%s", err.code ? err.msg : "out of memory");
+	}
+	if (use_mtp) {
+		int32_t *ids = NULL;
+		uint64_t n_ids = 0;
+		if (opt_draft_shortlist &&
+		    capy_shortlist_read(opt_draft_shortlist, capy_engine_config(e)->vocab_size, &ids, &n_ids, &err) < 0)
+			capy_die("--draft-shortlist: %s", err.msg);
+		if (capy_mtp_new(&sr->mtp, e, s, ids, n_ids, &err) < 0)
+			capy_die("%s", err.msg);
+		/* Sampling: drafts drawn from the head's distribution at the same temperature (the
+		 * acceptance rule takes it as q); greedy: its argmax. */
+		if (sp.temperature > 0 && sp.top_k != 1 &&
+		    capy_mtp_sample(sr->mtp, sp.temperature, sp.seed ^ 0x6d74702d64726166ull, (uint64_t)opt_draft_tokens, &err) < 0)
+			capy_die("%s", err.msg);
+		free(ids);
 	}
 	if (!!opt_grammar + !!opt_schema + !!opt_regex > 1)
 		capy_die("--grammar, --json-schema and --regex: one constraint at a time");
@@ -641,10 +704,10 @@ static int generate(const char *model)
 										      : load_regex(opt_regex),
 				&as, (uint32_t)capy_engine_config(e)->vocab_size);
 
-	if (spec && capy_ngram_add(spec, prompt.ids, prompt.n, &err) < 0)
+	if (sr->ngram && capy_ngram_add(sr->ngram, prompt.ids, prompt.n, &err) < 0)
 		capy_die("%s", err.msg);
 	t0 = capy_now();
-	if (capy_engine_forward(e, s, prompt.ids, prompt.n, logits, false, &err) < 0)
+	if (capy_engine_forward_hidden(e, s, prompt.ids, prompt.n, logits, false, mtp_rows(sr, 0, prompt.n, &err), &err) < 0)
 		capy_die("%s", err.msg);
 	t1 = capy_now();
 	/* queue[qi..qn): tokens the model gave that are not printed yet (a window gives
@@ -657,13 +720,13 @@ static int generate(const char *model)
 			break;
 		}
 		if (qi == qn) {
-			if (refill(e, s, smp, &con, logits, spec, queue, &qn, (uint64_t)opt_n - produced, sr, &err) < 0)
+			if (refill(e, s, smp, &con, logits, queue, &qn, (uint64_t)opt_n - produced, sr, &err) < 0)
 				capy_die("%s", err.msg);
 			qi = 0;
 		}
 		int32_t id = queue[qi++];
 		produced++;
-		if (spec && capy_ngram_add(spec, &id, 1, &err) < 0)
+		if (sr->ngram && capy_ngram_add(sr->ngram, &id, 1, &err) < 0)
 			capy_die("%s", err.msg);
 		if (!opt_ignore_eos && capy_assets_is_eos(&as, id)) {
 			why = "eos";
@@ -727,7 +790,8 @@ static int generate(const char *model)
 		if (spec)
 			spec_stats(sr);
 	}
-	capy_ngram_free(spec);
+	capy_ngram_free(sr->ngram);
+	capy_mtp_free(sr->mtp);
 	free(sr->rows);
 	free(sr->drafts);
 	free(queue);
@@ -780,10 +844,12 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, "--prompt-ids does not go with --chat");
 	if (opt_messages && !opt_chat)
 		capy_usage_error(usage, opts, "--messages goes with --chat or --render");
-	if (strcmp(opt_spec, "ngram") && strcmp(opt_spec, "off"))
-		capy_usage_error(usage, opts, "--spec: '%s' is not ngram or off", opt_spec);
-	if (!strcmp(opt_spec, "ngram") && (opt_grammar || opt_schema || opt_regex))
-		capy_usage_error(usage, opts, "--spec ngram does not go with --grammar, --json-schema or --regex yet");
+	if (strcmp(opt_spec, "ngram") && strcmp(opt_spec, "mtp") && strcmp(opt_spec, "mtp+ngram") && strcmp(opt_spec, "off"))
+		capy_usage_error(usage, opts, "--spec: '%s' is not mtp, ngram, mtp+ngram or off", opt_spec);
+	if (strcmp(opt_spec, "off") && (opt_grammar || opt_schema || opt_regex))
+		capy_usage_error(usage, opts, "--spec %s does not go with --grammar, --json-schema or --regex yet", opt_spec);
+	if (opt_draft_shortlist && strncmp(opt_spec, "mtp", 3))
+		capy_usage_error(usage, opts, "--draft-shortlist goes with --spec mtp or mtp+ngram");
 	if ((opt_system || opt_no_think) && !opt_chat)
 		capy_usage_error(usage, opts, "--system and --no-think go with --chat or --render");
 	return generate(model);

@@ -59,3 +59,20 @@ print("ppl %.6g ref %.6g rel %.2g, worst NLL error %.2g" % (got["ppl"], ref["ppl
 sys.exit(0 if rel < float(sys.argv[3]) and worst < float(sys.argv[4]) else 1)
 PY
 }
+
+# spec_seeds_check SPEC IDS_FILE N: capy-tiny sampled with --spec SPEC for seeds 7, 7 and 8
+# (N tokens each): the same seed reproduces the run, another seed gives another (t2340, t2345).
+spec_seeds_check() {
+	local seed
+	for seed in 7 7 8; do
+		capy-gen -q "$ART/capy-tiny.capy" --prompt-ids "$(cat "$2")" -n "$3" --temp 0.9 --top-p 0.95 \
+			--seed $seed --ids --ignore-eos --spec "$1" >>"$BATS_TEST_TMPDIR/runs"
+	done
+	run -0 python3 - "$BATS_TEST_TMPDIR/runs" "$3" <<'PY'
+import sys
+a, b, c = open(sys.argv[1]).read().split("\n")[:3]
+assert a == b, "seed 7 twice differs"
+assert a != c, "seeds 7 and 8 agree"
+assert len(a.split()) == int(sys.argv[2])
+PY
+}

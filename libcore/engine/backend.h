@@ -80,6 +80,7 @@ struct capy_batch_item {
 	/* as in capy_step_item (with a sampler only): the backend calls it once, late */
 	const uint32_t *(*mask)(void *mask_ud);
 	void *mask_ud;
+	float *hidden;           /* NULL, or [n][H] as in struct capy_step_item */
 };
 
 /* An item's token from its last row's logits on the host (row is changed): capy_sampler_next,
@@ -129,6 +130,11 @@ struct capy_backend_ops {
 	bool samples;
 	/* step() honours batch items' states (keep_states); else such steps are refused. */
 	bool keeps_states;
+	/* Optional: the MTP head (opts.mtp; engine.h capy_engine_mtp), rows r->pos .. r->pos +
+	 * r->n - 1, at most step_tokens of them; the core has made the pages of those positions
+	 * exist and belong to r->seq alone, and checked the tokens and ids. Backends with it also
+	 * fill step items' hidden. */
+	int (*mtp)(struct capy_engine *e, const struct capy_mtp_rows *r, struct capy_err *err);
 };
 
 /* Where one attention layer's rows are inside an attention-cache page (byte offsets): K and V

@@ -14,6 +14,8 @@ void engine_page_drop(struct capy_engine *e, uint32_t id);
 /* seq.c: give s pages for its next n tokens that it alone holds (copying a shared page
  * before it is written), and room in its history for n more ids. */
 int seq_make_writable(struct capy_seq *s, uint64_t n, struct capy_err *err);
+/* The same for positions [from, from + n), from <= len (the MTP head's rows). */
+int seq_make_writable_at(struct capy_seq *s, uint64_t from, uint64_t n, struct capy_err *err);
 int seq_reserve_history(struct capy_seq *s, uint64_t n, struct capy_err *err);
 
 #endif

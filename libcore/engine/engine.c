@@ -115,6 +115,12 @@ int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
 		free(e);
 		return rc;
 	}
+	if (e->opts.mtp && !e->ops->mtp) {
+		rc = capy_err_set(err, CAPY_EUNSUPPORTED, "the %s backend has no MTP head yet (--spec mtp: use the CPU)",
+				  e->ops->name);
+		free(e);
+		return rc;
+	}
 	if ((rc = e->ops->open(e, err)) < 0) {
 		free(e);
 		return rc;
@@ -289,6 +295,8 @@ static int check_item(const struct capy_engine *e, const struct capy_step_item *
 	if (it->keep_states && !e->ops->keeps_states)
 		return capy_err_set(err, CAPY_EUNSUPPORTED, "the %s backend cannot keep per-token states "
 				    "(speculative verification)", e->ops->name);
+	if (it->hidden && !e->opts.mtp)
+		return capy_err_set(err, CAPY_EINVAL, "step item %zu: hidden states need an engine with its MTP head", i);
 	if (it->keep_states && !it->seq->len)
 		return capy_err_set(err, CAPY_EINVAL, "step item %zu: keep_states needs a sequence with a history", i);
 	return 0;
@@ -399,7 +407,7 @@ int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, 
 						  .logits = it->logits, .all_logits = it->all_logits,
 						  .sampler = it->sampler, .token = it->token,
 						  .states = it->keep_states ? it->seq->kept : NULL,
-						  .mask = it->mask, .mask_ud = it->mask_ud };
+						  .mask = it->mask, .mask_ud = it->mask_ud, .hidden = it->hidden };
 		if (it->sampler && !it->token) {
 			rc = capy_err_set(err, CAPY_EINVAL, "step item %zu: a sampler but nowhere for its token", i);
 			goto out;
@@ -433,6 +441,12 @@ out:
 int capy_engine_forward(struct capy_engine *e, struct capy_seq *s, const int32_t *tokens, uint64_t n,
 			float *logits, bool all_logits, struct capy_err *err)
 {
+	return capy_engine_forward_hidden(e, s, tokens, n, logits, all_logits, NULL, err);
+}
+
+int capy_engine_forward_hidden(struct capy_engine *e, struct capy_seq *s, const int32_t *tokens, uint64_t n,
+			       float *logits, bool all_logits, float *hidden, struct capy_err *err)
+{
 	uint64_t V = e->c.vocab_size;
 	int rc;
 
@@ -445,12 +459,59 @@ int capy_engine_forward(struct capy_engine *e, struct capy_seq *s, const int32_t
 	for (uint64_t done = 0; done < n;) {
 		uint64_t T = CAPY_MIN(e->step_tokens, n - done);
 		bool last = done + T == n;
-		struct capy_step_item it = { .seq = s, .tokens = tokens + done, .n = T, .logits = NULL, .all_logits = all_logits };
+		struct capy_step_item it = { .seq = s, .tokens = tokens + done, .n = T, .logits = NULL, .all_logits = all_logits,
+					     .hidden = hidden ? hidden + done * e->c.hidden_size : NULL };
 		if (all_logits)
 			it.logits = logits + done * V;
 		else if (last)
 			it.logits = logits;
 		if ((rc = capy_engine_step(e, &it, 1, err)) < 0)
+			return rc;
+		done += T;
+	}
+	return 0;
+}
+
+bool capy_engine_has_mtp(const struct capy_engine *e)
+{
+	return e->opts.mtp;
+}
+
+/* Checked once, then run in pieces of at most step_tokens rows (each piece's rows attend over
+ * the earlier pieces' rows in the pages). */
+int capy_engine_mtp(struct capy_engine *e, const struct capy_mtp_rows *r, struct capy_err *err)
+{
+	uint64_t V = e->c.vocab_size, H = e->c.hidden_size, W = r->ids ? r->n_ids : V;
+	struct capy_seq *s = r->seq;
+	int rc;
+
+	if (!e->opts.mtp)
+		return capy_err_set(err, CAPY_EINVAL, "the engine was opened without its MTP head");
+	/* Past the length: a chain of drafts, at most a window's reach. */
+	if (!s || s->e != e || !r->n || r->pos > s->len + e->step_tokens)
+		return capy_err_set(err, CAPY_EINVAL, "MTP rows at %" PRIu64 " (%" PRIu64 " of them) of a sequence of %"
+				    PRIu64 " tokens", r->pos, r->n, s ? s->len : 0);
+	if (r->ids && !r->n_ids)
+		return capy_err_set(err, CAPY_EINVAL, "an empty draft vocabulary");
+	for (uint64_t t = 0; t < r->n; t++)
+		if (r->tokens[t] < 0 || (uint64_t)r->tokens[t] >= V)
+			return capy_err_set(err, CAPY_EINVAL, "MTP token id %" PRId32 " is outside the vocabulary [0, %" PRIu64
+					    ")", r->tokens[t], V);
+	for (uint64_t i = 0; r->ids && i < r->n_ids; i++)
+		if (r->ids[i] < 0 || (uint64_t)r->ids[i] >= V)
+			return capy_err_set(err, CAPY_EINVAL, "draft vocabulary id %" PRId32 " is outside [0, %" PRIu64 ")",
+					    r->ids[i], V);
+	for (uint64_t done = 0; done < r->n;) {
+		uint64_t T = CAPY_MIN(e->step_tokens, r->n - done);
+		bool last = done + T == r->n;
+		struct capy_mtp_rows piece = *r;
+		piece.pos = r->pos + done;
+		piece.n = T;
+		piece.hidden = r->hidden + done * H;
+		piece.tokens = r->tokens + done;
+		piece.g = last ? r->g : NULL;
+		piece.logits = !r->logits ? NULL : r->all_logits ? r->logits + done * W : last ? r->logits : NULL;
+		if ((rc = seq_make_writable_at(s, piece.pos, T, err)) < 0 || (rc = e->ops->mtp(e, &piece, err)) < 0)
 			return rc;
 		done += T;
 	}

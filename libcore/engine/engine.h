@@ -64,6 +64,10 @@ struct capy_engine_opts {
 	 * sequences of max_context tokens (0: none; pages are then taken on demand) */
 	uint64_t max_context, max_seqs;
 	const char *backend_arg; /* backend-specific setting (NULL: none) */
+	/* Bind the model's MTP head (capy_engine_mtp; qwen3_5, qwen3_5_moe, qwen3_next): its
+	 * attention layer gets rows in the attention-cache pages after the main layers', so pages
+	 * are larger. Backends without one refuse it (CAPY_EUNSUPPORTED). */
+	bool mtp;
 };
 
 struct capy_engine;
@@ -199,6 +203,9 @@ struct capy_step_item {
 	 * why: its grammar ended or failed) and the sampler draws nothing. */
 	const uint32_t *(*mask)(void *mask_ud);
 	void *mask_ud;
+	/* NULL, or n * hidden_size floats: the hidden state of each of the n tokens after the
+	 * final norm (what lm_head reads and the MTP head takes). Engines with an MTP head only. */
+	float *hidden;
 };
 
 /* Run one step: every item's tokens through the model in one pass (the weights are read
@@ -211,5 +218,34 @@ int capy_engine_step(struct capy_engine *e, const struct capy_step_item *items, 
  * receives vocab_size floats for the last token, or n * vocab_size when all_logits. */
 int capy_engine_forward(struct capy_engine *e, struct capy_seq *s, const int32_t *tokens, uint64_t n,
 			float *logits, bool all_logits, struct capy_err *err);
+/* The same, and the final-normed hidden states of all n tokens into hidden (n * hidden_size
+ * floats; NULL: none, as capy_engine_forward). */
+int capy_engine_forward_hidden(struct capy_engine *e, struct capy_seq *s, const int32_t *tokens, uint64_t n,
+			       float *logits, bool all_logits, float *hidden, struct capy_err *err);
+
+/* --- the MTP head (docs/spec.md "MTP drafts") --------------------------------------------
+ * Row t of a call sits at position pos + t of seq: it takes hidden[t] (the main model's
+ * final-normed hidden state at that position, or, chaining, the head's own output g of the
+ * row before) and tokens[t] (the token at position pos + t + 1), and writes the head's
+ * attention-cache row at that position into seq's pages (its own rows, beside the main
+ * layers'; rows at positions past the sequence's length are scratch that a later call
+ * overwrites, pages for them are taken as a step would). The head attends over its rows at
+ * positions [0, pos + t] of seq, so the caller runs every position once, in order, before
+ * drafting from it. */
+struct capy_mtp_rows {
+	struct capy_seq *seq;
+	uint64_t pos, n;          /* pos <= capy_seq_len(seq) + step tokens, n >= 1 */
+	const float *hidden;      /* [n][hidden_size] */
+	const int32_t *tokens;    /* [n] */
+	float *g;                 /* NULL or hidden_size floats: the last row's output */
+	const int32_t *ids;       /* the draft vocabulary (capy-shortlist), NULL: all of it */
+	uint64_t n_ids;
+	float *logits;            /* NULL, or the last row's logits over ids (n_ids floats, in the
+				   * order of ids) or the vocabulary; every row's with all_logits */
+	bool all_logits;
+};
+
+bool capy_engine_has_mtp(const struct capy_engine *e);
+int capy_engine_mtp(struct capy_engine *e, const struct capy_mtp_rows *r, struct capy_err *err);
 
 #endif

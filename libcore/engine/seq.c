@@ -91,8 +91,13 @@ int seq_reserve_history(struct capy_seq *s, uint64_t n, struct capy_err *err)
 
 int seq_make_writable(struct capy_seq *s, uint64_t n, struct capy_err *err)
 {
+	return seq_make_writable_at(s, s->len, n, err);
+}
+
+int seq_make_writable_at(struct capy_seq *s, uint64_t from, uint64_t n, struct capy_err *err)
+{
 	struct capy_engine *e = s->e;
-	uint64_t P = e->page_tokens, first = s->len / P, last = (s->len + n - 1) / P;
+	uint64_t P = e->page_tokens, first = from / P, last = (from + n - 1) / P;
 	int rc;
 
 	if ((rc = grow_pages(s, last + 1, err)) < 0)

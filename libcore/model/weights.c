@@ -285,6 +285,17 @@ static void bind_ple(struct binder *b, struct capy_ple_w *pl, const char *p, uin
 }
 #undef NAME
 
+/* A decoder layer's two norms (not qwen4_exp, whose layers mix hyper-connection streams). */
+static void bind_layer_norms(struct binder *b, struct capy_layer_w *l, const char *p)
+{
+	char n[512];
+
+	snprintf(n, sizeof(n), "%sinput_layernorm.weight", p);
+	l->in_norm = vec(b, b->c->hidden_size, true, n);
+	snprintf(n, sizeof(n), "%spost_attention_layernorm.weight", p);
+	l->post_norm = vec(b, b->c->hidden_size, true, n);
+}
+
 int capy_weights_bind(struct capy_weights *w, const struct capy_artifact *a, const struct capy_model_config *c,
 		      struct capy_err *err)
 {
@@ -312,11 +323,7 @@ int capy_weights_bind(struct capy_weights *w, const struct capy_artifact *a, con
 		l->moe = c->moe_layer[i];
 		l->kv_slot = l->gdn_slot = l->ple_slot = -1;
 		if (!q4) {
-			char n[512];
-			snprintf(n, sizeof(n), "%sinput_layernorm.weight", p);
-			l->in_norm = vec(&b, c->hidden_size, true, n);
-			snprintf(n, sizeof(n), "%spost_attention_layernorm.weight", p);
-			l->post_norm = vec(&b, c->hidden_size, true, n);
+			bind_layer_norms(&b, l, p);
 		} else {
 			bind_hc(&b, &l->hc_attn, p, "attn_hyper_connection", true);
 			bind_hc(&b, &l->hc_mlp, p, "mlp_hyper_connection", true);
@@ -351,6 +358,46 @@ int capy_weights_bind(struct capy_weights *w, const struct capy_artifact *a, con
 	return b.rc;
 }
 
+int capy_weights_bind_mtp(struct capy_weights *w, const struct capy_artifact *a, const struct capy_model_config *c,
+			  struct capy_err *err)
+{
+	struct binder b = { a, c, w, err, 0 };
+	struct capy_mtp_w *m = &w->mtp;
+	struct capy_layer_w *l = &m->layer;
+	const char *p = "mtp.layers.0.";
+	uint64_t H = c->hidden_size;
+
+	if (c->family != CAPY_FAMILY_QWEN3_5 && c->family != CAPY_FAMILY_QWEN3_5_MOE &&
+	    c->family != CAPY_FAMILY_QWEN3_NEXT)
+		return capy_err_set(err, CAPY_EUNSUPPORTED, "'%s': capy knows the MTP head of qwen3_5, qwen3_5_moe and "
+				    "qwen3_next only", a->path);
+	if (c->mtp_layers != 1)
+		return capy_err_set(err, CAPY_EUNSUPPORTED, "'%s': the config declares %" PRIu64 " MTP layers (capy runs "
+				    "exactly one)", a->path, c->mtp_layers);
+	memset(m, 0, sizeof(*m));
+	linear(&b, &m->fc, H, 2 * H, "mtp.fc.weight");
+	m->norm_emb = vec(&b, H, true, "mtp.pre_fc_norm_embedding.weight");
+	m->norm_hidden = vec(&b, H, true, "mtp.pre_fc_norm_hidden.weight");
+	m->norm = vec(&b, H, true, "mtp.norm.weight");
+	l->type = CAPY_LAYER_FULL;
+	l->moe = c->family != CAPY_FAMILY_QWEN3_5;
+	l->kv_slot = w->n_kv;
+	l->gdn_slot = l->ple_slot = -1;
+	bind_layer_norms(&b, l, p);
+	bind_attention(&b, &l->attn, p, false);
+	if (l->moe)
+		bind_moe(&b, &l->moe_w, p);
+	else
+		bind_mlp(&b, &l->mlp, p, "mlp", c->intermediate_size);
+	if (b.rc < 0) {
+		memset(m, 0, sizeof(*m)); /* what it owns is in w->owned*, freed by capy_weights_release */
+		capy_err_prefix(err, "MTP head");
+		return b.rc;
+	}
+	m->present = true;
+	return 0;
+}
+
 void capy_weights_release(struct capy_weights *w)
 {
 
@@ -376,6 +423,43 @@ static void each_hc(const struct capy_hc_w *h, void (*fn)(const struct capy_line
 		fn(&h->inject, ctx);
 }
 
+/* The mixer's and the MLP's matrices of one layer. */
+static void each_layer_linear(const struct capy_layer_w *l, const struct capy_model_config *c,
+			      void (*fn)(const struct capy_linear *l, void *ctx), void *ctx)
+{
+	if (l->type == CAPY_LAYER_LINEAR) {
+		const struct capy_linear *g[] = { &l->gdn.qkv, &l->gdn.z, &l->gdn.b, &l->gdn.a, &l->gdn.out };
+		for (size_t j = 0; j < ARRAY_SIZE(g); j++)
+			fn(g[j], ctx);
+	} else {
+		const struct capy_linear *g[] = { &l->attn.q, &l->attn.k, &l->attn.v, &l->attn.o };
+		for (size_t j = 0; j < ARRAY_SIZE(g); j++)
+			fn(g[j], ctx);
+		if (l->attn.qsa)
+			fn(&l->attn.idx_qk, ctx);
+	}
+	if (l->moe) {
+		fn(&l->moe_w.router, ctx);
+		for (uint64_t x = 0; x < c->n_experts; x++) {
+			fn(&l->moe_w.gate_up[x], ctx);
+			fn(&l->moe_w.down[x], ctx);
+		}
+		each_mlp(&l->moe_w.shared, fn, ctx);
+		fn(&l->moe_w.shared_gate, ctx);
+	} else {
+		each_mlp(&l->mlp, fn, ctx);
+	}
+}
+
+void capy_weights_each_mtp_linear(const struct capy_weights *w, const struct capy_model_config *c,
+				  void (*fn)(const struct capy_linear *l, void *ctx), void *ctx)
+{
+	if (!w->mtp.present)
+		return;
+	fn(&w->mtp.fc, ctx);
+	each_layer_linear(&w->mtp.layer, c, fn, ctx);
+}
+
 void capy_weights_each_linear(const struct capy_weights *w, const struct capy_model_config *c,
 			      void (*fn)(const struct capy_linear *l, void *ctx), void *ctx)
 {
@@ -391,28 +475,7 @@ void capy_weights_each_linear(const struct capy_weights *w, const struct capy_mo
 			fn(&l->ple.key, ctx);
 			fn(&l->ple.value, ctx);
 		}
-		if (l->type == CAPY_LAYER_LINEAR) {
-			const struct capy_linear *g[] = { &l->gdn.qkv, &l->gdn.z, &l->gdn.b, &l->gdn.a, &l->gdn.out };
-			for (size_t j = 0; j < ARRAY_SIZE(g); j++)
-				fn(g[j], ctx);
-		} else {
-			const struct capy_linear *g[] = { &l->attn.q, &l->attn.k, &l->attn.v, &l->attn.o };
-			for (size_t j = 0; j < ARRAY_SIZE(g); j++)
-				fn(g[j], ctx);
-			if (l->attn.qsa)
-				fn(&l->attn.idx_qk, ctx);
-		}
-		if (l->moe) {
-			fn(&l->moe_w.router, ctx);
-			for (uint64_t x = 0; x < c->n_experts; x++) {
-				fn(&l->moe_w.gate_up[x], ctx);
-				fn(&l->moe_w.down[x], ctx);
-			}
-			each_mlp(&l->moe_w.shared, fn, ctx);
-			fn(&l->moe_w.shared_gate, ctx);
-		} else {
-			each_mlp(&l->mlp, fn, ctx);
-		}
+		each_layer_linear(l, c, fn, ctx);
 	}
 	if (q4)
 		each_hc(&w->hc_final, fn, ctx);

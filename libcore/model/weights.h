@@ -72,6 +72,17 @@ struct capy_layer_w {
 	int kv_slot, gdn_slot, ple_slot;  /* index into the sequence's per-kind state, or -1 */
 };
 
+/* The MTP head (qwen3_5, qwen3_5_moe, qwen3_next; docs/spec.md "MTP drafts"): row t at position t
+ * takes h (the main model's hidden state after its final norm, or the head's own output when
+ * chaining) and e = embed(the token at t + 1); g = norm(layer(fc([norm_emb(e) | norm_hidden(h)])))
+ * and the logits are lm_head(g). */
+struct capy_mtp_w {
+	bool present;                     /* bound by capy_weights_bind_mtp */
+	struct capy_linear fc;            /* [H, 2H] */
+	float *norm_emb, *norm_hidden, *norm; /* [H], 1 + w */
+	struct capy_layer_w layer;        /* one full-attention decoder layer; kv_slot after the main ones */
+};
+
 struct capy_weights {
 	const void *embed;                /* [V][H] */
 	enum capy_dtype embed_dtype;
@@ -80,6 +91,7 @@ struct capy_weights {
 	struct capy_linear lm_head;
 	struct capy_layer_w *layers;
 	int n_kv, n_gdn, n_ple;           /* layers with each kind of state */
+	struct capy_mtp_w mtp;
 	float *owned[4096];               /* fp32 copies to free */
 	size_t nowned;
 	struct capy_linear *owned_linears[2 * CAPY_MAX_LAYERS];
@@ -91,6 +103,17 @@ struct capy_weights {
 int capy_weights_bind(struct capy_weights *w, const struct capy_artifact *a, const struct capy_model_config *c,
 		      struct capy_err *err);
 void capy_weights_release(struct capy_weights *w);
+
+/* Bind the MTP head mtp.* of a (after capy_weights_bind): mtp.fc, mtp.pre_fc_norm_embedding,
+ * mtp.pre_fc_norm_hidden, mtp.norm and mtp.layers.0 (a full-attention layer with the family's
+ * MLP: dense for qwen3_5, MoE for the others). Its layer's kv_slot is w->n_kv: the caller gives
+ * it a place in the attention-cache pages after the main layers'. Fails (w unchanged but for
+ * what capy_weights_release frees) for a family or config without a head capy knows. */
+int capy_weights_bind_mtp(struct capy_weights *w, const struct capy_artifact *a, const struct capy_model_config *c,
+			  struct capy_err *err);
+/* Call fn on every matrix of the bound MTP head (nothing when none is bound). */
+void capy_weights_each_mtp_linear(const struct capy_weights *w, const struct capy_model_config *c,
+				  void (*fn)(const struct capy_linear *l, void *ctx), void *ctx);
 
 /* Call fn on every matrix of w (each expert of a stack once). */
 void capy_weights_each_linear(const struct capy_weights *w, const struct capy_model_config *c,

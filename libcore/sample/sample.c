@@ -310,3 +310,46 @@ int32_t capy_sampler_verify(struct capy_sampler *s, float *logits, int32_t draft
 	 * draft left out, renormalised. */
 	return draw_kept(s, n, sum - pd, d);
 }
+
+int32_t capy_sampler_verify_q(struct capy_sampler *s, float *logits, int32_t draft, const float *q)
+{
+	const struct capy_sampler_params *p = &s->p;
+	uint64_t n, d, last;
+	double sum, pd, res = 0, u, acc = 0;
+	float mx;
+
+	if (!q)
+		return capy_sampler_verify(s, logits, draft);
+	if (draft < 0 || (uint64_t)draft >= s->vocab)
+		return capy_sampler_next(s, logits);
+	if (p->temperature == 0 || p->top_k == 1) /* greedy: as capy_sampler_verify */
+		return draw(s, logits, 0);
+	penalize(s, logits);
+	if (!(n = candidates(s, logits)))
+		return record(s, 0);
+	n = kept_sorted(s, n, &sum);
+	mx = s->c[0].logit;
+	for (d = 0; d < n && s->c[d].id != draft; d++)
+		;
+	pd = d < n ? exp((double)(s->c[d].logit - mx)) / sum : 0;
+	/* Accept with probability min(1, p(d) / q(d)) (one uniform, drawn whatever they are). */
+	if (capy_rng_uniform(&s->rng) * (double)q[draft] < pd)
+		return record(s, draft);
+	/* The residual: p is zero outside the kept tokens, so max(0, p - q) is too. */
+	for (uint64_t i = 0; i < n; i++)
+		res += fmax(0, exp((double)(s->c[i].logit - mx)) / sum - (double)q[s->c[i].id]);
+	if (!(res > 0)) /* p = q up to rounding: nothing left to correct */
+		return draw_kept(s, n, sum, n);
+	u = capy_rng_uniform(&s->rng) * res;
+	last = 0;
+	for (uint64_t i = 0; i < n; i++) {
+		double r = fmax(0, exp((double)(s->c[i].logit - mx)) / sum - (double)q[s->c[i].id]);
+		if (r <= 0)
+			continue;
+		acc += r;
+		last = i;
+		if (u < acc)
+			break;
+	}
+	return record(s, s->c[last].id);
+}

@@ -56,6 +56,11 @@ int32_t capy_sampler_next_masked(struct capy_sampler *s, float *logits, const ui
  * (temperature 0 or top_k 1) draws nothing: the argmax, whatever the draft. The returned
  * token is recorded as output, as by capy_sampler_next; logits are modified in place. */
 int32_t capy_sampler_verify(struct capy_sampler *s, float *logits, int32_t draft);
+/* The same for a draft drawn from a distribution q (vocab floats summing to 1, q[draft] > 0;
+ * NULL: the point mass, as capy_sampler_verify): accept with probability min(1, p(draft) /
+ * q(draft)), else draw from the residual max(0, p - q), renormalised. The token is then
+ * distributed exactly as p. */
+int32_t capy_sampler_verify_q(struct capy_sampler *s, float *logits, int32_t draft, const float *q);
 
 /* Sampling where the logits are (a GPU backend): what a device must compute so that the host
  * picks exactly the token capy_sampler_next would pick from the same logits.

@@ -50,6 +50,52 @@ uint64_t capy_ngram_len(const struct capy_ngram *g);
  * *match (may be NULL) gets the suffix's length. */
 uint64_t capy_ngram_draft(const struct capy_ngram *g, uint64_t k, int32_t *out, uint64_t *match);
 
+/* --- MTP drafts ---------------------------------------------------------------------------
+ * The model's own MTP head (engine.h capy_engine_mtp; an engine opened with opts.mtp) drafts
+ * from the main model's hidden states: the head's row at position t takes the main model's
+ * hidden state h_t and the token at t + 1. A drafter follows one sequence: every step of the
+ * sequence hands it the hidden states of the positions it runs (capy_mtp_hidden_at, as the
+ * step item's hidden), and each draft first runs the head over the positions it has not run
+ * yet (the accepted tokens of the last window, or the prompt), the last of them with `next`,
+ * which gives draft 1; draft j + 1 is the head's row at the next position from draft j's
+ * output g and draft j. Rows of chained drafts are scratch: the next draft's first rows
+ * overwrite them with the main model's hidden states, so a rejected draft leaves nothing
+ * behind (the head's cache rows of the accepted positions are those of a sequence that never
+ * saw it). Greedy drafts: the argmax over the draft vocabulary (the first maximum in its
+ * order), so the acceptance rule's q is a point mass on it. */
+
+struct capy_mtp;
+
+/* A drafter for seq (empty or not; the head has run none of its positions) on e; ids[0 ..
+ * n_ids) is the draft vocabulary (capy-shortlist's ids; copied), NULL for all of it. */
+int capy_mtp_new(struct capy_mtp **out, struct capy_engine *e, struct capy_seq *seq, const int32_t *ids,
+		 uint64_t n_ids, struct capy_err *err);
+void capy_mtp_free(struct capy_mtp *m);
+/* Positions of the sequence the head has run (their rows are final). */
+uint64_t capy_mtp_len(const struct capy_mtp *m);
+/* Where a step of the sequence writes the hidden states of positions [pos, pos + n)
+ * (capy_step_item.hidden): pos must not be below capy_mtp_len. Valid until the next call. */
+float *capy_mtp_hidden_at(struct capy_mtp *m, uint64_t pos, uint64_t n, struct capy_err *err);
+/* k >= 1 drafts into out after the sequence's history and next (the token after it, not run
+ * yet). The hidden states of every position from capy_mtp_len to the sequence's length must
+ * have been given. *seconds (may be NULL) gets the time it took added. */
+int capy_mtp_draft(struct capy_mtp *m, int32_t next, uint64_t k, int32_t *out, double *seconds,
+		   struct capy_err *err);
+/* Draw drafts from the head's distribution instead of taking its argmax: q = softmax(logits /
+ * temperature) over the draft vocabulary (temperature > 0), with the drafter's own stream
+ * seeded with seed; capy_mtp_q then gives the last draft call's q rows for the acceptance
+ * rule (capy_spec_accept_q). Fails only out of memory. */
+int capy_mtp_sample(struct capy_mtp *m, float temperature, uint64_t seed, uint64_t max_k, struct capy_err *err);
+/* [k][vocab] the distributions the last capy_mtp_draft drew its k drafts from; NULL when the
+ * drafts are the argmax (point masses). */
+const float *capy_mtp_q(const struct capy_mtp *m);
+
+/* The last draft's logits (over the draft vocabulary, in its order), for tests. */
+const float *capy_mtp_logits(const struct capy_mtp *m);
+/* A capy-shortlist file (one id per line in priority order, '#' comment lines) into a new
+ * array *ids of *n ids, each checked to be below vocab and listed once. */
+int capy_shortlist_read(const char *path, uint64_t vocab, int32_t **ids, uint64_t *n, struct capy_err *err);
+
 /* --- verification ------------------------------------------------------------------------ */
 
 /* What windows did, for the tools' statistics. */
@@ -60,6 +106,8 @@ struct capy_spec_stats {
 	uint64_t tokens;     /* tokens the windows gave (accepted + one each) */
 	double seconds;      /* in windows, all told */
 	double cut_seconds;  /* of it, cutting sequences back (capy_seq_truncate) */
+	double draft_seconds; /* drafting (the MTP head), outside the windows */
+	uint64_t mtp_windows, ngram_windows; /* windows by the drafter that filled them */
 };
 
 /* The acceptance of k drafts against the target's rows[k + 1][vocab] (row i: the target after
@@ -68,6 +116,10 @@ struct capy_spec_stats {
  * k + 1). rows are modified. */
 uint64_t capy_spec_accept(struct capy_sampler *s, float *rows, uint64_t vocab, const int32_t *drafts, uint64_t k,
 			  int32_t *out);
+/* The same with each draft's distribution: q[i * vocab ..] the distribution drafts[i] was drawn
+ * from (capy_sampler_verify_q); NULL: point masses, as capy_spec_accept. */
+uint64_t capy_spec_accept_q(struct capy_sampler *s, float *rows, uint64_t vocab, const int32_t *drafts, uint64_t k,
+			    const float *q, int32_t *out);
 
 /* One window on seq (see above): next is the token after seq's history (not yet run),
  * drafts[0..k) its proposed continuation (1 <= k, k + 1 tokens at most the engine's step);
@@ -77,5 +129,11 @@ uint64_t capy_spec_accept(struct capy_sampler *s, float *rows, uint64_t vocab, c
 int capy_spec_window(struct capy_engine *e, struct capy_seq *seq, struct capy_sampler *s, int32_t next,
 		     const int32_t *drafts, uint64_t k, float *rows, int32_t *out, uint64_t *n_out,
 		     struct capy_spec_stats *st, struct capy_err *err);
+/* The same, and the hidden states of the window's k + 1 positions into hidden ((k + 1) *
+ * hidden_size floats, e.g. capy_mtp_hidden_at(m, len, k + 1); NULL: none), the drafts'
+ * distributions q as capy_spec_accept_q (NULL: point masses). */
+int capy_spec_window_hidden(struct capy_engine *e, struct capy_seq *seq, struct capy_sampler *s, int32_t next,
+			    const int32_t *drafts, uint64_t k, const float *q, float *rows, float *hidden, int32_t *out,
+			    uint64_t *n_out, struct capy_spec_stats *st, struct capy_err *err);
 
 #endif

@@ -6,7 +6,8 @@
 #   capy-ppl --device cuda: perplexity within 1e-3 of transformers (5e-3 for the trained W4A4
 #     model, the CPU's own bound) and within 1e-3 of the CPU's;
 #   capy-gen --grammar / --json-schema --device cuda: greedy ids equal to --device cpu's;
-#   capy-serve --device cuda: a greedy chat completion equal to the CPU server's.
+#   capy-serve --device cuda: a greedy chat completion equal to the CPU server's;
+#   capy-gen --device cuda --spec mtp: refused in one line (MTP drafts are CPU-only).
 set -u
 cd "$(dirname "$0")/../.."
 B=${CAPY_BUILD:-build}
@@ -107,6 +108,12 @@ if [ $m = capy-tiny ]; then
 		bad "capy-tiny: no calculator call on the GPU: ${ans[cuda]}"
 fi
 done
+
+# MTP drafts are CPU-only for now: the GPU refuses them in one line, exit 1.
+out=$($B/bin/capy-gen -q "$T/capy-tiny.capy" --device cuda --prompt-ids "1 2 3" -n 4 --spec mtp 2>&1)
+rc=$?
+[ $rc -eq 1 ] && [ "$out" = "capy-gen: error: the cuda backend has no MTP head yet (--spec mtp: use the CPU)" ] &&
+	ok "capy-gen --device cuda --spec mtp is refused in one line" || bad "capy-gen --device cuda --spec mtp: rc $rc: $out"
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

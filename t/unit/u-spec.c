@@ -228,6 +228,118 @@ static void test_accept_distribution(void)
 	}
 }
 
+/* A draft drawn from q (the MTP head's distribution). Rules: 0 capy_sampler_verify_q; 1 the
+ * point-mass rule (capy_sampler_verify), which is exact for any draft that does not depend on
+ * the target's draws, but accepts p(d) of the time, not min(1, p(d) / q(d)); 2 a wrong rule
+ * (q's acceptance, then the point-mass residual). The chi-square of the token that comes out
+ * against p over N seeds; *accepted how often it was the draft. */
+static double chi_square_q(const float *row, const float *q, float temp, int top_k, int rule, int N, int *df,
+			   int *accepted)
+{
+	double p[V], chi = 0;
+	int count[V] = { 0 };
+	struct capy_err err = { 0 };
+	struct capy_rng r;
+
+	target_p(row, temp, top_k, p);
+	capy_rng_seed(&r, 1234);
+	*accepted = 0;
+	for (int seed = 0; seed < N; seed++) {
+		struct capy_sampler *s;
+		float work[V];
+		double u = capy_rng_uniform(&r), acc = 0;
+		int32_t d = V - 1, t;
+		for (int x = 0; x < V; x++)
+			if (u < (acc += q[x])) {
+				d = x;
+				break;
+			}
+		memcpy(work, row, sizeof(work));
+		if (capy_sampler_new(&s, V, &(struct capy_sampler_params){ .temperature = temp, .top_k = top_k,
+				     .seed = (uint64_t)seed }, &err) < 0)
+			return INFINITY;
+		if (rule == 0) {
+			t = capy_sampler_verify_q(s, work, d, q);
+		} else if (rule == 1) {
+			t = capy_sampler_verify(s, work, d);
+		} else if (capy_rng_uniform(&r) * q[d] < p[d]) {
+			t = d;
+		} else { /* p without d */
+			double v = capy_rng_uniform(&r) * (1 - p[d]);
+			t = -1;
+			acc = 0;
+			for (int x = 0; x < V && t < 0; x++)
+				if (x != d && p[x] > 0 && v < (acc += p[x]))
+					t = x;
+			if (t < 0)
+				t = d == 0 ? 1 : 0;
+		}
+		*accepted += t == d;
+		count[t]++;
+		capy_sampler_free(s);
+	}
+	*df = -1;
+	for (int x = 0; x < V; x++) {
+		double e = p[x] * N;
+		if (e == 0) {
+			if (count[x])
+				return INFINITY;
+			continue;
+		}
+		chi += (count[x] - e) * (count[x] - e) / e;
+		(*df)++;
+	}
+	return chi;
+}
+
+static void test_accept_q_distribution(void)
+{
+	const float row[V] = { 1.0f, 0.2f, 0.7f, -0.5f, 0.1f, 0.4f };
+	const float qs[][V] = {
+		{ 0.05f, 0.30f, 0.05f, 0.30f, 0.20f, 0.10f }, /* far from p: many rejections */
+		{ 0.30f, 0.12f, 0.22f, 0.06f, 0.12f, 0.18f }, /* close to p */
+		{ 0.00f, 0.50f, 0.00f, 0.50f, 0.00f, 0.00f }, /* a shortlist of two ids */
+	};
+	const int N = 40000;
+	int df, acc_q, acc_point, acc_wrong;
+
+	for (size_t i = 0; i < ARRAY_SIZE(qs); i++)
+		for (int top_k = 0; top_k <= 4; top_k += 4) {
+			double p[V], want_q = 0, want_point = 0;
+			target_p(row, 1.0f, top_k, p);
+			for (int x = 0; x < V; x++) {
+				want_q += fmin(p[x], qs[i][x]);  /* 1 - total variation */
+				want_point += qs[i][x] * p[x];
+			}
+			double chi = chi_square_q(row, qs[i], 1.0f, top_k, 0, N, &df, &acc_q);
+			CHECK_MSG(chi < chi_bound(df), "q %zu top-k %d: chi-square %.1f over %d df, bound %.1f", i, top_k, chi, df,
+				  chi_bound(df));
+			double point = chi_square_q(row, qs[i], 1.0f, top_k, 1, N, &df, &acc_point);
+			CHECK_MSG(point < chi_bound(df), "q %zu top-k %d: point-mass rule %.1f", i, top_k, point);
+			double wrong = chi_square_q(row, qs[i], 1.0f, top_k, 2, N, &df, &acc_wrong);
+			CHECK_MSG(wrong > chi_bound(df), "q %zu top-k %d: the wrong rule passed: %.1f, bound %.1f", i, top_k, wrong,
+				  chi_bound(df));
+			/* Acceptance: 1 - TV(p, q) with q's rule, E_q[p(d)] with the point mass (5 sigma). */
+			double sd = 5 * sqrt(0.25 / N);
+			CHECK_MSG(fabs(acc_q / (double)N - want_q) < sd, "q %zu: accepted %.4f, want %.4f", i, acc_q / (double)N,
+				  want_q);
+			CHECK_MSG(fabs(acc_point / (double)N - want_point) < sd, "q %zu: point rule accepted %.4f, want %.4f", i,
+				  acc_point / (double)N, want_point);
+			CHECK(want_q >= want_point);
+			if (i == 1 && top_k == 0)
+				printf("q close to p: accepted %.3f with q's rule, %.3f with the point-mass rule\n",
+				       acc_q / (double)N, acc_point / (double)N);
+		}
+	/* Greedy ignores q: the argmax. */
+	struct capy_sampler *g;
+	struct capy_err err = { 0 };
+	float work[V];
+	memcpy(work, row, sizeof(work));
+	CHECK_EQ_INT(capy_sampler_new(&g, V, &(struct capy_sampler_params){ 0 }, &err), 0);
+	CHECK_EQ_INT(capy_sampler_verify_q(g, work, 3, qs[0]), 0);
+	capy_sampler_free(g);
+}
+
 /* Greedy: the argmax chain whatever the drafts, and nothing drawn. */
 static void test_accept_greedy(void)
 {
@@ -595,6 +707,7 @@ int main(void)
 	RUN(test_accept_greedy);
 	RUN(test_accept_reproducible);
 	RUN(test_accept_distribution);
+	RUN(test_accept_q_distribution);
 	RUN(test_accept_on_model);
 	RUN(test_verify_every_family);
 	RUN(test_window_greedy);

@@ -24,6 +24,13 @@ static int alloc_scratch(struct cpu_engine *e, struct capy_err *err)
 	e->wide = capy_widest_row(c);
 	/* The activation workspace must fit the largest input any matrix gets. */
 	capy_weights_each_linear(&e->w, c, ws_need, e);
+	capy_weights_each_mtp_linear(&e->w, c, ws_need, e);
+	if (e->w.mtp.present) {
+		s->mtp_cat = calloc(T * 2 * H, sizeof(float));
+		s->mtp_row = calloc(c->vocab_size, sizeof(float));
+		if (!s->mtp_cat || !s->mtp_row)
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory for the MTP head's scratch");
+	}
 	s->x = calloc(T * hh, sizeof(float));
 	s->xn = calloc(T * hh, sizeof(float));
 	s->blk = calloc(T * H, sizeof(float));
@@ -74,7 +81,7 @@ static void free_scratch(struct scratch *s, int nth)
 	void *p[] = { s->x, s->xn, s->blk, s->out, s->inj, s->mix, s->tmp, s->big1, s->big2, s->big3,
 		      s->logits_tmp, s->lin_ws, s->moe_out, s->moe_ids, s->moe_w, s->moe_rows, s->moe_count,
 		      s->moe_active, s->moe_first, s->ple_emb, s->ple_hist, s->pos, s->item_of, s->ids,
-		      s->gdn_buf, s->attn_scores, s->sel, s->logits_rows };
+		      s->gdn_buf, s->attn_scores, s->sel, s->logits_rows, s->mtp_cat, s->mtp_row };
 
 	for (size_t i = 0; i < ARRAY_SIZE(p); i++)
 		free(p[i]);
@@ -110,7 +117,9 @@ static int cpu_open(struct capy_engine *core, struct capy_err *err)
 		goto fail;
 	e->nth = capy_pool_size(e->pool);
 	e->s.tmax = core->step_tokens;
-	if ((rc = capy_weights_bind(&e->w, e->a, &e->c, err)) < 0 || (rc = alloc_scratch(e, err)) < 0 || (rc = cpu_pages_layout(e, err)) < 0)
+	if ((rc = capy_weights_bind(&e->w, e->a, &e->c, err)) < 0 ||
+	    (e->opts.mtp && (rc = capy_weights_bind_mtp(&e->w, e->a, &e->c, err)) < 0) ||
+	    (rc = alloc_scratch(e, err)) < 0 || (rc = cpu_pages_layout(e, err)) < 0)
 		goto fail;
 	e->rot = capy_rope_dims(&e->c);
 	e->rope_inv_freq = calloc(e->rot / 2 + 1, sizeof(float));
@@ -172,4 +181,5 @@ const struct capy_backend_ops capy_backend_cpu = {
 	.state_write = cpu_state_write,
 	.step = cpu_step,
 	.keeps_states = true,
+	.mtp = cpu_mtp,
 };

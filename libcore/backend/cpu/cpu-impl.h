@@ -45,6 +45,8 @@ struct scratch {
 	int32_t *ids;                     /* [tmax] the token ids of the step */
 	float *logits_rows;               /* [logits_rows_cap][V] last-token logits of several items */
 	uint64_t logits_rows_cap;
+	float *mtp_cat;                   /* MTP head: [tmax][2H] the normed embedding and hidden state */
+	float *mtp_row;                   /* [V] one row of lm_head outputs, of which the draft ids are read */
 };
 
 struct cpu_engine {
@@ -198,7 +200,18 @@ int cpu_state_read(struct capy_engine *core, const void *st, void *dst, struct c
 int cpu_state_write(struct capy_engine *core, void *st, const void *src, struct capy_err *err);
 void cpu_state_free(struct capy_engine *core, void *st);
 
-/* forward.c: the backend's step. */
+/* forward.c: the backend's step; the embedding rows of ids into x [T][hc * H]; one decoder
+ * layer (not qwen4_exp) on the residual rows s.x [T][H] in place. */
 int cpu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);
+void cpu_embed(const struct cpu_engine *e, const int32_t *ids, uint64_t T, float *x);
+int cpu_layer_forward(struct cpu_engine *e, const struct capy_layer_w *l, uint64_t T, struct capy_err *err);
+
+/* mtp.c: the MTP head's rows (backend op mtp). */
+int cpu_mtp(struct capy_engine *core, const struct capy_mtp_rows *r, struct capy_err *err);
+
+/* ops.c: y = x W^T for one row x, only the rows W[ids[i]] (y is [w->n]; other elements are
+ * left as they are), over all threads; each element the bits par_linear gives. */
+void par_linear_ids(struct cpu_engine *e, const struct capy_linear *w, const float *x, const int32_t *ids,
+		    uint64_t n_ids, float *y);
 
 #endif

@@ -13,7 +13,7 @@
 
 #include <math.h>
 
-static void embed(const struct cpu_engine *e, const int32_t *ids, uint64_t T, float *x)
+void cpu_embed(const struct cpu_engine *e, const int32_t *ids, uint64_t T, float *x)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t H = c->hidden_size, hc = c->family == CAPY_FAMILY_QWEN4_EXP ? c->hc_count : 1;
@@ -114,6 +114,27 @@ static int logits_out(struct cpu_engine *e, const struct capy_batch *b, struct c
 	return 0;
 }
 
+int cpu_layer_forward(struct cpu_engine *e, const struct capy_layer_w *l, uint64_t T, struct capy_err *err)
+{
+	struct scratch *sc = &e->s;
+	uint64_t H = e->c.hidden_size;
+	float eps = (float)e->c.rms_norm_eps;
+	int rc;
+
+	for (uint64_t t = 0; t < T; t++)
+		rmsnorm_1p(sc->x + t * H, l->in_norm, sc->xn + t * H, H, H, eps);
+	if ((rc = mixer(e, l, sc->xn, T, sc->out, err)) < 0)
+		return rc;
+	for (uint64_t j = 0; j < T * H; j++)
+		sc->x[j] += sc->out[j];
+	for (uint64_t t = 0; t < T; t++)
+		rmsnorm_1p(sc->x + t * H, l->post_norm, sc->xn + t * H, H, H, eps);
+	ffn(e, l, sc->xn, T, sc->out);
+	for (uint64_t j = 0; j < T * H; j++)
+		sc->x[j] += sc->out[j];
+	return 0;
+}
+
 int cpu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err)
 {
 	struct cpu_engine *e = core->be;
@@ -136,7 +157,7 @@ int cpu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_e
 	if ((rc = cpu_attn_reserve(e, ctx, err)) < 0)
 		return rc;
 	e->batch = b;
-	embed(e, sc->ids, T, sc->x);
+	cpu_embed(e, sc->ids, T, sc->x);
 	for (uint64_t i = 0; i < c->n_layers; i++) {
 		const struct capy_layer_w *l = &e->w.layers[i];
 		if (q4) {
@@ -151,18 +172,12 @@ int cpu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_e
 			add_injected(sc->x, sc->out, sc->inj, T, H, hc);
 			continue;
 		}
-		for (uint64_t t = 0; t < T; t++)
-			rmsnorm_1p(sc->x + t * H, l->in_norm, sc->xn + t * H, H, H, eps);
-		if ((rc = mixer(e, l, sc->xn, T, sc->out, err)) < 0)
+		if ((rc = cpu_layer_forward(e, l, T, err)) < 0)
 			return rc;
-		for (uint64_t j = 0; j < T * H; j++)
-			sc->x[j] += sc->out[j];
-		for (uint64_t t = 0; t < T; t++)
-			rmsnorm_1p(sc->x + t * H, l->post_norm, sc->xn + t * H, H, H, eps);
-		ffn(e, l, sc->xn, T, sc->out);
-		for (uint64_t j = 0; j < T * H; j++)
-			sc->x[j] += sc->out[j];
 	}
+	for (size_t i = 0; i < b->n_items; i++) /* the MTP head's input: what lm_head reads */
+		for (uint64_t t = 0; b->items[i].hidden && t < b->items[i].n; t++)
+			rmsnorm_1p(sc->x + (b->items[i].t0 + t) * H, e->w.final_norm, b->items[i].hidden + t * H, H, H, eps);
 	rc = logits_out(e, b, err);
 	e->batch = NULL;
 	return rc;

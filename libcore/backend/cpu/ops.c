@@ -63,6 +63,36 @@ void par_linear(struct cpu_engine *e, const struct capy_linear *w, const float *
 	par_for_work(e, w->n, w->n * w->k * m, lin_rows, &c);
 }
 
+struct lin_ids_ctx {
+	const struct capy_linear *w;
+	const struct capy_linear_input *in;
+	const int32_t *ids;
+	float *y;
+};
+
+/* Runs of consecutive ids go to the kernel together (a shortlist is mostly long runs). */
+static void lin_ids_rows(void *p, uint64_t b, uint64_t e, int ith)
+{
+	(void)ith;
+	struct lin_ids_ctx *c = p;
+	for (uint64_t i = b; i < e;) {
+		uint64_t j = i + 1;
+		while (j < e && c->ids[j] == c->ids[j - 1] + 1)
+			j++;
+		capy_linear_rows(c->w, c->in, c->y, (uint64_t)c->ids[i], (uint64_t)c->ids[j - 1] + 1);
+		i = j;
+	}
+}
+
+void par_linear_ids(struct cpu_engine *e, const struct capy_linear *w, const float *x, const int32_t *ids,
+		    uint64_t n_ids, float *y)
+{
+	struct lin_ids_ctx c = { w, NULL, ids, y };
+
+	capy_linear_prepare(w, x, 1, e->s.lin_ws, (struct capy_linear_input **)&c.in);
+	par_for_work(e, n_ids, n_ids * w->k, lin_ids_rows, &c);
+}
+
 void rmsnorm_1p(const float *x, const float *w1p, float *y, uint64_t n, uint64_t group, float eps)
 {
 	for (uint64_t g0 = 0; g0 < n; g0 += group) {

@@ -34,7 +34,9 @@ int cpu_pages_layout(struct cpu_engine *e, struct capy_err *err)
 	e->kv_row = e->c.n_kv_heads * e->c.head_dim * kv_elem(e->opts.kv);
 	if (!(e->lay = calloc((size_t)e->w.n_kv + 1, sizeof(*e->lay))))
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-	if ((rc = capy_kv_page_layout(&e->c, e->opts.kv, e->w.n_kv, 64, e->lay, &e->P, &e->page_bytes, err)) < 0)
+	/* The MTP head's attention layer (kv_slot n_kv) keeps its rows beside the main layers'. */
+	if ((rc = capy_kv_page_layout(&e->c, e->opts.kv, e->w.n_kv + (e->w.mtp.present ? 1 : 0), 64, e->lay, &e->P,
+				      &e->page_bytes, err)) < 0)
 		return rc;
 	e->core->page_tokens = e->P;
 	return 0;
