@@ -97,7 +97,6 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 					    (uint64_t)d[i].bytes >> 20, cudaGetErrorString(rc));
 		e->device_bytes += d[i].bytes;
 	}
-
 	if ((rc = cudaMallocHost((void **)&s->logits_host, ps.host_logits)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->row_idx_host, ps.host_row_idx)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->smp_rows_host, ps.host_smp_rows)) != cudaSuccess ||

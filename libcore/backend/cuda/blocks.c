@@ -93,6 +93,26 @@ static int multi(struct cuda_engine *e, const float *x, uint64_t m, int n, const
 #define LINS(...) ((const struct ck_linear *[]){ __VA_ARGS__ })
 #define OUTS(...) ((float *[]){ __VA_ARGS__ })
 
+/* The side stream (cuda-impl.h), each 0 or a CUDA error negated (TRY's convention): fork makes
+ * it wait for what the main stream enqueued so far; done marks the end of its work; join makes
+ * the main stream wait for that. */
+static int side_fork(struct cuda_engine *e)
+{
+	cudaError_t r = cudaEventRecord(e->ev_fork, e->stream);
+
+	return -(int)(r != cudaSuccess ? r : cudaStreamWaitEvent(e->side, e->ev_fork, 0));
+}
+
+static int side_done(struct cuda_engine *e)
+{
+	return -(int)cudaEventRecord(e->ev_join, e->side);
+}
+
+static int side_join(struct cuda_engine *e)
+{
+	return -(int)cudaStreamWaitEvent(e->stream, e->ev_join, 0);
+}
+
 int cu_attention(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
@@ -160,10 +180,9 @@ int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	const bool fork = PART(CU_GDN_IN) && (e->fork & CU_FORK_GDN_Z) && !gemm_step(e, T) &&
 			  !ck_linear_ws_bytes(&w->z, T);
 	if (fork) {
-		TRY(-(int)cudaEventRecord(e->ev_fork, e->stream), "forking the gdn gate");
-		TRY(-(int)cudaStreamWaitEvent(e->side, e->ev_fork, 0), "forking the gdn gate");
+		TRY(side_fork(e), "forking the gdn gate");
 		TRY(ck_linear(&w->z, xn, T, z, e->s.lin_ws, e->side), "gdn gate");
-		TRY(-(int)cudaEventRecord(e->ev_join, e->side), "joining the gdn gate");
+		TRY(side_done(e), "joining the gdn gate");
 		MULTI(xn, T, LINS(&w->qkv, &w->b, &w->a), OUTS(qkv, bb, aa));
 	} else if (PART(CU_GDN_IN)) {
 		MULTI(xn, T, LINS(&w->qkv, &w->z, &w->b, &w->a), OUTS(qkv, z, bb, aa));
@@ -175,7 +194,7 @@ int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	if (PART(CU_GDN_CORE))
 		TRY(ck_gdn_recurrent(st, &e->gdn, slot, conv, beta, g, o, s), "gdn recurrence");
 	if (fork)
-		TRY(-(int)cudaStreamWaitEvent(e->stream, e->ev_join, 0), "joining the gdn gate");
+		TRY(side_join(e), "joining the gdn gate");
 	if (PART(CU_GDN_CORE))
 		TRY(ck_gdn_gated_norm(o, z, w->norm, T, nv, dv, (float)c->rms_norm_eps, c->output_gate_sigmoid, s), "gdn norm");
 	if (PART(CU_GDN_OUT))
@@ -207,16 +226,15 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	 * the main one: it reads xn and writes big3, big2 and tmp, which nothing on the main stream
 	 * touches before the join; its matrices are plain (no use of the shared lin_ws). */
 	const bool fused_shared = PART(CU_SHARED) && !gemm_step(e, T) && ck_linear_swiglu_ok(&m->shared.down, sc->big3, T);
-	const bool fork = fused_shared && PART(CU_MOE_IN) && (e->fork & CU_FORK_SHARED) && !ck_linear_ws_bytes(&m->shared.gate_up, T) &&
-			  !ck_linear_ws_bytes(&m->shared_gate, T);
+	const bool fork = fused_shared && PART(CU_MOE_IN) && (e->fork & CU_FORK_SHARED) &&
+			  !ck_linear_ws_bytes(&m->shared.gate_up, T) && !ck_linear_ws_bytes(&m->shared_gate, T);
 	if (fork) {
 		const struct ck_linear *sw[] = { &m->shared.gate_up, &m->shared_gate };
 		float *sy[] = { sc->big3, sc->big2 };
-		TRY(-(int)cudaEventRecord(e->ev_fork, e->stream), "forking the shared expert");
-		TRY(-(int)cudaStreamWaitEvent(e->side, e->ev_fork, 0), "forking the shared expert");
+		TRY(side_fork(e), "forking the shared expert");
 		TRY(ck_linear_multi(sw, 2, xn, T, sy, e->s.lin_ws, e->side), "shared expert");
 		TRY(ck_linear_swiglu(&m->shared.down, sc->big3, T, sc->tmp, e->side), "shared expert");
-		TRY(-(int)cudaEventRecord(e->ev_join, e->side), "joining the shared expert");
+		TRY(side_done(e), "joining the shared expert");
 		TRY(ck_linear(&m->router, xn, T, sc->big1, e->s.lin_ws, e->stream), "router");
 	} else if (PART(CU_MOE_IN)) {
 		/* The router, the shared expert's gate_up and its gate read the same input. */
@@ -229,7 +247,7 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 				   sc->moe_ws, e->stream),
 		    "experts");
 	if (fork) {
-		TRY(-(int)cudaStreamWaitEvent(e->stream, e->ev_join, 0), "joining the shared expert");
+		TRY(side_join(e), "joining the shared expert");
 	} else if (fused_shared) {
 		TRY(ck_linear_swiglu(&m->shared.down, sc->big3, T, sc->tmp, e->stream), "shared expert");
 	} else if (PART(CU_SHARED)) {
