@@ -123,6 +123,9 @@ struct capy_backend_ops {
 	void (*describe)(const struct capy_engine *e, char *buf, size_t size);
 	/* Optional: the memory plan its sizes came from, in one line (capy_engine_plan_line). */
 	void (*plan)(const struct capy_engine *e, char *buf, size_t size);
+	/* Optional: expert offload's counts (capy_engine_offload_stats); false when the
+	 * backend holds every routed expert where it computes. */
+	bool (*offload_stats)(const struct capy_engine *e, struct capy_offload_stats *st);
 	/* Run the batch; fill each item's logits (and, with samples set, sample its token). */
 	int (*step)(struct capy_engine *e, const struct capy_batch *b, struct capy_err *err);
 	/* step() samples the items that have a sampler itself; else the engine core gives them

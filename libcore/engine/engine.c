@@ -223,6 +223,18 @@ bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size)
 	return true;
 }
 
+bool capy_engine_offload_stats(const struct capy_engine *e, struct capy_offload_stats *st)
+{
+	struct capy_offload_stats tmp;
+
+	memset(&tmp, 0, sizeof(tmp));
+	if (!e->ops->offload_stats || !e->ops->offload_stats(e, &tmp))
+		return false;
+	if (st)
+		*st = tmp;
+	return true;
+}
+
 /* --- the page pool ------------------------------------------------------------------------ */
 
 int engine_page_alloc(struct capy_engine *e, uint32_t *id, struct capy_err *err)

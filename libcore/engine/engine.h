@@ -68,6 +68,27 @@ struct capy_engine_opts {
 	 * attention layer gets rows in the attention-cache pages after the main layers', so pages
 	 * are larger. Backends without one refuse it (CAPY_EUNSUPPORTED). */
 	bool mtp;
+	/* cuda, expert offload (issue 10; docs/offload.md): the CPU threads that compute the
+	 * routed experts not resident on the GPU (0: capy_expert_threads_choose's default from
+	 * the machine's topology), and a cap on the routed-expert slots the memory plan gives
+	 * the GPU (0: as many as --gpu-mem holds; n > 0: at most n; CAPY_EXPERT_SLOTS_NONE:
+	 * none, every routed expert in host RAM). Zeroed options mean the defaults. */
+	int expert_threads;
+	int64_t expert_slots;
+};
+
+#define CAPY_EXPERT_SLOTS_NONE (-1)
+
+/* What expert offload has done so far (capy_engine_offload_stats): the GPU's expert cache
+ * of `slots` experts (a routed expert of one layer, both its matrices), `resident` of them
+ * filled; per routed (token, expert) of a step, whether it found its expert resident (hits)
+ * or was computed on the CPU (misses; prefill chunks read a non-resident expert from host
+ * memory instead: streamed); experts copied into slots and evicted; the CPU threads. */
+struct capy_offload_stats {
+	uint64_t experts, slots, resident;
+	uint64_t steps, hits, misses, streamed;
+	uint64_t loads, evictions;
+	int cpu_threads;
 };
 
 struct capy_engine;
@@ -102,6 +123,9 @@ void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size);
 bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size);
 /* Whether the backend can run steps with keep_states (speculative verification). */
 bool capy_engine_keeps_states(const struct capy_engine *e);
+/* Whether the engine offloads routed experts (some are not resident on its GPU), and if so
+ * its counts so far in *st (may be NULL). */
+bool capy_engine_offload_stats(const struct capy_engine *e, struct capy_offload_stats *st);
 /* Bytes of weights the engine reads per decoded token with all experts (for reports). */
 uint64_t capy_engine_weight_bytes(const struct capy_engine *e);
 

@@ -309,6 +309,42 @@ int capy_host_mem_read(struct capy_host_mem *h, struct capy_err *err)
 	return 0;
 }
 
+/* --- expert offload's buffers ------------------------------------------------------------- */
+
+static uint64_t moe_k(const struct capy_model_config *c)
+{
+	return c->n_experts_per_tok ? c->n_experts_per_tok : 1;
+}
+
+uint64_t capy_plan_offload_dev(const struct capy_artifact *a, const struct capy_model_config *c, uint64_t T)
+{
+	return al(a->nstacks * c->n_experts * 4) + 2 * al(T * moe_k(c) * 4);
+}
+
+void capy_plan_offload_hand(struct capy_plan_hand *h, const struct capy_artifact *a, const struct capy_model_config *c,
+			    uint64_t T)
+{
+	const uint64_t S = T * moe_k(c), H = c->hidden_size;
+
+	h->n_misses = 0;
+	h->expert = al(4);
+	h->miss_slot = h->expert + al(S * 4);
+	h->x_row = h->miss_slot + al(S * 4);
+	h->x = h->x_row + al(S * 4);
+	h->out = h->x + al(T * H * 4);
+	h->route = h->out + al(S * H * 4);
+	h->job = h->route + al(a->nstacks * S * 4);
+	h->bytes = h->job + al(CAPY_PLAN_JOB_BYTES);
+}
+
+uint64_t capy_plan_offload_host(const struct capy_artifact *a, const struct capy_model_config *c, uint64_t T)
+{
+	struct capy_plan_hand h;
+
+	capy_plan_offload_hand(&h, a, c, T);
+	return h.bytes;
+}
+
 /* --- the plan ------------------------------------------------------------------------------ */
 
 int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const struct capy_model_config *c,
@@ -375,15 +411,26 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 	 * any expert's record, so slots == experts implies everything fitted above). */
 	resident = p->fixed - p->weights + p->weights_all;
 	p->device_resident = resident;
-	if (!p->o.gpu_mem || resident <= p->o.gpu_mem) {
+	const bool capped = p->o.expert_slots < 0 || (p->o.expert_slots > 0 && (uint64_t)p->o.expert_slots < p->experts);
+	if (!p->experts || ((!p->o.gpu_mem || resident <= p->o.gpu_mem) && !capped)) {
 		p->all_resident = true;
 		p->slots = p->experts;
 		p->device = resident;
 	} else {
-		if (p->fixed < p->o.gpu_mem && p->slot_bytes)
-			p->slots = CAPY_MIN(p->experts, (p->o.gpu_mem - p->fixed) / p->slot_bytes);
-		p->device = p->fixed + p->slots * p->slot_bytes;
+		p->offload_dev = capy_plan_offload_dev(a, c, p->o.step_tokens);
+		p->fixed += p->offload_dev;
+		const uint64_t fixed = p->fixed;
+		p->slots = p->experts;
+		if (p->o.gpu_mem)
+			p->slots = fixed < p->o.gpu_mem && p->slot_bytes ? CAPY_MIN(p->experts, (p->o.gpu_mem - fixed) / p->slot_bytes)
+									 : 0;
+		if (p->o.expert_slots < 0)
+			p->slots = 0;
+		else if (p->o.expert_slots > 0)
+			p->slots = CAPY_MIN(p->slots, (uint64_t)p->o.expert_slots);
+		p->device = fixed + p->slots * p->slot_bytes;
 		p->host_experts = p->expert_bytes;
+		p->host_staging += capy_plan_offload_host(a, c, p->o.step_tokens);
 	}
 	p->host_need = p->host_experts + p->host_staging;
 	p->pinned = !p->host_experts || p->host.memlock == CAPY_PLAN_UNKNOWN || p->host.memlock >= p->host_experts;
@@ -473,10 +520,12 @@ void capy_plan_format(const struct capy_plan *p, const char *what, struct capy_b
 		row(b, "routed experts", p->weights_all - p->weights,
 		    "all %" PRIu64 " experts resident (%" PRIu64 " layers, slots of %" PRIu64 " bytes)", p->experts,
 		    p->moe_layers, p->slot_bytes);
-	else
+	else {
+		row(b, "offload buffers", p->offload_dev, "slot maps of %" PRIu64 " layers, the step's slot ids", p->moe_layers);
 		row(b, "routed-expert slots", p->slots * p->slot_bytes,
 		    "%" PRIu64 " slots of %" PRIu64 " bytes: %" PRIu64 " of %" PRIu64 " experts resident", p->slots,
 		    p->slot_bytes, p->slots, p->experts);
+	}
 	if (p->o.gpu_mem)
 		row(b, "total", p->device, "of %.1f MiB", mib(p->o.gpu_mem));
 	else
@@ -491,7 +540,7 @@ void capy_plan_format(const struct capy_plan *p, const char *what, struct capy_b
 		    limit_str(lim, sizeof(lim), p->host.memlock));
 	else
 		row(b, "routed experts", 0, "none (all on the GPU)");
-	row(b, "staging buffers", p->host_staging, "page-locked");
+	row(b, "staging buffers", p->host_staging, "page-locked%s", p->all_resident ? "" : ", with the CPU experts' hand-over");
 	if (p->host.available != CAPY_PLAN_UNKNOWN)
 		row(b, "needed", p->host_need, "of %.1f MiB available (MemAvailable in %s)", mib(p->host.available),
 		    p->host.meminfo);
@@ -516,6 +565,6 @@ void capy_plan_summary(const struct capy_plan *p, char *buf, size_t size)
 	snprintf(buf, size,
 		 "plan: %.1f MiB fixed (weights %.1f, attention cache %.1f = %" PRIu64 " pages, states %.1f, step "
 		 "buffers %.1f, attention workspace %.1f) + %s; %.1f MiB in all",
-		 mib(p->fixed), mib(p->weights + p->small), mib(p->kv), p->pages, mib(p->states), mib(p->scratch),
-		 mib(p->context), experts, mib(p->device));
+		 mib(p->fixed), mib(p->weights + p->small), mib(p->kv), p->pages, mib(p->states),
+		 mib(p->scratch), mib(p->context), experts, mib(p->device));
 }

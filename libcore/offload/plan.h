@@ -118,6 +118,27 @@ uint64_t capy_plan_context_cap(uint64_t have, uint64_t ctx);
 uint64_t capy_plan_attn_ws(const struct capy_model_config *c, uint64_t T, uint64_t cap);
 uint64_t capy_plan_sel_bytes(const struct capy_model_config *c, uint64_t T, uint64_t cap);
 
+/* --- expert offload ---------------------------------------------------------------------- */
+
+/* The device buffers of an offloading engine (bytes): a slot map per expert stack ([E] int32:
+ * the slot of each expert, or -1) and the step's two slot-id arrays ([T * k] int32: the
+ * resident experts' slots for the exact rows, the expert ids for the prompt rows). */
+uint64_t capy_plan_offload_dev(const struct capy_artifact *a, const struct capy_model_config *c, uint64_t T);
+
+/* The page-locked hand-over area of an offloading engine for steps of T tokens (S = T * k
+ * routed slots), each part an offset into one allocation that the GPU writes and reads
+ * through its mapping: the misses' count, their experts, their slots and their rows' indexes
+ * ([S] each), the rows x ([T][H] floats), the CPU's results ([S][H]), every MoE layer's routed
+ * ids ([stacks][S], for the expert cache) and the CPU job (its done word is waited on by the
+ * GPU). */
+struct capy_plan_hand {
+	uint64_t n_misses, expert, miss_slot, x_row, x, out, route, job, bytes;
+};
+#define CAPY_PLAN_JOB_BYTES 4096
+void capy_plan_offload_hand(struct capy_plan_hand *h, const struct capy_artifact *a, const struct capy_model_config *c,
+			    uint64_t T);
+uint64_t capy_plan_offload_host(const struct capy_artifact *a, const struct capy_model_config *c, uint64_t T);
+
 /* --- host memory --------------------------------------------------------------------------- */
 
 #define CAPY_PLAN_UNKNOWN UINT64_MAX
@@ -145,6 +166,8 @@ struct capy_plan_opts {
 	uint64_t step_tokens;             /* tokens of one step (0: 512, the engine's default) */
 	enum capy_kv_dtype kv;
 	const char *budget;               /* what gpu_mem is, in messages (NULL: "--gpu-mem") */
+	int64_t expert_slots;             /* a cap on the slots (engine.h's expert_slots: 0 none,
+					   * CAPY_EXPERT_SLOTS_NONE: no slots at all) */
 };
 
 struct capy_plan {
@@ -164,13 +187,16 @@ struct capy_plan {
 	uint64_t experts, expert_bytes;   /* every routed expert (all stacks) and their bytes as stored */
 	uint64_t moe_layers;              /* expert stacks */
 	uint64_t slot_bytes, slots;       /* a slot holds the largest expert record; slots gpu_mem holds */
+	uint64_t offload_dev;             /* offloading: the slot maps and the step's slot ids (a
+					   * fixed part then, counted in fixed) */
 	bool all_resident;
 	uint64_t weights_all;             /* the upload when all are resident: every device tensor */
 	uint64_t device;                  /* device memory the engine takes */
 	uint64_t device_resident;         /* what it would take with every expert resident */
 	/* host memory */
 	uint64_t host_experts;            /* routed experts held in host RAM (0 when all resident) */
-	uint64_t host_staging;            /* the step's pinned staging buffers */
+	uint64_t host_staging;            /* the step's pinned staging buffers (offloading: with the
+					   * hand-over buffers of the CPU's experts) */
 	uint64_t host_need;
 	bool pinned;                      /* host_experts in one page-locked allocation (memlock allows) */
 	struct capy_host_mem host;

@@ -109,12 +109,50 @@ static void test_plan(void)
 		capy_buf_release(&b);
 	}
 
-	/* exactly enough for the fixed parts and 3.5 slots: 3 slots */
-	o.gpu_mem = p.fixed + 3 * p.slot_bytes + p.slot_bytes / 2;
+	/* exactly enough for the fixed parts (with offload's maps) and 3.5 slots: 3 slots */
+	const uint64_t odev = capy_plan_offload_dev(a, &c, p.o.step_tokens);
+	CHECK(odev >= a->nstacks * c.n_experts * 4 + 2 * p.o.step_tokens * c.n_experts_per_tok * 4);
+	o.gpu_mem = p.fixed + odev + 3 * p.slot_bytes + p.slot_bytes / 2;
 	CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &o, &h, &err), 0);
 	CHECK(!q.all_resident);
 	CHECK_EQ_U64(q.slots, 3);
+	CHECK_EQ_U64(q.offload_dev, odev);
+	CHECK_EQ_U64(q.fixed, p.fixed + odev);
 	CHECK_EQ_U64(q.device, q.fixed + 3 * q.slot_bytes);
+	CHECK_EQ_U64(q.host_staging, p.host_staging + capy_plan_offload_host(a, &c, p.o.step_tokens));
+	{
+		/* the hand-over area: every part in order, aligned, the last one the job */
+		struct capy_plan_hand hd;
+		const uint64_t S = p.o.step_tokens * c.n_experts_per_tok;
+		capy_plan_offload_hand(&hd, a, &c, p.o.step_tokens);
+		CHECK(hd.expert >= 4 && hd.miss_slot >= hd.expert + S * 4 && hd.x_row >= hd.miss_slot + S * 4);
+		CHECK(hd.x >= hd.x_row + S * 4 && hd.out >= hd.x + p.o.step_tokens * c.hidden_size * 4);
+		CHECK(hd.route >= hd.out + S * c.hidden_size * 4 && hd.job >= hd.route + a->nstacks * S * 4);
+		CHECK(hd.bytes >= hd.job + CAPY_PLAN_JOB_BYTES && hd.x % CAPY_PLAN_ALIGN == 0 && hd.job % CAPY_PLAN_ALIGN == 0);
+	}
+	/* a cap on the slots (engine.h's expert_slots) offloads even where everything fits */
+	{
+		struct capy_plan_opts oc = o;
+		oc.gpu_mem = 0;
+		oc.expert_slots = 2;
+		CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &oc, &h, &err), 0);
+		CHECK(!q.all_resident);
+		CHECK_EQ_U64(q.slots, 2);
+		CHECK_EQ_U64(q.device, p.fixed + odev + 2 * q.slot_bytes);
+		oc.expert_slots = CAPY_EXPERT_SLOTS_NONE;
+		CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &oc, &h, &err), 0);
+		CHECK(!q.all_resident);
+		CHECK_EQ_U64(q.slots, 0);
+		CHECK_EQ_U64(q.host_experts, q.expert_bytes);
+		oc.expert_slots = (int64_t)q.experts; /* a cap at the count: all resident */
+		CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &oc, &h, &err), 0);
+		CHECK(q.all_resident);
+		oc.expert_slots = 3; /* the budget's 3 and a cap of 3 */
+		oc.gpu_mem = o.gpu_mem;
+		CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &oc, &h, &err), 0);
+		CHECK_EQ_U64(q.slots, 3);
+	}
+	CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &o, &h, &err), 0);
 	CHECK_EQ_U64(q.host_experts, q.expert_bytes);
 	CHECK(q.pinned);
 	CHECK_EQ_INT(capy_plan_check(&q, &err), 0);
