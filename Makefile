@@ -184,6 +184,7 @@ ifeq ($(CUDA),1)
   LIBCORE_OBJS += libcore/backend/cuda/backend.o
   LIBCORE_OBJS += libcore/backend/cuda/blocks.o
   LIBCORE_OBJS += libcore/backend/cuda/forward.o
+  LIBCORE_OBJS += libcore/backend/cuda/offload.o
   LIBCORE_OBJS += libcore/backend/cuda/state.o
   LIBCORE_OBJS += libcore/backend/cuda/weights.o
 endif
@@ -244,6 +245,7 @@ CUDA_TESTS += u-cuda-linear
 CUDA_TESTS += u-cuda-attention
 CUDA_TESTS += u-cuda-sample
 CUDA_TESTS += u-cuda-kvstore
+CUDA_TESTS += u-cuda-offload
 
 
 BENCHES += expert-cache-bench

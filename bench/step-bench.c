@@ -91,6 +91,21 @@ static double copy_bandwidth(int gpu)
 #endif
 }
 
+/* What expert offload did since *prev (then *prev = now), when the engine offloads. */
+static void offload_line(const struct capy_engine *e, struct capy_offload_stats *prev)
+{
+	struct capy_offload_stats st;
+
+	if (!capy_engine_offload_stats(e, &st))
+		return;
+	const uint64_t h = st.hits - prev->hits, m = st.misses - prev->misses;
+	printf("  offload: %" PRIu64 " slots, %" PRIu64 " of %" PRIu64 " experts resident; hits %" PRIu64 " misses %" PRIu64
+	       " (hit ratio %.1f %%), streamed %" PRIu64 ", loads %" PRIu64 ", evictions %" PRIu64 ", %d CPU threads\n",
+	       st.slots, st.resident, st.experts, h, m, h + m ? 100.0 * (double)h / (double)(h + m) : 0.0,
+	       st.streamed - prev->streamed, st.loads - prev->loads, st.evictions - prev->evictions, st.cpu_threads);
+	*prev = st;
+}
+
 static uint64_t *list(const char *s, size_t *n)
 {
 	uint64_t *v = calloc(64, sizeof(*v));
@@ -107,8 +122,9 @@ int main(int argc, char **argv)
 {
 	const char *model = NULL, *device = "cpu", *prefill = "512,4096", *batch = "1,8", *kv = "bf16", *sample = "logits",
 		   *mask = "none";
-	uint64_t decode = 64, step_tokens = 2048, prompt = 16;
-	int threads = 0;
+	uint64_t decode = 64, step_tokens = 2048, prompt = 16, gpu_mem = 0;
+	int threads = 0, expert_threads = 0;
+	int64_t expert_slots = 0;
 	struct capy_err err = { 0 };
 
 	for (int i = 1; i < argc; i++) {
@@ -133,12 +149,21 @@ int main(int argc, char **argv)
 			mask = argv[++i];
 		else if (!strcmp(a, "--threads") && v)
 			threads = (int)strtol(argv[++i], NULL, 10);
+		else if (!strcmp(a, "--gpu-mem") && v) {
+			if (capy_parse_size(argv[++i], &gpu_mem, &err) < 0)
+				die("--gpu-mem", &err);
+		} else if (!strcmp(a, "--expert-slots") && v) {
+			expert_slots = strtoll(argv[++i], NULL, 10);
+			if (expert_slots == 0)
+				expert_slots = CAPY_EXPERT_SLOTS_NONE;
+		} else if (!strcmp(a, "--expert-threads") && v)
+			expert_threads = (int)strtol(argv[++i], NULL, 10);
 		else if (a[0] != '-' && !model)
 			model = a;
 		else {
 			fprintf(stderr, "usage: step-bench MODEL [--device d] [--prefill N,..] [--batch B,..] [--decode M] "
 					"[--step-tokens S] [--prompt P] [--kv t] [--sample logits|greedy|topk] [--mask none|all] "
-					"[--threads T]\n");
+					"[--threads T] [--gpu-mem SIZE] [--expert-slots N (0: none)] [--expert-threads N]\n");
 			return 2;
 		}
 	}
@@ -151,7 +176,8 @@ int main(int argc, char **argv)
 	double bw = strcmp(device, "cuda") ? 0 : copy_bandwidth(0);
 	struct capy_artifact *art = NULL;
 	struct capy_engine *e = NULL;
-	struct capy_engine_opts o = { .threads = threads, .device = device, .step_tokens = step_tokens };
+	struct capy_engine_opts o = { .threads = threads, .device = device, .step_tokens = step_tokens, .gpu_mem = gpu_mem,
+				      .expert_slots = expert_slots, .expert_threads = expert_threads };
 	o.kv = (enum capy_kv_dtype)capy_kv_dtype_parse(kv);
 	if (capy_artifact_open(&art, model, &err) < 0)
 		die(model, &err);
@@ -167,6 +193,12 @@ int main(int argc, char **argv)
 		       bw / 1e9, (double)wb / 1e9, (double)wb / bw * 1e3, bw / (double)wb);
 	else
 		printf("weights read per decode token %.3f GB\n", (double)wb / 1e9);
+	{
+		char line[512];
+		if (capy_engine_plan_line(e, line, sizeof(line)))
+			printf("%s\n", line);
+	}
+	struct capy_offload_stats off0 = { 0 };
 
 	size_t np, nb;
 	uint64_t *pre = list(prefill, &np), *bat = list(batch, &nb), maxp = 64 + prompt;
@@ -199,6 +231,7 @@ int main(int argc, char **argv)
 		double d = now() - a;
 		printf("prefill %6" PRIu64 " tokens: %.3f s, %.0f tok/s (time to first token)\n", pre[i], d,
 		       (double)pre[i] / d);
+		offload_line(e, &off0);
 		capy_seq_free(s);
 	}
 	for (size_t i = 0; i < nb; i++) {
@@ -249,6 +282,7 @@ int main(int argc, char **argv)
 		if (bw > 0 && B == 1)
 			printf(" (%.0f %% of the floor)", 100.0 * ((double)wb / bw) / (d / (double)decode));
 		printf("\n");
+		offload_line(e, &off0);
 		for (uint64_t q = 0; q < B; q++)
 			capy_seq_free(s[q]);
 		free(s);

@@ -163,6 +163,27 @@ int ck_moe_experts(const struct ck_expert_stack *gate_up, const struct ck_expert
 		   const float *x, uint64_t T, uint64_t k, const int32_t *ids, const uint8_t *grouped,
 		   uint64_t n_grouped, float *out, void *ws, void *stream);
 
+/* Expert offload (kernels/offload.cu; libcore/backend/cuda/offload.c). In ck_moe_experts'
+ * exact path (NVFP4 stacks) a slot whose id is negative is skipped: its output row is left as
+ * it was, for the CPU's result to be gathered into. The hand-over area: device addresses of
+ * page-locked host memory (offload/plan.h's struct capy_plan_hand). */
+struct ck_offload_hand {
+	uint32_t *n_misses;
+	int32_t *expert;
+	uint32_t *miss_slot, *x_row;
+	float *x;
+	const float *out;
+};
+/* For the T * k slots of one MoE layer (ids from ck_moe_route; grouped the step's prompt-row
+ * flags or NULL): sids (exact rows: slot_of[id], -1 when not resident; prompt rows: -1), gids
+ * (prompt rows: id; exact rows: -1), route (every id); with hand, the exact rows' misses in
+ * slot order, their rows of x ([T][H]) and, last, their count. */
+int ck_offload_handoff(const int32_t *ids, const uint8_t *grouped, const float *x, uint64_t T, uint64_t k,
+		       uint64_t H, const int32_t *slot_of, int32_t *sids, int32_t *gids, int32_t *route,
+		       struct ck_offload_hand h, bool hand, void *stream);
+/* moe_out[miss_slot[m]] = out[m] ([H] floats) for m < *n_misses (S: the grid, every slot). */
+int ck_offload_gather(struct ck_offload_hand h, uint64_t S, uint64_t H, float *moe_out, void *stream);
+
 /* out[t][H] = sum over j < k in order of moe_out[t * k + j][i] * w[t * k + j], then
  * + sigmoid(gate[t]) * shared[t][i] (sigmoid(v) = 1 / (1 + exp(-v))). As moe_forward. */
 int ck_moe_combine(const float *moe_out, const float *w, const float *shared, const float *gate, uint64_t T,

@@ -154,6 +154,8 @@ static __global__ void __launch_bounds__(QTHREADS)
 	const unsigned p = blockIdx.y, tid = threadIdx.x;
 	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
 		return; /* the whole block: a row of the other kind */
+	if (w.ids && w.ids[i] < 0)
+		return; /* a slot whose expert is not here (expert offload: the CPU computes it) */
 	const float *xr = x + (i / xdiv) * ldx;
 	const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i] * w.stride : 0);
 	const float sixth = (float)(1.0 / 6.0);
@@ -288,6 +290,8 @@ static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, stru
 		const uint64_t i0 = g * MT, rowbase = (uint64_t)p * m + i0;
 		if (MT == 1 && a.sel && a.sel[i0 / a.sel_div] != a.sel_val)
 			continue; /* a slot of the grouped experts (moe-grouped.cu) */
+		if (MT == 1 && w.ids && w.ids[i0] < 0)
+			continue; /* a slot whose expert is not here (expert offload) */
 		const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i0] * w.stride : 0);
 		const uint8_t *codes = rec + w.codes_off + r * (k / 2), *scales = rec + w.scales_off + r * nb;
 		long long acc[MT];

@@ -142,7 +142,7 @@ static void prep_gate_up(struct capy_cpu_experts *p, uint32_t a)
 	}
 	float *x = p->xg + (uint64_t)p->first[a] * p->H;
 	for (uint32_t r = 0; r < m; r++)
-		memcpy(x + r * p->H, j->x + (uint64_t)rows[r] * p->H, p->H * sizeof(float));
+		memcpy(x + r * p->H, j->x + (uint64_t)(j->x_row ? j->x_row[rows[r]] : rows[r]) * p->H, p->H * sizeof(float));
 	capy_linear_prepare(gu, x, m, group_ws(p, a), &p->in[a]);
 }
 

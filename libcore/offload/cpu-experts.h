@@ -75,6 +75,8 @@ struct capy_cpu_experts_job {
 	const int32_t *expert;                /* [n_misses] routed expert of each miss */
 	struct capy_nvfp4_rows in;            /* the gate_up input, row s for miss s (ld >= n_misses) */
 	const float *x;                       /* or, with in.qa NULL: float rows [n_misses][H] */
+	const uint32_t *x_row;                /* with x: miss s reads row x_row[s] of x (NULL: row s), so
+					       * a token's row is handed over once for all its misses */
 	float *out;                           /* [n_misses][H] */
 	struct capy_cpu_experts *pool;        /* for capy_cpu_experts_host_fn */
 	/* the words */

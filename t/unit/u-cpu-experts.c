@@ -595,6 +595,23 @@ static void test_errors_and_shutdown(void)
 		job.x = s.x; /* float rows */
 		CHECK_EQ_INT(capy_cpu_experts_submit(p, &job, &err), 0);
 		CHECK_EQ_INT(compare(&s, l.H), 0);
+		{ /* rows by index (the GPU's hand-over: a token's row once for all its misses) */
+			float *x2 = malloc(s.n * l.H * sizeof(float));
+			uint32_t *xr = malloc(s.n * sizeof(uint32_t));
+			for (uint32_t i = 0; i < s.n; i++) {
+				memcpy(x2 + (uint64_t)(s.n - 1 - i) * l.H, s.x + (uint64_t)i * l.H, l.H * sizeof(float));
+				xr[i] = s.n - 1 - i;
+			}
+			memset(s.out, 0, s.n * l.H * sizeof(float));
+			job.x = x2;
+			job.x_row = xr;
+			CHECK_EQ_INT(capy_cpu_experts_submit(p, &job, &err), 0);
+			CHECK_EQ_INT(compare(&s, l.H), 0);
+			job.x = s.x;
+			job.x_row = NULL;
+			free(x2);
+			free(xr);
+		}
 		capy_cpu_experts_forget(p, &job);
 		capy_cpu_experts_free(p);
 	}

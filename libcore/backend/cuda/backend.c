@@ -141,11 +141,10 @@ static void cu_close(struct capy_engine *core);
 
 /* The memory plan (offload/plan.h) on this device's budget: --gpu-mem, or the memory free on
  * the device when none is given or less is free. Refuses, with the numbers, what does not
- * fit, what the RAM guard stops, and what would need expert offload (not implemented yet). */
+ * fit and what the RAM guard stops; a plan with routed experts left in host RAM offloads (offload.c). */
 static int cu_plan(struct cuda_engine *e, struct capy_err *err)
 {
 	struct capy_plan_opts po = { 0 };
-	const struct capy_plan *p = &e->plan;
 	struct capy_host_mem h;
 	size_t free_b = 0, total_b = 0;
 	cudaError_t r;
@@ -164,17 +163,10 @@ static int cu_plan(struct cuda_engine *e, struct capy_err *err)
 	po.max_seqs = e->opts.max_seqs;
 	po.step_tokens = e->s.tmax;
 	po.kv = e->opts.kv;
+	po.expert_slots = e->opts.expert_slots;
 	if ((rc = capy_host_mem_read(&h, err)) < 0 || (rc = capy_plan_compute(&e->plan, e->a, &e->c, &po, &h, err)) < 0 ||
 	    (rc = capy_plan_check(&e->plan, err)) < 0)
 		return capy_err_prefix(err, "cuda");
-	if (!p->all_resident)
-		return capy_err_set(err, CAPY_EUNSUPPORTED,
-				    "cuda: expert offload is not implemented yet: %" PRIu64 " of %" PRIu64
-				    " experts fit in %s %.1f MiB (fixed parts %.1f MiB, an expert slot %.3f MiB; all "
-				    "experts resident need %.1f MiB)",
-				    p->slots, p->experts, po.budget, (double)po.gpu_mem / 1048576.0,
-				    (double)p->fixed / 1048576.0, (double)p->slot_bytes / 1048576.0,
-				    (double)p->device_resident / 1048576.0);
 	return 0;
 }
 
@@ -222,7 +214,7 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		goto fail;
 	}
 	if ((rc = cu_plan(e, err)) < 0 || (rc = capy_weights_bind(&e->hw, e->a, c, err)) < 0 ||
-	    (rc = cu_weights_upload(e, err)) < 0 ||
+	    (rc = cu_weights_upload(e, err)) < 0 || (rc = cu_offload_open(e, err)) < 0 ||
 	    (rc = alloc_scratch(e, err)) < 0 || (rc = cu_pages_layout(e, err)) < 0)
 		goto fail;
 	e->gdn.nk = c->linear_key_heads;
@@ -265,11 +257,14 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	}
 	/* Taken so far: the plan's weights, small vectors and step buffers, to the byte (the
 	 * plan printed at start is what this engine allocates). */
-	if (e->device_bytes != e->plan.weights_all + e->plan.small + e->plan.scratch) {
+	const uint64_t planned = e->plan.small + e->plan.scratch +
+				 (e->plan.all_resident ? e->plan.weights_all
+						       : e->plan.weights + e->plan.offload_dev + e->plan.slots * e->plan.slot_bytes);
+	if (e->device_bytes != planned) {
 		rc = capy_err_set(err, CAPY_EUNSUPPORTED,
 				  "cuda: %" PRIu64 " bytes allocated, the memory plan says %" PRIu64
 				  " (libcore/offload/plan.c and the backend disagree)",
-				  e->device_bytes, e->plan.weights_all + e->plan.small + e->plan.scratch);
+				  e->device_bytes, planned);
 		goto fail;
 	}
 	if (e->opts.gpu_mem && e->device_bytes > e->opts.gpu_mem) {
@@ -298,6 +293,7 @@ static void cu_close(struct capy_engine *core)
 		if (e->graphs[i].exec)
 			cudaGraphExecDestroy(e->graphs[i].exec);
 	free_scratch(&e->s);
+	cu_offload_close(e);
 	capy_pool_free(e->ple_pool);
 	ck_blas_close(e->blas);
 	cu_weights_release(e);
@@ -358,6 +354,7 @@ static void cu_plan_line(const struct capy_engine *core, char *buf, size_t size)
 const struct capy_backend_ops capy_backend_cuda = {
 	.describe = cu_describe,
 	.plan = cu_plan_line,
+	.offload_stats = cu_offload_stats,
 	.name = "cuda",
 	.open = cu_open,
 	.close = cu_close,

@@ -242,7 +242,11 @@ int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	}
 	if (PART(CU_ROUTE))
 		TRY(ck_moe_route(sc->big1, T, c->n_experts, k, c->norm_topk_prob, sc->moe_ids, sc->moe_w, e->stream), "router");
-	if (PART(CU_EXPERTS))
+	if (PART(CU_EXPERTS) && e->off) {
+		int rc = cu_offload_experts(e, l, xn, err);
+		if (rc < 0)
+			return rc;
+	} else if (PART(CU_EXPERTS))
 		TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, sc->moe_ids, e->step.grouped, e->step.n_grouped, sc->moe_out,
 				   sc->moe_ws, e->stream),
 		    "experts");

@@ -36,7 +36,11 @@ struct cu_mlp {
 
 struct cu_moe {
 	struct ck_linear router, shared_gate;
+	/* the routed experts where every one of them is (device memory; offloading: the host
+	 * copy's device mapping) and, offloading, the slot pool's view (records slot_bytes apart) */
 	struct ck_expert_stack gate_up, down;
+	struct ck_expert_stack slot_gu, slot_dn;
+	int stack;                        /* the artifact's expert stack (offloading) */
 	struct cu_mlp shared;
 };
 
@@ -167,6 +171,7 @@ struct cuda_engine {
 	uint64_t steps;
 	bool no_graphs;                   /* CAPY_CUDA_GRAPHS=0: every step launched eagerly */
 	unsigned skip;                    /* CAPY_CUDA_SKIP: parts left out, for timing (cu_skip_parse) */
+	struct cu_offload *off;           /* expert offload (offload.c), NULL with every expert resident */
 };
 
 /* A sequence's recurrent state: one device block (GDN slots, then PLE windows) and, on the
@@ -211,6 +216,8 @@ enum cu_fork { CU_FORK_SHARED = 1 << 0, CU_FORK_GDN_Z = 1 << 1, CU_FORK_ALL = 3 
 
 /* weights.c */
 int cu_weights_upload(struct cuda_engine *e, struct capy_err *err);
+/* The kernels' descriptor of host matrix l with its data at `data` (a device address). */
+struct ck_linear cu_lin_at(const struct capy_linear *l, const void *data);
 void cu_weights_release(struct cuda_engine *e);
 
 /* state.c */
@@ -243,6 +250,16 @@ int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, const float *X, uint
 int cu_ple(struct cuda_engine *e, const struct cu_layer *l, float *X, struct capy_err *err);
 int cu_linear(struct cuda_engine *e, const struct ck_linear *w, const float *x, uint64_t m, float *y,
 	      struct capy_err *err);
+
+/* offload.c: expert offload (with the plan's all_resident false) */
+struct cu_offload;
+int cu_offload_open(struct cuda_engine *e, struct capy_err *err);
+void cu_offload_close(struct cuda_engine *e);
+/* One MoE layer's routed experts into moe_out (after ck_moe_route), the misses on the CPU. */
+int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const float *xn, struct capy_err *err);
+int cu_offload_before_step(struct cuda_engine *e, struct capy_err *err);
+int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err);
+bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats *s);
 
 /* forward.c */
 int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);

@@ -486,10 +486,13 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 
 	cu_use_device(e);
 	e->batch = b;
+	if (e->off && (rc = cu_offload_before_step(e, err)) < 0)
+		return rc;
 	if ((rc = stage(e, b, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
 		return rc;
-	rc = layers_graphed(e, b, err);
-	return rc < 0 ? rc : logits_out(e, b, err);
+	if ((rc = layers_graphed(e, b, err)) < 0 || (rc = logits_out(e, b, err)) < 0)
+		return rc;
+	return e->off ? cu_offload_after_step(e, err) : 0;
 }
 
 unsigned cu_skip_parse(const char *list)

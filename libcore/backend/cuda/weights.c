@@ -19,7 +19,7 @@ int cu_check(struct capy_err *err, int rc, const char *what)
 }
 
 /* The byte ranges of the device tensors (offload/plan.h: the memory plan counts the same
- * ranges), copied into one allocation. */
+ * ranges; the routed experts only when all are resident), copied into one allocation. */
 static int upload_spans(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_artifact *a = e->a;
@@ -30,7 +30,7 @@ static int upload_spans(struct cuda_engine *e, struct capy_err *err)
 	cudaError_t rc;
 	int prc;
 
-	if ((prc = capy_plan_ranges(a, true, &r, &m, &total, err)) < 0)
+	if ((prc = capy_plan_ranges(a, e->plan.all_resident, &r, &m, &total, err)) < 0)
 		return prc;
 	sp = calloc(m + 1, sizeof(*sp));
 	if (!sp) {
@@ -77,7 +77,7 @@ static const void *dev_of(const struct cuda_engine *e, const void *p)
 	return e->spans[lo].dev + (off - e->spans[lo].off);
 }
 
-static struct ck_linear lin(const struct cuda_engine *e, const struct capy_linear *l)
+struct ck_linear cu_lin_at(const struct capy_linear *l, const void *data)
 {
 	struct ck_linear d;
 
@@ -86,7 +86,7 @@ static struct ck_linear lin(const struct cuda_engine *e, const struct capy_linea
 	d.k = l->k;
 	d.dtype = l->dtype == CAPY_DT_F32 ? CK_F32 : l->dtype == CAPY_DT_F16 ? CK_F16
 						 : l->dtype == CAPY_DT_BF16 ? CK_BF16 : CK_NVFP4;
-	d.data = dev_of(e, l->data);
+	d.data = data;
 	if (l->dtype == CAPY_DT_NVFP4) {
 		struct capy_nvfp4_layout lay;
 		capy_nvfp4_layout(l->n, l->k, l->nparts, &lay);
@@ -101,6 +101,11 @@ static struct ck_linear lin(const struct cuda_engine *e, const struct capy_linea
 		}
 	}
 	return d;
+}
+
+static struct ck_linear lin(const struct cuda_engine *e, const struct capy_linear *l)
+{
+	return cu_lin_at(l, dev_of(e, l->data));
 }
 
 /* A device copy of n floats of the binding; NULL (and err set) when out of device memory. */
@@ -215,8 +220,10 @@ int cu_weights_upload(struct cuda_engine *e, struct capy_err *err)
 		if (h->moe) {
 			const struct capy_moe_w *m = &h->moe_w;
 			l->moe.router = lin(e, &m->router);
-			l->moe.gate_up = stack(e, m->gate_up);
-			l->moe.down = stack(e, m->down);
+			if (e->plan.all_resident) { /* else offload.c gives the experts' stacks */
+				l->moe.gate_up = stack(e, m->gate_up);
+				l->moe.down = stack(e, m->down);
+			}
 			l->moe.shared.gate_up = lin(e, &m->shared.gate_up);
 			l->moe.shared.down = lin(e, &m->shared.down);
 			l->moe.shared_gate = lin(e, &m->shared_gate);

@@ -1,0 +1,540 @@
+/* offload.c - expert offload on the CUDA backend (issue 10; docs/offload.md): a model whose
+ * routed experts do not all fit the GPU's budget keeps every expert in one page-locked host
+ * copy, a pool of device slots as a cache of them (offload/expert-cache.h decides which), and
+ * computes each MoE layer's routed slots where their expert is:
+ *
+ * - decode and short items (the exact W4A4 rows): the resident experts on the GPU from their
+ *   slots, the misses on the CPU's expert threads (offload/cpu-experts.h) from the host copy,
+ *   inside the same step and the same captured graph: a kernel writes the misses and their
+ *   rows into the page-locked hand-over area, a host node posts the CPU job (a futex wake),
+ *   the side branch waits on the job's done word (cuStreamWaitValue32, no host thread
+ *   spinning; or a host node that sleeps on it where stream memory operations are missing),
+ *   and a gather kernel puts the results into the slots' rows before the combine. The CPU
+ *   computes an expert exactly as the GPU's exact path does (bit for bit), so the output
+ *   does not depend on which experts were resident, nor on the CPU's thread count;
+ * - prompt rows (items of CK_GROUPED_MIN_ROWS tokens or more, the grouped GEMMs): every expert
+ *   read from the host copy through its device mapping (zero-copy over PCIe), so their bits
+ *   do not depend on residency either.
+ *
+ * Between steps the expert cache takes the step's routing, and its replacements are carried
+ * out by copies on a stream of their own; an expert's slot enters the device slot map only at
+ * the start of a step after its copy completed (an event polled, never waited on), and an
+ * evicted expert leaves the map before its slot is overwritten. Which experts are resident
+ * changes the speed of a step, never its result. */
+#include "cuda-impl.h"
+#include "../../offload/cpu-experts.h"
+#include "../../offload/expert-cache.h"
+
+#include <cuda.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef CUresult (*wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
+
+#define OFF_EVENTS 16
+#define OFF_MAX_SWAPS 32 /* replacements a step: about 2 ms of PCIe for 1.7 MB experts */
+
+struct off_pending {
+	uint32_t key, slot;
+	uint64_t seq;
+};
+
+struct cu_off_layer {
+	struct cuda_engine *e;
+	uint32_t moe;
+};
+
+struct cu_offload {
+	uint64_t E, n_moe, k, S;          /* experts per layer, MoE layers, k, slots of a step (tmax * k) */
+	uint64_t slots, slot_bytes;
+	uint8_t *pool;                    /* device: slots x slot_bytes */
+	uint8_t *host, *host_dev;         /* the page-locked copy of every expert stack, its device address */
+	uint64_t *host_off, *stride;      /* [n_moe]: each stack's place in it, its record stride */
+	int32_t *map_dev, *map_host;      /* [n_moe][E]: the expert's slot, or -1 (host: pinned mirror) */
+	int32_t *slot_at;                 /* [n_moe][E] host: the slot given to the expert (ready or not) */
+	int32_t *owner;                   /* [slots]: the key (moe * E + x) in the slot, or -1 */
+	uint32_t *free_slots;
+	uint64_t n_free;
+	bool map_dirty;
+	int32_t *sids, *gids;             /* device [S] */
+	uint8_t *hand, *hand_dev;         /* the hand-over area (offload/plan.h) and its device address */
+	struct capy_plan_hand lay;
+	struct ck_offload_hand hd;        /* device addresses */
+	int32_t *route;                   /* host: [n_moe][S] the step's routed ids */
+	int32_t *route_dev;
+	struct capy_cpu_experts_job *job; /* in the hand-over area */
+	uint32_t *done_dev;
+	struct capy_cpu_experts *cpu;
+	struct capy_linear *gu, *dn;      /* [n_moe][E]: the experts' host weights, in the copy */
+	struct cu_off_layer *ud;          /* [n_moe] */
+	struct capy_expert_cache *cache;
+	struct capy_expert_swap *swaps;
+	struct off_pending *pend;
+	uint64_t n_pend, pend_cap;
+	cudaStream_t copy, side;
+	cudaEvent_t ev[OFF_EVENTS], ev_fork, ev_join;
+	uint64_t seq;                     /* batches of copies issued */
+	wait_value_fn wait_value;         /* NULL: a host node waits */
+	/* counts */
+	_Atomic uint64_t misses;          /* added by the host node */
+	uint64_t hits, streamed, loads, evictions, steps, resident, step_exact;
+	int threads;
+};
+
+/* The stack of the expert records of artifact stack `st` at data (host or device), as the
+ * kernels read it: the first expert's matrices, record stride, E. */
+static void stacks_at(const struct cuda_engine *e, const struct capy_moe_w *m, const struct capy_expert_stack *st,
+		      const uint8_t *data, uint64_t stride, uint64_t E, struct ck_expert_stack *gu, struct ck_expert_stack *dn)
+{
+	const uint8_t *rec0 = e->a->base + st->offset;
+
+	gu->first = cu_lin_at(&m->gate_up[0], data + ((const uint8_t *)m->gate_up[0].data - rec0));
+	dn->first = cu_lin_at(&m->down[0], data + ((const uint8_t *)m->down[0].data - rec0));
+	gu->stride = dn->stride = stride;
+	gu->E = dn->E = E;
+}
+
+/* The artifact's expert stack that holds layer h's routed experts. */
+static int stack_of(const struct capy_artifact *a, const struct capy_layer_w *h, struct capy_err *err)
+{
+	const uint64_t off = (uint64_t)((const uint8_t *)h->moe_w.gate_up[0].data - a->base);
+
+	for (size_t i = 0; i < a->nstacks; i++)
+		if (off >= a->stacks[i].offset && off < a->stacks[i].offset + a->stacks[i].count * a->stacks[i].stride)
+			return (int)i;
+	return capy_err_set(err, CAPY_EFORMAT, "%s: routed experts at offset %" PRIu64 " are in no expert stack", a->path,
+			    off);
+}
+
+static void CUDART_CB host_post(void *p)
+{
+	const struct cu_off_layer *u = p;
+	struct cu_offload *o = u->e->off;
+	struct capy_cpu_experts_job *j = o->job;
+	const uint32_t n = *(volatile uint32_t *)(o->hand + o->lay.n_misses);
+	struct capy_err err = { 0 };
+
+	j->gate_up = o->gu + u->moe * o->E;
+	j->down = o->dn + u->moe * o->E;
+	j->n_experts = (uint32_t)o->E;
+	j->n_misses = n;
+	j->expert = (const int32_t *)(o->hand + o->lay.expert);
+	j->x = (const float *)(o->hand + o->lay.x);
+	j->x_row = (const uint32_t *)(o->hand + o->lay.x_row);
+	j->out = (float *)(o->hand + o->lay.out);
+	memset(&j->in, 0, sizeof(j->in));
+	atomic_fetch_add_explicit(&o->misses, n, memory_order_relaxed);
+	if (!n) {
+		atomic_store_explicit(&j->done, 1, memory_order_release);
+		return;
+	}
+	if (capy_cpu_experts_post(o->cpu, j, &err) < 0) {
+		j->status = err.code ? err.code : CAPY_EIO;
+		snprintf(j->msg, sizeof(j->msg), "%.*s", (int)sizeof(j->msg) - 1, err.msg);
+		atomic_store_explicit(&j->done, 1, memory_order_release);
+	}
+}
+
+static void CUDART_CB host_wait(void *p)
+{
+	const struct cu_off_layer *u = p;
+	struct capy_err err = { 0 };
+
+	capy_cpu_experts_wait(u->e->off->job, &err); /* its status is read after the step */
+}
+
+int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
+{
+	const struct capy_artifact *a = e->a;
+	const struct capy_plan *p = &e->plan;
+	const struct capy_model_config *c = &e->c;
+	struct cu_offload *o;
+	cudaError_t r;
+	int rc;
+
+	if (p->all_resident)
+		return 0;
+	if (!p->pinned)
+		return capy_err_set(err, CAPY_EUNSUPPORTED,
+				    "cuda: expert offload needs the routed experts (%.1f MiB) page-locked, and RLIMIT_MEMLOCK "
+				    "(%.1f MiB) is below that: raise it (ulimit -l, or LimitMEMLOCK= in a unit); reading them "
+				    "from the mapped artifact instead is not built",
+				    (double)p->host_experts / 1048576.0, (double)p->host.memlock / 1048576.0);
+	if (!(o = calloc(1, sizeof(*o))))
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	e->off = o;
+	o->E = c->n_experts;
+	o->n_moe = a->nstacks;
+	o->k = c->n_experts_per_tok;
+	o->S = e->s.tmax * o->k;
+	o->slots = p->slots;
+	o->slot_bytes = p->slot_bytes;
+	/* every MoE layer: NVFP4 experts (the CPU's exact kernels), its stack */
+	for (uint64_t li = 0; li < c->n_layers; li++) {
+		const struct capy_layer_w *h = &e->hw.layers[li];
+		if (!h->moe)
+			continue;
+		for (uint64_t x = 0; x < o->E; x++)
+			if (h->moe_w.gate_up[x].dtype != CAPY_DT_NVFP4 || h->moe_w.down[x].dtype != CAPY_DT_NVFP4)
+				return capy_err_set(err, CAPY_EUNSUPPORTED,
+						    "cuda: expert offload computes the experts that miss the GPU with the CPU's exact "
+						    "W4A4 kernels, and layer %" PRIu64 "'s routed experts are %s: convert them with "
+						    "capy-convert --quantize-experts, or give the GPU room for all of them",
+						    li, capy_dtype_name(h->moe_w.gate_up[x].dtype));
+		if ((rc = stack_of(a, h, err)) < 0)
+			return rc;
+		e->layers[li].moe.stack = rc;
+	}
+	/* the host copy */
+	o->host_off = calloc(o->n_moe, sizeof(*o->host_off));
+	o->stride = calloc(o->n_moe, sizeof(*o->stride));
+	o->map_host = NULL;
+	o->slot_at = malloc(o->n_moe * o->E * sizeof(*o->slot_at));
+	o->owner = malloc((o->slots + 1) * sizeof(*o->owner));
+	o->free_slots = malloc((o->slots + 1) * sizeof(*o->free_slots));
+	o->gu = calloc(o->n_moe * o->E, sizeof(*o->gu));
+	o->dn = calloc(o->n_moe * o->E, sizeof(*o->dn));
+	o->ud = calloc(o->n_moe, sizeof(*o->ud));
+	o->swaps = calloc(o->n_moe * o->E, sizeof(*o->swaps));
+	if (!o->host_off || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu || !o->dn || !o->ud ||
+	    !o->swaps)
+		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+	uint64_t total = 0;
+	for (uint64_t i = 0; i < o->n_moe; i++) {
+		o->host_off[i] = total;
+		o->stride[i] = a->stacks[i].stride;
+		total += a->stacks[i].count * a->stacks[i].stride;
+		if (a->stacks[i].count != o->E)
+			return capy_err_set(err, CAPY_EFORMAT, "%s: expert stack %s holds %" PRIu64 " experts, the model %" PRIu64,
+					    a->path, a->stacks[i].name, a->stacks[i].count, o->E);
+	}
+	if ((r = cudaHostAlloc((void **)&o->host, total ? total : 256, cudaHostAllocMapped | cudaHostAllocPortable)) !=
+	    cudaSuccess)
+		return capy_err_set(err, CAPY_ENOMEM, "cuda: %.1f MiB of page-locked host memory for the routed experts: %s",
+				    (double)total / 1048576.0, cudaGetErrorString(r));
+	for (uint64_t i = 0; i < o->n_moe; i++)
+		memcpy(o->host + o->host_off[i], a->base + a->stacks[i].offset, a->stacks[i].count * a->stacks[i].stride);
+	if ((r = cudaHostGetDevicePointer((void **)&o->host_dev, o->host, 0)) != cudaSuccess)
+		return cu_err(err, r, "mapping the routed experts' host copy");
+	/* the hand-over area */
+	capy_plan_offload_hand(&o->lay, a, c, e->s.tmax);
+	if ((r = cudaHostAlloc((void **)&o->hand, o->lay.bytes, cudaHostAllocMapped | cudaHostAllocPortable)) != cudaSuccess ||
+	    (r = cudaHostGetDevicePointer((void **)&o->hand_dev, o->hand, 0)) != cudaSuccess)
+		return cu_err(err, r, "allocating the experts' hand-over area");
+	memset(o->hand, 0, o->lay.bytes);
+	_Static_assert(sizeof(struct capy_cpu_experts_job) <= CAPY_PLAN_JOB_BYTES, "offload/plan.h: CAPY_PLAN_JOB_BYTES");
+	o->job = (struct capy_cpu_experts_job *)(o->hand + o->lay.job);
+	o->done_dev = (uint32_t *)(o->hand_dev + o->lay.job + offsetof(struct capy_cpu_experts_job, done));
+	atomic_store(&o->job->done, 1);
+	o->hd.n_misses = (uint32_t *)(o->hand_dev + o->lay.n_misses);
+	o->hd.expert = (int32_t *)(o->hand_dev + o->lay.expert);
+	o->hd.miss_slot = (uint32_t *)(o->hand_dev + o->lay.miss_slot);
+	o->hd.x_row = (uint32_t *)(o->hand_dev + o->lay.x_row);
+	o->hd.x = (float *)(o->hand_dev + o->lay.x);
+	o->hd.out = (const float *)(o->hand_dev + o->lay.out);
+	o->route = (int32_t *)(o->hand + o->lay.route);
+	o->route_dev = (int32_t *)(o->hand_dev + o->lay.route);
+	/* device: the slot pool, the maps, the step's slot ids (offload_dev of the plan) */
+	const uint64_t map_b = CAPY_ALIGN_UP(o->n_moe * o->E * 4, CAPY_PLAN_ALIGN), ids_b = CAPY_ALIGN_UP(o->S * 4, CAPY_PLAN_ALIGN);
+	uint8_t *dev;
+	if ((r = cudaMalloc((void **)&dev, map_b + 2 * ids_b)) != cudaSuccess)
+		return cu_err(err, r, "allocating the expert slot maps");
+	o->map_dev = (int32_t *)dev;
+	o->sids = (int32_t *)(dev + map_b);
+	o->gids = (int32_t *)(dev + map_b + ids_b);
+	e->device_bytes += map_b + 2 * ids_b;
+	if ((r = cudaMalloc((void **)&o->pool, o->slots ? o->slots * o->slot_bytes : 256)) != cudaSuccess)
+		return capy_err_set(err, CAPY_ENOMEM, "cuda: %" PRIu64 " expert slots of %.3f MiB: %s", o->slots,
+				    (double)o->slot_bytes / 1048576.0, cudaGetErrorString(r));
+	e->device_bytes += o->slots * o->slot_bytes;
+	if ((r = cudaMallocHost((void **)&o->map_host, o->n_moe * o->E * 4)) != cudaSuccess)
+		return cu_err(err, r, "allocating the expert slot map");
+	for (uint64_t i = 0; i < o->n_moe * o->E; i++)
+		o->map_host[i] = o->slot_at[i] = -1;
+	for (uint64_t s = 0; s < o->slots; s++) {
+		o->owner[s] = -1;
+		o->free_slots[s] = (uint32_t)(o->slots - 1 - s); /* popped from the end: slot 0 first */
+	}
+	o->n_free = o->slots;
+	if ((r = cudaMemcpy(o->map_dev, o->map_host, o->n_moe * o->E * 4, cudaMemcpyHostToDevice)) != cudaSuccess)
+		return cu_err(err, r, "uploading the expert slot map");
+	/* the kernels' stacks and the CPU's weights, layer by layer */
+	for (uint64_t li = 0; li < c->n_layers; li++) {
+		const struct capy_layer_w *h = &e->hw.layers[li];
+		struct cu_moe *m = &e->layers[li].moe;
+		if (!h->moe)
+			continue;
+		const struct capy_expert_stack *st = &a->stacks[m->stack];
+		const uint8_t *rec0 = a->base + st->offset;
+		stacks_at(e, &h->moe_w, st, o->host_dev + o->host_off[m->stack], st->stride, o->E, &m->gate_up, &m->down);
+		stacks_at(e, &h->moe_w, st, o->pool, o->slot_bytes, o->slots, &m->slot_gu, &m->slot_dn);
+		o->ud[m->stack] = (struct cu_off_layer){ e, (uint32_t)m->stack };
+		for (uint64_t x = 0; x < o->E; x++) {
+			const struct capy_linear *g = &h->moe_w.gate_up[x], *d = &h->moe_w.down[x];
+			const uint8_t *hb = o->host + o->host_off[m->stack];
+			if ((rc = capy_linear_init(&o->gu[m->stack * o->E + x], g->dtype, g->n, g->k, g->nparts, g->part_rows,
+						   hb + ((const uint8_t *)g->data - rec0), err)) < 0 ||
+			    (rc = capy_linear_init(&o->dn[m->stack * o->E + x], d->dtype, d->n, d->k, d->nparts, d->part_rows,
+						   hb + ((const uint8_t *)d->data - rec0), err)) < 0)
+				return capy_err_prefix(err, "cuda: the experts' host copy");
+		}
+	}
+	if (o->slots && (rc = capy_expert_cache_new(&o->cache,
+						    &(struct capy_expert_cache_params){ .layers = (uint32_t)o->n_moe,
+											.experts = (uint32_t)o->E,
+											.slots = o->slots,
+											.max_swaps = OFF_MAX_SWAPS },
+						    err)) < 0)
+		return rc;
+	if ((rc = capy_cpu_experts_new(&o->cpu, &(struct capy_cpu_experts_opts){ .threads = e->opts.expert_threads }, err)) < 0)
+		return capy_err_prefix(err, "cuda: the CPU's expert threads");
+	capy_cpu_experts_register(o->cpu, o->job, err);
+	o->threads = capy_cpu_experts_threads(o->cpu)->n;
+	if ((r = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (r = cudaStreamCreateWithFlags(&o->side, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (r = cudaEventCreateWithFlags(&o->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
+	    (r = cudaEventCreateWithFlags(&o->ev_join, cudaEventDisableTiming)) != cudaSuccess)
+		return cu_err(err, r, "creating the offload streams");
+	for (int i = 0; i < OFF_EVENTS; i++)
+		if ((r = cudaEventCreateWithFlags(&o->ev[i], cudaEventDisableTiming)) != cudaSuccess)
+			return cu_err(err, r, "creating the offload events");
+	{ /* the wait on the done word: a stream memory operation, unless missing or turned off */
+		const char *w = getenv("CAPY_CUDA_OFFLOAD_WAIT");
+		void *fn = NULL;
+		enum cudaDriverEntryPointQueryResult q;
+		if (!(w && !strcmp(w, "host")) &&
+		    cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
+		    q == cudaDriverEntryPointSuccess)
+			o->wait_value = (wait_value_fn)fn;
+		cudaGetLastError();
+	}
+	return 0;
+}
+
+void cu_offload_close(struct cuda_engine *e)
+{
+	struct cu_offload *o = e->off;
+
+	if (!o)
+		return;
+	if (o->copy)
+		cudaStreamSynchronize(o->copy);
+	if (o->cpu) {
+		capy_cpu_experts_forget(o->cpu, o->job);
+		capy_cpu_experts_free(o->cpu);
+	}
+	capy_expert_cache_free(o->cache);
+	for (int i = 0; i < OFF_EVENTS; i++)
+		if (o->ev[i])
+			cudaEventDestroy(o->ev[i]);
+	if (o->ev_fork)
+		cudaEventDestroy(o->ev_fork);
+	if (o->ev_join)
+		cudaEventDestroy(o->ev_join);
+	if (o->copy)
+		cudaStreamDestroy(o->copy);
+	if (o->side)
+		cudaStreamDestroy(o->side);
+	cudaFree(o->pool);
+	cudaFree(o->map_dev);
+	cudaFreeHost(o->map_host);
+	cudaFreeHost(o->hand);
+	cudaFreeHost(o->host);
+	free(o->host_off);
+	free(o->stride);
+	free(o->slot_at);
+	free(o->owner);
+	free(o->free_slots);
+	free(o->gu);
+	free(o->dn);
+	free(o->ud);
+	free(o->swaps);
+	free(o->pend);
+	free(o);
+	e->off = NULL;
+}
+
+/* --- inside a step ------------------------------------------------------------------------- */
+
+int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const float *xn, struct capy_err *err)
+{
+	struct cu_offload *o = e->off;
+	const struct cu_moe *m = &l->moe;
+	const struct ck_step *st = &e->step;
+	struct cu_scratch *sc = &e->s;
+	const uint64_t T = st->T, k = o->k, H = e->c.hidden_size, moe = (uint64_t)m->stack;
+	const bool exact = st->n_grouped < T;
+	cudaError_t r;
+
+	TRY(ck_offload_handoff(sc->moe_ids, st->n_grouped ? st->grouped : NULL, xn, T, k, H, o->map_dev + moe * o->E,
+			       o->sids, o->gids, o->route_dev + moe * o->S, o->hd, exact, e->stream),
+	    "expert hand-over");
+	if (exact) { /* the misses: posted to the CPU, waited for, gathered, beside the GPU's experts */
+		if ((r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess ||
+		    (r = cudaStreamWaitEvent(o->side, o->ev_fork, 0)) != cudaSuccess ||
+		    (r = cudaLaunchHostFunc(o->side, host_post, &o->ud[moe])) != cudaSuccess)
+			return cu_err(err, r, "handing experts to the CPU");
+		if (o->wait_value) {
+			CUresult cr = o->wait_value((CUstream)o->side, (CUdeviceptr)(uintptr_t)o->done_dev, 1,
+						    CU_STREAM_WAIT_VALUE_EQ);
+			if (cr != CUDA_SUCCESS)
+				return capy_err_set(err, CAPY_EIO, "cuda: waiting for the CPU's experts: driver error %d", (int)cr);
+		} else if ((r = cudaLaunchHostFunc(o->side, host_wait, &o->ud[moe])) != cudaSuccess) {
+			return cu_err(err, r, "waiting for the CPU's experts");
+		}
+		TRY(ck_offload_gather(o->hd, T * k, H, sc->moe_out, o->side), "gathering the CPU's experts");
+		if ((r = cudaEventRecord(o->ev_join, o->side)) != cudaSuccess)
+			return cu_err(err, r, "joining the CPU's experts");
+		TRY(ck_moe_experts(&m->slot_gu, &m->slot_dn, xn, T, k, o->sids, NULL, 0, sc->moe_out, sc->moe_ws, e->stream),
+		    "experts (resident)");
+	}
+	if (st->n_grouped)
+		TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, o->gids, st->grouped, st->n_grouped, sc->moe_out, sc->moe_ws,
+				   e->stream),
+		    "experts (from host memory)");
+	if (exact && (r = cudaStreamWaitEvent(e->stream, o->ev_join, 0)) != cudaSuccess)
+		return cu_err(err, r, "joining the CPU's experts");
+	return 0;
+}
+
+/* --- between steps ------------------------------------------------------------------------- */
+
+/* Loads whose copy has finished enter the slot map (in the order they were issued); the map
+ * goes up before the step when it changed. Never waits for a copy. */
+int cu_offload_before_step(struct cuda_engine *e, struct capy_err *err)
+{
+	struct cu_offload *o = e->off;
+	uint64_t done = 0;
+	cudaError_t r;
+
+	while (done < o->n_pend) {
+		const struct off_pending *pd = &o->pend[done];
+		r = cudaEventQuery(o->ev[pd->seq % OFF_EVENTS]);
+		if (r == cudaErrorNotReady)
+			break;
+		if (r != cudaSuccess)
+			return cu_err(err, r, "copying an expert into its slot");
+		if (o->owner[pd->slot] == (int32_t)pd->key) {
+			o->map_host[pd->key] = (int32_t)pd->slot;
+			o->resident++;
+			o->map_dirty = true;
+		}
+		done++;
+	}
+	if (done) {
+		memmove(o->pend, o->pend + done, (o->n_pend - done) * sizeof(*o->pend));
+		o->n_pend -= done;
+	}
+	if (o->map_dirty) {
+		if ((r = cudaMemcpyAsync(o->map_dev, o->map_host, o->n_moe * o->E * 4, cudaMemcpyHostToDevice, e->stream)) !=
+		    cudaSuccess)
+			return cu_err(err, r, "uploading the expert slot map");
+		o->map_dirty = false;
+	}
+	return 0;
+}
+
+static int pend_push(struct cu_offload *o, uint32_t key, uint32_t slot, struct capy_err *err)
+{
+	if (o->n_pend == o->pend_cap) {
+		uint64_t cap = o->pend_cap ? 2 * o->pend_cap : 256;
+		struct off_pending *p = realloc(o->pend, cap * sizeof(*p));
+		if (!p)
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+		o->pend = p;
+		o->pend_cap = cap;
+	}
+	o->pend[o->n_pend++] = (struct off_pending){ key, slot, o->seq };
+	return 0;
+}
+
+/* The step is over (its stream synchronized): its CPU job's status, its counts, the expert
+ * cache's view of its routing, and the replacements it decides, their copies issued. */
+int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
+{
+	struct cu_offload *o = e->off;
+	const struct ck_step *st = &e->step;
+	const uint64_t T = st->T, exact = (T - st->n_grouped) * o->k;
+	cudaError_t r;
+
+	if (o->job->status) {
+		int code = o->job->status;
+		o->job->status = 0;
+		return capy_err_set(err, code, "cuda: the CPU's experts: %s", o->job->msg);
+	}
+	o->steps++;
+	o->step_exact += exact;
+	o->streamed += st->n_grouped * o->k;
+	if (!o->cache)
+		return 0;
+	for (uint64_t i = 0; i < o->n_moe; i++)
+		capy_expert_cache_route(o->cache, (uint32_t)i, o->route + i * o->S, T * o->k);
+	const uint64_t n = capy_expert_cache_step(o->cache, o->swaps, o->n_moe * o->E);
+	if (!n)
+		return 0;
+	/* A batch's event is reused OFF_EVENTS batches later: a batch still pending then is
+	 * waited for (a copy backlog that long is a budget of copies far exceeded). */
+	if (o->n_pend && o->pend[0].seq + OFF_EVENTS <= o->seq + 1) {
+		if ((r = cudaEventSynchronize(o->ev[o->pend[0].seq % OFF_EVENTS])) != cudaSuccess)
+			return cu_err(err, r, "copying experts into their slots");
+	}
+	for (uint64_t i = 0; i < n; i++) {
+		const struct capy_expert_swap *sw = &o->swaps[i];
+		uint32_t slot;
+		int rc;
+		if (sw->evict >= 0) {
+			const uint64_t ke = sw->layer_evict * o->E + (uint64_t)sw->evict;
+			if (o->slot_at[ke] < 0)
+				CAPY_BUG("cuda: evicting expert %d of MoE layer %u, which holds no slot", sw->evict, sw->layer_evict);
+			slot = (uint32_t)o->slot_at[ke];
+			if (o->map_host[ke] >= 0) {
+				o->map_host[ke] = -1;
+				o->resident--;
+				o->map_dirty = true;
+			}
+			o->slot_at[ke] = -1;
+			o->owner[slot] = -1;
+			o->evictions++;
+		} else {
+			if (!o->n_free)
+				CAPY_BUG("cuda: the expert cache loads into a free slot, and none is free");
+			slot = o->free_slots[--o->n_free];
+		}
+		const uint64_t kl = sw->layer * o->E + (uint64_t)sw->load;
+		o->slot_at[kl] = (int32_t)slot;
+		o->owner[slot] = (int32_t)kl;
+		r = cudaMemcpyAsync(o->pool + slot * o->slot_bytes,
+				    o->host + o->host_off[sw->layer] + (uint64_t)sw->load * o->stride[sw->layer],
+				    o->stride[sw->layer], cudaMemcpyHostToDevice, o->copy);
+		if (r != cudaSuccess)
+			return cu_err(err, r, "copying an expert into its slot");
+		if ((rc = pend_push(o, (uint32_t)kl, slot, err)) < 0)
+			return rc;
+		o->loads++;
+	}
+	if ((r = cudaEventRecord(o->ev[o->seq % OFF_EVENTS], o->copy)) != cudaSuccess)
+		return cu_err(err, r, "copying experts into their slots");
+	o->seq++;
+	return 0;
+}
+
+bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats *s)
+{
+	const struct cuda_engine *e = core->be;
+	const struct cu_offload *o = e->off;
+
+	if (!o)
+		return false;
+	const uint64_t misses = atomic_load_explicit(&((struct cu_offload *)o)->misses, memory_order_relaxed);
+	s->experts = o->n_moe * o->E;
+	s->slots = o->slots;
+	s->resident = o->resident;
+	s->steps = o->steps;
+	s->misses = misses;
+	s->hits = o->step_exact > misses ? o->step_exact - misses : 0;
+	s->streamed = o->streamed;
+	s->loads = o->loads;
+	s->evictions = o->evictions;
+	s->cpu_threads = o->threads;
+	return true;
+}

@@ -1,0 +1,246 @@
+/* u-cuda-offload.c - expert offload's placement independence (issue 10, item 5): on every MoE
+ * fixture (routed experts quantized to NVFP4, as capy-convert --quantize-experts does) and on
+ * capy-tiny-nvfp4, the same script of steps through CUDA engines that hold every routed expert,
+ * a quarter of them, half of them, or none (the rest computed by the CPU's expert threads, 1,
+ * 2 or 3 of them) gives bitwise the same logits: a prompt in one step (prompt rows: the grouped
+ * GEMMs, reading non-resident experts from host memory), greedy decode, a prompt in short
+ * steps (exact rows with misses on several rows), a batch of prompts of mixed lengths and then
+ * decode steps of the batch (several sequences' misses in one CPU job). The offload counts add
+ * up: hits + misses = the exact rows' routed slots, no hits without slots, loads into slots.
+ * make test-cuda; the first GPU (CAPY_GPU picks another). */
+#include "test.h"
+#include "test-fixture.h"
+#include "cuda-test.h"
+#include "engine/engine.h"
+
+#include <string.h>
+
+#define PROMPT 40
+#define DECODE 24
+#define SHORT 12  /* a prompt in steps of 5 tokens */
+#define NB 4      /* a batch of sequences */
+#define BSTEPS 6
+
+static struct capy_artifact *open_quantized(const char *name)
+{
+	char model[4096], out[256];
+	struct capy_convert_opts o = { 0 };
+	struct capy_convert_stats st;
+	struct capy_err err = { 0 };
+	struct capy_artifact *a = NULL;
+	const char *base = strrchr(name, '/');
+
+	test_fixture_path(name, model, sizeof(model));
+	snprintf(out, sizeof(out), "/tmp/capy-offload-%d-%s.capy", (int)getpid(), base ? base + 1 : name);
+	o.model_dir = model;
+	o.out_path = out;
+	o.threads = 2;
+	o.quantize_experts = true;
+	CHECK_EQ_INT(capy_convert(&o, &st, &err), 0);
+	CHECK_MSG(capy_artifact_open(&a, out, &err) == 0, "%s", err.msg);
+	unlink(out);
+	return a;
+}
+
+struct config {
+	const char *what;
+	int64_t slots;  /* engine.h's expert_slots; > 0 here: a fraction 1 / slots of the experts */
+	int threads;
+};
+
+static const struct config configs[] = {
+	{ "all resident", 0, 0 },
+	{ "a quarter, 3 CPU threads", 4, 3 },
+	{ "half, 2 CPU threads", 2, 2 },
+	{ "none, 1 CPU thread", CAPY_EXPERT_SLOTS_NONE, 1 },
+	{ "none, 3 CPU threads", CAPY_EXPERT_SLOTS_NONE, 3 },
+};
+
+static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct config *cf, uint64_t experts)
+{
+	struct capy_engine_opts o = { .threads = 2, .device = "cuda", .step_tokens = 64, .max_seqs = NB + 2,
+				      .max_context = 256 };
+	struct capy_engine *e = NULL;
+	struct capy_err err = { 0 };
+	const char *g = getenv("CAPY_GPU");
+
+	o.gpu = g ? (int)strtol(g, NULL, 10) : 0;
+	o.expert_threads = cf->threads;
+	o.expert_slots = cf->slots > 0 ? (int64_t)(experts / (uint64_t)cf->slots) : cf->slots;
+	CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s: %s", cf->what, err.msg);
+	return e;
+}
+
+static int32_t argmax(const float *l, uint64_t n)
+{
+	uint64_t b = 0;
+
+	for (uint64_t i = 1; i < n; i++)
+		if (l[i] > l[b])
+			b = i;
+	return (int32_t)b;
+}
+
+/* Rows of logits the script writes. */
+static uint64_t script_rows(void)
+{
+	return PROMPT + DECODE + SHORT + NB + NB * BSTEPS;
+}
+
+/* The script; every logits row into out. Returns the exact rows' routed slots it ran (k
+ * each), for the counts. */
+static uint64_t script(struct capy_engine *e, float *out, uint64_t V, uint64_t k)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *s = NULL, *b[NB];
+	int32_t p[PROMPT], tok;
+	uint64_t row = 0, exact = 0;
+
+	for (int i = 0; i < PROMPT; i++)
+		p[i] = (int32_t)((i * 37 + 11) % V);
+	capy_seq_new(e, &s, &err);
+	CHECK_MSG(capy_engine_forward(e, s, p, PROMPT, out, true, &err) == 0, "%s", err.msg);
+	row += PROMPT;
+	tok = argmax(out + (row - 1) * V, V);
+	for (int i = 0; i < DECODE; i++) {
+		CHECK_MSG(capy_engine_forward(e, s, &tok, 1, out + row * V, false, &err) == 0, "%s", err.msg);
+		tok = argmax(out + row * V, V);
+		row++;
+		exact += k;
+	}
+	capy_seq_free(s);
+	/* a prompt in steps of 5, 5 and 2 tokens: exact rows, all logits */
+	capy_seq_new(e, &s, &err);
+	for (int at = 0; at < SHORT;) {
+		uint64_t n = SHORT - at < 5 ? (uint64_t)(SHORT - at) : 5;
+		struct capy_step_item it = { .seq = s, .tokens = p + 3 + at, .n = n, .logits = out + row * V, .all_logits = true };
+		CHECK_MSG(capy_engine_step(e, &it, 1, &err) == 0, "%s", err.msg);
+		row += n;
+		at += (int)n;
+		exact += n * k;
+	}
+	capy_seq_free(s);
+	/* a batch: prompts of 3, 9, 17 and 20 tokens in one step (exact and grouped rows), then
+	 * decode steps of all of them */
+	{
+		struct capy_step_item it[NB];
+		int32_t next[NB];
+		static const uint64_t len[NB] = { 3, 9, 17, 20 };
+		for (int q = 0; q < NB; q++) {
+			capy_seq_new(e, &b[q], &err);
+			it[q] = (struct capy_step_item){ .seq = b[q], .tokens = p + q, .n = len[q], .logits = out + (row + q) * V };
+			exact += len[q] < 16 ? len[q] * k : 0;
+		}
+		CHECK_MSG(capy_engine_step(e, it, NB, &err) == 0, "%s", err.msg);
+		for (int q = 0; q < NB; q++)
+			next[q] = argmax(out + (row + q) * V, V);
+		row += NB;
+		for (int st = 0; st < BSTEPS; st++) {
+			for (int q = 0; q < NB; q++)
+				it[q] = (struct capy_step_item){ .seq = b[q], .tokens = &next[q], .n = 1, .logits = out + (row + q) * V };
+			CHECK_MSG(capy_engine_step(e, it, NB, &err) == 0, "%s", err.msg);
+			for (int q = 0; q < NB; q++)
+				next[q] = argmax(out + (row + q) * V, V);
+			row += NB;
+			exact += NB * k;
+		}
+		for (int q = 0; q < NB; q++)
+			capy_seq_free(b[q]);
+	}
+	CHECK_EQ_U64(row, script_rows());
+	return exact;
+}
+
+static void model(const char *name)
+{
+	struct capy_artifact *a = open_quantized(name);
+	float *ref = NULL, *got = NULL;
+	uint64_t V = 0, rows = script_rows();
+
+	if (!a)
+		return;
+	for (size_t c = 0; c < ARRAY_SIZE(configs); c++) {
+		const struct config *cf = &configs[c];
+		uint64_t experts = 0;
+		for (size_t i = 0; i < a->nstacks; i++)
+			experts += a->stacks[i].count;
+		struct capy_engine *e = open_gpu(a, cf, experts);
+		if (!e)
+			continue;
+		const struct capy_model_config *mc = capy_engine_config(e);
+		V = mc->vocab_size;
+		if (!ref) {
+			ref = calloc(rows * V, sizeof(float));
+			got = calloc(rows * V, sizeof(float));
+		}
+		float *dst = c == 0 ? ref : got;
+		memset(dst, 0, rows * V * sizeof(float));
+		const uint64_t exact = script(e, dst, V, mc->n_experts_per_tok);
+		struct capy_offload_stats st;
+		const bool off = capy_engine_offload_stats(e, &st);
+		if (c == 0) {
+			CHECK_MSG(!off, "%s: all resident, yet offloading", name);
+			printf("%-30s %-26s reference: %" PRIu64 " rows of logits\n", name, cf->what, rows);
+		} else {
+			size_t bad = bits_differ(got, ref, rows * V);
+			printf("%-30s %-26s %zu of %" PRIu64 " logits differ; %" PRIu64 " slots of %" PRIu64
+			       " experts, %" PRIu64 " resident, hits %" PRIu64 " misses %" PRIu64 " streamed %" PRIu64
+			       " loads %" PRIu64 " evictions %" PRIu64 ", %d CPU threads\n",
+			       name, cf->what, bad, rows * V, st.slots, st.experts, st.resident, st.hits, st.misses,
+			       st.streamed, st.loads, st.evictions, st.cpu_threads);
+			CHECK_MSG(bad == 0, "%s, %s: logits not bitwise equal to all resident", name, cf->what);
+			CHECK_MSG(off, "%s, %s: not offloading", name, cf->what);
+			CHECK_EQ_U64(st.experts, experts);
+			CHECK_EQ_U64(st.hits + st.misses, exact);
+			CHECK(st.streamed > 0);
+			CHECK_EQ_INT(st.cpu_threads, cf->threads);
+			if (cf->slots < 0) {
+				CHECK_EQ_U64(st.slots, 0);
+				CHECK_EQ_U64(st.hits, 0);
+				CHECK_EQ_U64(st.loads, 0);
+			} else {
+				CHECK_EQ_U64(st.slots, experts / (uint64_t)cf->slots);
+				CHECK(st.loads > 0 && st.hits > 0 && st.misses > 0);
+				CHECK(st.resident <= st.slots);
+			}
+		}
+		CHECK_EQ_U64(capy_engine_pages_used(e), 0);
+		capy_engine_free(e);
+	}
+	free(ref);
+	free(got);
+	capy_artifact_close(a);
+}
+
+static void test_models(void)
+{
+	static const char *const names[] = { "qwen3_5_moe", "qwen3_5_moe-nvfp4", "qwen3_next", "qwen4_exp",
+					     "share/models/capy-tiny-nvfp4" };
+
+	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
+		model(names[i]);
+}
+
+/* Offload refuses BF16 routed experts (the CPU's exact kernels are W4A4), in one line. */
+static void test_bf16_refused(void)
+{
+	struct capy_artifact *a = test_open_fixture("qwen3_5_moe");
+	struct capy_engine_opts o = { .threads = 1, .device = "cuda", .step_tokens = 64, .expert_slots = 2 };
+	struct capy_engine *e = NULL;
+	struct capy_err err = { 0 };
+
+	if (!a)
+		return;
+	CHECK_EQ_INT(capy_engine_new(&e, a, &o, &err), CAPY_EUNSUPPORTED);
+	CHECK_MSG(strstr(err.msg, "--quantize-experts") && !strchr(err.msg, '\n'), "%s", err.msg);
+	capy_artifact_close(a);
+}
+
+int main(void)
+{
+	if (!test_gpu_init())
+		return 1;
+	RUN(test_bf16_refused);
+	RUN(test_models);
+	return test_summary();
+}
