@@ -174,13 +174,20 @@ struct ck_offload_hand {
 	float *x;
 	const float *out;
 };
+/* The CPU job's words (offload/cpu-experts.h), device addresses: its miss count, request and
+ * done words. */
+struct ck_offload_job {
+	uint32_t *n_misses, *req, *done;
+};
 /* For the T * k slots of one MoE layer (ids from ck_moe_route; grouped the step's prompt-row
  * flags or NULL): sids (exact rows: slot_of[id], -1 when not resident; prompt rows: -1), gids
  * (prompt rows: id; exact rows: -1), route (every id); with hand, the exact rows' misses in
- * slot order, their rows of x ([T][H]) and, last, their count. */
+ * slot order, their rows of x ([T][H]) and, last, their count; and with job.n_misses set the
+ * job's count too, then (misses or not) done = 0 and req = 1 where there are misses, else
+ * done = 1: the job requested from the GPU, for a pool that looks at req words. */
 int ck_offload_handoff(const int32_t *ids, const uint8_t *grouped, const float *x, uint64_t T, uint64_t k,
 		       uint64_t H, const int32_t *slot_of, int32_t *sids, int32_t *gids, int32_t *route,
-		       struct ck_offload_hand h, bool hand, void *stream);
+		       struct ck_offload_hand h, struct ck_offload_job job, bool hand, void *stream);
 /* moe_out[miss_slot[m]] = out[m] ([H] floats) for m < *n_misses (S: the grid, every slot). */
 int ck_offload_gather(struct ck_offload_hand h, uint64_t S, uint64_t H, float *moe_out, void *stream);
 

@@ -16,7 +16,8 @@
  * route[s] = id for every slot (the expert cache's view of the step). */
 static __global__ void __launch_bounds__(HTHREADS)
 	k_handoff(const int32_t *ids, const uint8_t *grouped, const float *x, uint64_t T, uint64_t k, uint64_t H,
-		  const int32_t *slot_of, int32_t *sids, int32_t *gids, int32_t *route, struct ck_offload_hand h, bool hand)
+		  const int32_t *slot_of, int32_t *sids, int32_t *gids, int32_t *route, struct ck_offload_hand h,
+		  struct ck_offload_job job, bool hand)
 {
 	ck_grid_enter();
 	extern __shared__ uint32_t rowmiss[]; /* [(T + 31) / 32] bits: rows with a miss */
@@ -65,18 +66,25 @@ static __global__ void __launch_bounds__(HTHREADS)
 	__syncthreads();
 	if (tid == 0) {
 		*h.n_misses = s_n;
+		if (job.n_misses) {
+			*(volatile uint32_t *)job.n_misses = s_n;
+			*(volatile uint32_t *)job.done = s_n ? 0u : 1u;
+			__threadfence_system();
+			if (s_n)
+				*(volatile uint32_t *)job.req = 1u;
+		}
 		__threadfence_system();
 	}
 }
 
 extern "C" int ck_offload_handoff(const int32_t *ids, const uint8_t *grouped, const float *x, uint64_t T, uint64_t k,
 				  uint64_t H, const int32_t *slot_of, int32_t *sids, int32_t *gids, int32_t *route,
-				  struct ck_offload_hand h, bool hand, void *stream)
+				  struct ck_offload_hand h, struct ck_offload_job job, bool hand, void *stream)
 {
 	if (!T || !k)
 		return 0;
 	ck_launch(k_handoff, 1, HTHREADS, (size_t)(T + 31) / 32 * 4, (cudaStream_t)stream, ids, grouped, x, T, k, H,
-		  slot_of, sids, gids, route, h, hand);
+		  slot_of, sids, gids, route, h, job, hand);
 	return ck_launched();
 }
 

@@ -24,7 +24,7 @@ struct capy_cpu_experts {
 	struct capy_expert_threads th;
 	int nth;
 	bool pin;
-	uint32_t poll_us;
+	uint32_t poll_us, spin_us;
 	pthread_t *tid;
 	int started;
 	/* posts and registered jobs */
@@ -390,6 +390,50 @@ static void pin(const struct capy_cpu_experts *p, int ith)
 	pthread_setaffinity_np(pthread_self(), sizeof(set), &set); /* best effort */
 }
 
+static uint64_t now_us(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* Spin up to spin_us for done() to become true (checked every few pauses); its last value. */
+static bool spin_for(const struct capy_cpu_experts *p, bool (*done)(struct capy_cpu_experts *, void *), void *ctx)
+{
+	if (!p->spin_us)
+		return false;
+	const uint64_t end = now_us() + p->spin_us;
+	for (uint32_t i = 0;; i++) {
+		if (done((struct capy_cpu_experts *)p, ctx))
+			return true;
+		if ((i & 63) == 63 && now_us() >= end)
+			return false;
+		cpu_relax();
+	}
+}
+
+static bool any_request(struct capy_cpu_experts *p, void *ctx)
+{
+	uint32_t n;
+	bool any = false;
+
+	(void)ctx;
+	if (atomic_load(&p->stop))
+		return true;
+	pthread_mutex_lock(&p->reg_mu);
+	n = atomic_load(&p->n_jobs);
+	for (uint32_t i = 0; i < n && !any; i++)
+		any = atomic_load_explicit(&p->jobs[i]->req, memory_order_relaxed) != 0;
+	pthread_mutex_unlock(&p->reg_mu);
+	return any;
+}
+
+static bool work_moved(struct capy_cpu_experts *p, void *seen)
+{
+	return atomic_load(&p->work) != *(const uint32_t *)seen || atomic_load(&p->stop);
+}
+
 static void *dispatcher(void *arg)
 {
 	struct capy_cpu_experts *p = arg;
@@ -408,6 +452,8 @@ static void *dispatcher(void *arg)
 		}
 		if (atomic_load(&p->stop))
 			break;
+		if (spin_for(p, any_request, NULL))
+			continue;
 		futex_wait(&p->go, g, p->poll_us ? &poll : NULL);
 	}
 	atomic_fetch_add(&p->work, 1);
@@ -423,6 +469,8 @@ static void *worker(void *arg)
 
 	pin(p, w->ith);
 	for (;;) {
+		if (atomic_load(&p->work) == seen)
+			spin_for(p, work_moved, &seen);
 		while ((g = atomic_load(&p->work)) == seen && !atomic_load(&p->stop))
 			futex_wait(&p->work, seen, NULL);
 		if (atomic_load(&p->stop) && g == seen)
@@ -469,6 +517,7 @@ int capy_cpu_experts_new(struct capy_cpu_experts **out, const struct capy_cpu_ex
 	p->nth = p->th.n;
 	p->pin = !o->no_pin;
 	p->poll_us = o->poll_us;
+	p->spin_us = o->spin_us;
 	pthread_mutex_init(&p->reg_mu, NULL);
 	for (int i = 0; i < p->nth; i++) {
 		struct worker_arg *w = NULL;
@@ -567,6 +616,12 @@ int capy_cpu_experts_post(struct capy_cpu_experts *p, struct capy_cpu_experts_jo
 	atomic_fetch_add(&p->go, 1);
 	futex_wake(&p->go);
 	return 0;
+}
+
+void capy_cpu_experts_kick(struct capy_cpu_experts *p)
+{
+	atomic_fetch_add(&p->go, 1);
+	futex_wake(&p->go);
 }
 
 int capy_cpu_experts_wait(struct capy_cpu_experts_job *job, struct capy_err *err)

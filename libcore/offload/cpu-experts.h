@@ -61,6 +61,10 @@ struct capy_cpu_experts_opts {
 	const struct capy_cpu_topology *topo; /* NULL: read /sys and this process's affinity */
 	bool no_pin;                          /* leave the threads unpinned */
 	uint32_t poll_us;                     /* 0: only posts wake the pool; else also every poll_us */
+	uint32_t spin_us;                     /* after a job, threads look for the next one this long
+					       * before they sleep (0: sleep at once): a decode step's
+					       * layers hand over a job every ~100 us, and a futex wake
+					       * of every thread costs tens of microseconds */
 };
 
 struct capy_cpu_experts;
@@ -111,6 +115,9 @@ int capy_cpu_experts_post(struct capy_cpu_experts *pool, struct capy_cpu_experts
  * A waiter on another thread than the poster must know the post happened (done was reset
  * to 0), or it may see the previous request's 1. */
 int capy_cpu_experts_wait(struct capy_cpu_experts_job *job, struct capy_err *err);
+/* Wake the pool to look at its registered jobs' req words (a job whose req another writer
+ * set, e.g. the GPU through mapped memory, with done already 0). */
+void capy_cpu_experts_kick(struct capy_cpu_experts *pool);
 /* post, then wait. */
 int capy_cpu_experts_submit(struct capy_cpu_experts *pool, struct capy_cpu_experts_job *job,
 			    struct capy_err *err);

@@ -334,7 +334,7 @@ void capy_plan_offload_hand(struct capy_plan_hand *h, const struct capy_artifact
 	h->out = h->x + al(T * H * 4);
 	h->route = h->out + al(S * H * 4);
 	h->job = h->route + al(a->nstacks * S * 4);
-	h->bytes = h->job + al(CAPY_PLAN_JOB_BYTES);
+	h->bytes = h->job + a->nstacks * CAPY_PLAN_JOB_BYTES;
 }
 
 uint64_t capy_plan_offload_host(const struct capy_artifact *a, const struct capy_model_config *c, uint64_t T)
@@ -499,8 +499,10 @@ void capy_plan_format(const struct capy_plan *p, const char *what, struct capy_b
 	capy_buf_printf(b, "memory plan of %s (%s) on one GPU", what, capy_family_name(p->family));
 	if (p->o.gpu_mem)
 		capy_buf_printf(b, " with %s %.1f MiB\n", budget, mib(p->o.gpu_mem));
-	else
+	else if (p->all_resident)
 		capy_buf_printf(b, " (no %s: everything resident)\n", budget);
+	else
+		capy_buf_printf(b, " (no %s; the routed-expert slots capped at %" PRIu64 ")\n", budget, p->slots);
 	capy_buf_printf(b, "  %" PRIu64 " sequence%s of %" PRIu64 " tokens, steps of %" PRIu64 " tokens, KV cache %s\n",
 			p->o.max_seqs, p->o.max_seqs == 1 ? "" : "s", p->o.max_context, p->o.step_tokens,
 			kv_name(p->o.kv));

@@ -129,8 +129,8 @@ uint64_t capy_plan_offload_dev(const struct capy_artifact *a, const struct capy_
  * routed slots), each part an offset into one allocation that the GPU writes and reads
  * through its mapping: the misses' count, their experts, their slots and their rows' indexes
  * ([S] each), the rows x ([T][H] floats), the CPU's results ([S][H]), every MoE layer's routed
- * ids ([stacks][S], for the expert cache) and the CPU job (its done word is waited on by the
- * GPU). */
+ * ids ([stacks][S], for the expert cache) and a CPU job per MoE layer, CAPY_PLAN_JOB_BYTES
+ * apart (the GPU writes their counts and request words and waits on their done words). */
 struct capy_plan_hand {
 	uint64_t n_misses, expert, miss_slot, x_row, x, out, route, job, bytes;
 };

@@ -554,6 +554,36 @@ static void test_words_and_idle(void)
 		CHECK_MSG(c1 - c0 < 0.020, "%.1f ms of CPU while polling", (c1 - c0) * 1e3);
 		capy_cpu_experts_free(p); /* still registered: the pool forgets it */
 	}
+
+	/* words written by another writer, then a kick (the CUDA engine's watcher); with spin_us
+	 * the threads stay awake that long after a job, then sleep: idle again costs nothing */
+	{
+		struct capy_cpu_experts_opts o = { .threads = 3, .spin_us = 2000 };
+		p = NULL;
+		CHECK_MSG(capy_cpu_experts_new(&p, &o, &err) == 0, "%s", err.msg);
+	}
+	if (p) {
+		job_of(&job, &l, &s, true);
+		CHECK_EQ_INT(capy_cpu_experts_register(p, &job, &err), 0);
+		for (int round = 0; round < 3; round++) {
+			memset(s.out, 0, s.n * l.H * sizeof(float));
+			atomic_store(&job.done, 0);
+			atomic_store_explicit(&job.req, 1, memory_order_release);
+			capy_cpu_experts_kick(p); /* awake (round 1, right after round 0) or asleep (round 2) */
+			CHECK_EQ_INT(capy_cpu_experts_wait(&job, &err), 0);
+			CHECK_EQ_INT(compare(&s, l.H), 0);
+			if (round == 1)
+				sleep_ms(20); /* round 2 finds them asleep */
+		}
+		sleep_ms(20);
+		c0 = cpu_seconds();
+		sleep_ms(200);
+		c1 = cpu_seconds();
+		printf("# spinning pool (2 ms), idle: %.3f ms of CPU in 200 ms\n", (c1 - c0) * 1e3);
+		CHECK_MSG(c1 - c0 < 0.010, "%.1f ms of CPU while idle", (c1 - c0) * 1e3);
+		capy_cpu_experts_forget(p, &job);
+		capy_cpu_experts_free(p);
+	}
 	free_misses(&s);
 	close_layer(&l);
 }

@@ -260,6 +260,8 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 int cu_offload_before_step(struct cuda_engine *e, struct capy_err *err);
 int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err);
 bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats *s);
+/* cudaStreamSynchronize of the step's stream, with offload's CPU jobs woken meanwhile. */
+cudaError_t cu_offload_sync(struct cuda_engine *e);
 
 /* forward.c */
 int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);

@@ -28,11 +28,13 @@
 #include <cuda.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 typedef CUresult (*wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 #define OFF_EVENTS 16
 #define OFF_MAX_SWAPS 32 /* replacements a step: about 2 ms of PCIe for 1.7 MB experts */
+#define OFF_SPIN_US 300  /* the expert threads stay awake this long after a job (a step's next layer) */
 
 struct off_pending {
 	uint32_t key, slot;
@@ -62,8 +64,11 @@ struct cu_offload {
 	struct ck_offload_hand hd;        /* device addresses */
 	int32_t *route;                   /* host: [n_moe][S] the step's routed ids */
 	int32_t *route_dev;
-	struct capy_cpu_experts_job *job; /* in the hand-over area */
-	uint32_t *done_dev;
+	struct capy_cpu_experts_job **job; /* [n_moe], in the hand-over area */
+	struct ck_offload_job *jw;        /* [n_moe]: their words' device addresses */
+	bool watch;                       /* the GPU requests jobs itself, the engine thread wakes the
+					   * pool (else a host node posts each job) */
+	bool *kicked;                     /* [n_moe] (watch): woken for its current request */
 	struct capy_cpu_experts *cpu;
 	struct capy_linear *gu, *dn;      /* [n_moe][E]: the experts' host weights, in the copy */
 	struct cu_off_layer *ud;          /* [n_moe] */
@@ -76,8 +81,7 @@ struct cu_offload {
 	uint64_t seq;                     /* batches of copies issued */
 	wait_value_fn wait_value;         /* NULL: a host node waits */
 	/* counts */
-	_Atomic uint64_t misses;          /* added by the host node */
-	uint64_t hits, streamed, loads, evictions, steps, resident, step_exact;
+	uint64_t misses, hits, streamed, loads, evictions, steps, resident, step_exact;
 	int threads;
 };
 
@@ -110,20 +114,11 @@ static void CUDART_CB host_post(void *p)
 {
 	const struct cu_off_layer *u = p;
 	struct cu_offload *o = u->e->off;
-	struct capy_cpu_experts_job *j = o->job;
+	struct capy_cpu_experts_job *j = o->job[u->moe];
 	const uint32_t n = *(volatile uint32_t *)(o->hand + o->lay.n_misses);
 	struct capy_err err = { 0 };
 
-	j->gate_up = o->gu + u->moe * o->E;
-	j->down = o->dn + u->moe * o->E;
-	j->n_experts = (uint32_t)o->E;
 	j->n_misses = n;
-	j->expert = (const int32_t *)(o->hand + o->lay.expert);
-	j->x = (const float *)(o->hand + o->lay.x);
-	j->x_row = (const uint32_t *)(o->hand + o->lay.x_row);
-	j->out = (float *)(o->hand + o->lay.out);
-	memset(&j->in, 0, sizeof(j->in));
-	atomic_fetch_add_explicit(&o->misses, n, memory_order_relaxed);
 	if (!n) {
 		atomic_store_explicit(&j->done, 1, memory_order_release);
 		return;
@@ -140,7 +135,7 @@ static void CUDART_CB host_wait(void *p)
 	const struct cu_off_layer *u = p;
 	struct capy_err err = { 0 };
 
-	capy_cpu_experts_wait(u->e->off->job, &err); /* its status is read after the step */
+	capy_cpu_experts_wait(u->e->off->job[u->moe], &err); /* its status is read after the step */
 }
 
 int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
@@ -195,9 +190,12 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	o->gu = calloc(o->n_moe * o->E, sizeof(*o->gu));
 	o->dn = calloc(o->n_moe * o->E, sizeof(*o->dn));
 	o->ud = calloc(o->n_moe, sizeof(*o->ud));
+	o->job = calloc(o->n_moe, sizeof(*o->job));
+	o->jw = calloc(o->n_moe, sizeof(*o->jw));
+	o->kicked = calloc(o->n_moe, sizeof(*o->kicked));
 	o->swaps = calloc(o->n_moe * o->E, sizeof(*o->swaps));
 	if (!o->host_off || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu || !o->dn || !o->ud ||
-	    !o->swaps)
+	    !o->swaps || !o->job || !o->jw || !o->kicked)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	uint64_t total = 0;
 	for (uint64_t i = 0; i < o->n_moe; i++) {
@@ -223,9 +221,22 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		return cu_err(err, r, "allocating the experts' hand-over area");
 	memset(o->hand, 0, o->lay.bytes);
 	_Static_assert(sizeof(struct capy_cpu_experts_job) <= CAPY_PLAN_JOB_BYTES, "offload/plan.h: CAPY_PLAN_JOB_BYTES");
-	o->job = (struct capy_cpu_experts_job *)(o->hand + o->lay.job);
-	o->done_dev = (uint32_t *)(o->hand_dev + o->lay.job + offsetof(struct capy_cpu_experts_job, done));
-	atomic_store(&o->job->done, 1);
+	for (uint64_t i = 0; i < o->n_moe; i++) {
+		const uint64_t at = o->lay.job + i * CAPY_PLAN_JOB_BYTES;
+		struct capy_cpu_experts_job *j = (struct capy_cpu_experts_job *)(o->hand + at);
+		o->job[i] = j;
+		o->jw[i].n_misses = (uint32_t *)(o->hand_dev + at + offsetof(struct capy_cpu_experts_job, n_misses));
+		o->jw[i].req = (uint32_t *)(o->hand_dev + at + offsetof(struct capy_cpu_experts_job, req));
+		o->jw[i].done = (uint32_t *)(o->hand_dev + at + offsetof(struct capy_cpu_experts_job, done));
+		atomic_store(&j->done, 1);
+		j->gate_up = o->gu + i * o->E;
+		j->down = o->dn + i * o->E;
+		j->n_experts = (uint32_t)o->E;
+		j->expert = (const int32_t *)(o->hand + o->lay.expert);
+		j->x = (const float *)(o->hand + o->lay.x);
+		j->x_row = (const uint32_t *)(o->hand + o->lay.x_row);
+		j->out = (float *)(o->hand + o->lay.out);
+	}
 	o->hd.n_misses = (uint32_t *)(o->hand_dev + o->lay.n_misses);
 	o->hd.expert = (int32_t *)(o->hand_dev + o->lay.expert);
 	o->hd.miss_slot = (uint32_t *)(o->hand_dev + o->lay.miss_slot);
@@ -286,9 +297,17 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 											.max_swaps = OFF_MAX_SWAPS },
 						    err)) < 0)
 		return rc;
-	if ((rc = capy_cpu_experts_new(&o->cpu, &(struct capy_cpu_experts_opts){ .threads = e->opts.expert_threads }, err)) < 0)
-		return capy_err_prefix(err, "cuda: the CPU's expert threads");
-	capy_cpu_experts_register(o->cpu, o->job, err);
+	{ /* how the CPU learns of a job: the GPU's request words (default) or a host node */
+		const char *w = getenv("CAPY_CUDA_OFFLOAD_WAKE"), *sp = getenv("CAPY_CUDA_OFFLOAD_SPIN_US");
+		o->watch = !(w && !strcmp(w, "node"));
+		struct capy_cpu_experts_opts co = { .threads = e->opts.expert_threads,
+						    .spin_us = sp ? (uint32_t)strtoul(sp, NULL, 10) : OFF_SPIN_US };
+		if ((rc = capy_cpu_experts_new(&o->cpu, &co, err)) < 0)
+			return capy_err_prefix(err, "cuda: the CPU's expert threads");
+	}
+	for (uint64_t i = 0; i < o->n_moe; i++)
+		if ((rc = capy_cpu_experts_register(o->cpu, o->job[i], err)) < 0)
+			return capy_err_prefix(err, "cuda");
 	o->threads = capy_cpu_experts_threads(o->cpu)->n;
 	if ((r = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (r = cudaStreamCreateWithFlags(&o->side, cudaStreamNonBlocking)) != cudaSuccess ||
@@ -320,7 +339,9 @@ void cu_offload_close(struct cuda_engine *e)
 	if (o->copy)
 		cudaStreamSynchronize(o->copy);
 	if (o->cpu) {
-		capy_cpu_experts_forget(o->cpu, o->job);
+		for (uint64_t i = 0; i < o->n_moe && o->job; i++)
+			if (o->job[i])
+				capy_cpu_experts_forget(o->cpu, o->job[i]);
 		capy_cpu_experts_free(o->cpu);
 	}
 	capy_expert_cache_free(o->cache);
@@ -350,6 +371,9 @@ void cu_offload_close(struct cuda_engine *e)
 	free(o->ud);
 	free(o->swaps);
 	free(o->pend);
+	free(o->job);
+	free(o->jw);
+	free(o->kicked);
 	free(o);
 	e->off = NULL;
 }
@@ -367,15 +391,16 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 	cudaError_t r;
 
 	TRY(ck_offload_handoff(sc->moe_ids, st->n_grouped ? st->grouped : NULL, xn, T, k, H, o->map_dev + moe * o->E,
-			       o->sids, o->gids, o->route_dev + moe * o->S, o->hd, exact, e->stream),
+			       o->sids, o->gids, o->route_dev + moe * o->S, o->hd,
+			       o->watch ? o->jw[moe] : (struct ck_offload_job){ 0 }, exact, e->stream),
 	    "expert hand-over");
 	if (exact) { /* the misses: posted to the CPU, waited for, gathered, beside the GPU's experts */
 		if ((r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess ||
 		    (r = cudaStreamWaitEvent(o->side, o->ev_fork, 0)) != cudaSuccess ||
-		    (r = cudaLaunchHostFunc(o->side, host_post, &o->ud[moe])) != cudaSuccess)
+		    (!o->watch && (r = cudaLaunchHostFunc(o->side, host_post, &o->ud[moe])) != cudaSuccess))
 			return cu_err(err, r, "handing experts to the CPU");
 		if (o->wait_value) {
-			CUresult cr = o->wait_value((CUstream)o->side, (CUdeviceptr)(uintptr_t)o->done_dev, 1,
+			CUresult cr = o->wait_value((CUstream)o->side, (CUdeviceptr)(uintptr_t)o->jw[moe].done, 1,
 						    CU_STREAM_WAIT_VALUE_EQ);
 			if (cr != CUDA_SUCCESS)
 				return capy_err_set(err, CAPY_EIO, "cuda: waiting for the CPU's experts: driver error %d", (int)cr);
@@ -457,13 +482,18 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 	const uint64_t T = st->T, exact = (T - st->n_grouped) * o->k;
 	cudaError_t r;
 
-	if (o->job->status) {
-		int code = o->job->status;
-		o->job->status = 0;
-		return capy_err_set(err, code, "cuda: the CPU's experts: %s", o->job->msg);
+	for (uint64_t i = 0; i < o->n_moe; i++) {
+		struct capy_cpu_experts_job *j = o->job[i];
+		if (j->status) {
+			int code = j->status;
+			j->status = 0;
+			return capy_err_set(err, code, "cuda: the CPU's experts: %s", j->msg);
+		}
+		if (exact)
+			o->misses += j->n_misses;
 	}
 	o->steps++;
-	o->step_exact += exact;
+	o->step_exact += exact * o->n_moe;
 	o->streamed += st->n_grouped * o->k;
 	if (!o->cache)
 		return 0;
@@ -518,6 +548,39 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 	return 0;
 }
 
+/* The end of the step on the stream. Watching (the default): the engine thread, which waits for
+ * the step anyway, looks at the layers' request words while it does and wakes the pool for a
+ * job the GPU requested (the pool's threads may be awake and take it first); no host node, no
+ * extra thread. */
+cudaError_t cu_offload_sync(struct cuda_engine *e)
+{
+	struct cu_offload *o = e->off;
+	cudaError_t r;
+
+	if (!o || !o->watch)
+		return cudaStreamSynchronize(e->stream);
+	uint64_t last = 0;
+	while ((r = cudaStreamQuery(e->stream)) == cudaErrorNotReady) {
+		/* A request not yet seen is woken for at once; one still there 50 us later again (the
+		 * watcher may have slept through a request taken and a new one made). */
+		struct timespec ts;
+		clock_gettime(CLOCK_MONOTONIC, &ts);
+		const uint64_t now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+		for (uint64_t i = 0; i < o->n_moe; i++) {
+			const bool req = atomic_load_explicit(&o->job[i]->req, memory_order_relaxed) != 0;
+			if (req && (!o->kicked[i] || now - last > 50)) {
+				capy_cpu_experts_kick(o->cpu);
+				last = now;
+			}
+			o->kicked[i] = req;
+		}
+#if defined(__x86_64__)
+		__builtin_ia32_pause();
+#endif
+	}
+	return r;
+}
+
 bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats *s)
 {
 	const struct cuda_engine *e = core->be;
@@ -525,7 +588,7 @@ bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats 
 
 	if (!o)
 		return false;
-	const uint64_t misses = atomic_load_explicit(&((struct cu_offload *)o)->misses, memory_order_relaxed);
+	const uint64_t misses = o->misses;
 	s->experts = o->n_moe * o->E;
 	s->slots = o->slots;
 	s->resident = o->resident;
