@@ -69,6 +69,8 @@ struct cu_offload {
 	bool watch;                       /* the GPU requests jobs itself, the engine thread wakes the
 					   * pool (else a host node posts each job) */
 	bool *kicked;                     /* [n_moe] (watch): woken for its current request */
+	bool *used;                       /* [n_moe]: a layer of the model runs it (not the MTP head's) */
+	uint64_t n_used;
 	struct capy_cpu_experts *cpu;
 	struct capy_linear *gu, *dn;      /* [n_moe][E]: the experts' host weights, in the copy */
 	struct cu_off_layer *ud;          /* [n_moe] */
@@ -193,9 +195,10 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	o->job = calloc(o->n_moe, sizeof(*o->job));
 	o->jw = calloc(o->n_moe, sizeof(*o->jw));
 	o->kicked = calloc(o->n_moe, sizeof(*o->kicked));
+	o->used = calloc(o->n_moe, sizeof(*o->used));
 	o->swaps = calloc(o->n_moe * o->E, sizeof(*o->swaps));
 	if (!o->host_off || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu || !o->dn || !o->ud ||
-	    !o->swaps || !o->job || !o->jw || !o->kicked)
+	    !o->swaps || !o->job || !o->jw || !o->kicked || !o->used)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	uint64_t total = 0;
 	for (uint64_t i = 0; i < o->n_moe; i++) {
@@ -280,6 +283,8 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		stacks_at(e, &h->moe_w, st, o->host_dev + o->host_off[m->stack], st->stride, o->E, &m->gate_up, &m->down);
 		stacks_at(e, &h->moe_w, st, o->pool, o->slot_bytes, o->slots, &m->slot_gu, &m->slot_dn);
 		o->ud[m->stack] = (struct cu_off_layer){ e, (uint32_t)m->stack };
+		o->n_used += !o->used[m->stack];
+		o->used[m->stack] = true;
 		for (uint64_t x = 0; x < o->E; x++) {
 			const struct capy_linear *g = &h->moe_w.gate_up[x], *d = &h->moe_w.down[x];
 			const uint8_t *hb = o->host + o->host_off[m->stack];
@@ -374,6 +379,7 @@ void cu_offload_close(struct cuda_engine *e)
 	free(o->job);
 	free(o->jw);
 	free(o->kicked);
+	free(o->used);
 	free(o);
 	e->off = NULL;
 }
@@ -489,16 +495,17 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 			j->status = 0;
 			return capy_err_set(err, code, "cuda: the CPU's experts: %s", j->msg);
 		}
-		if (exact)
+		if (exact && o->used[i])
 			o->misses += j->n_misses;
 	}
 	o->steps++;
-	o->step_exact += exact * o->n_moe;
+	o->step_exact += exact * o->n_used;
 	o->streamed += st->n_grouped * o->k;
 	if (!o->cache)
 		return 0;
-	for (uint64_t i = 0; i < o->n_moe; i++)
-		capy_expert_cache_route(o->cache, (uint32_t)i, o->route + i * o->S, T * o->k);
+	for (uint64_t i = 0; i < o->n_moe; i++) /* the MTP head's stack (not run here) is never routed */
+		if (o->used[i])
+			capy_expert_cache_route(o->cache, (uint32_t)i, o->route + i * o->S, T * o->k);
 	const uint64_t n = capy_expert_cache_step(o->cache, o->swaps, o->n_moe * o->E);
 	if (!n)
 		return 0;
@@ -589,7 +596,7 @@ bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats 
 	if (!o)
 		return false;
 	const uint64_t misses = o->misses;
-	s->experts = o->n_moe * o->E;
+	s->experts = o->n_used * o->E;
 	s->slots = o->slots;
 	s->resident = o->resident;
 	s->steps = o->steps;
