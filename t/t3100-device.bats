@@ -51,3 +51,23 @@ setup_file() {
 	run capy-gen "$ART" -p hi -n 2 --ids --gpu 0 --gpu-mem 1G -q
 	[ "$status" -eq 0 ]
 }
+
+@test "--expert-slots and --expert-cpu-threads on the CPU: accepted, the same tokens, no expert offload line" {
+	run --separate-stderr capy-gen "$ART" --prompt-ids "1 2 3" -n 4 --ids --seed 1
+	[ "$status" -eq 0 ]
+	local want=$output
+	[[ "$stderr" != *"expert offload"* ]]
+	for o in "--expert-slots 0" "--expert-slots 3 --expert-cpu-threads 2" "--expert-cpu-threads auto --gpu-mem 1M"; do
+		run --separate-stderr capy-gen "$ART" --prompt-ids "1 2 3" -n 4 --ids --seed 1 $o
+		[ "$status" -eq 0 ] || { echo "$o: $stderr"; return 1; }
+		[ "$output" = "$want" ]
+		[[ "$stderr" == "capy-gen: prompt 3 tokens"* ]]
+		[[ "$stderr" != *"expert offload"* ]]
+	done
+	run --separate-stderr capy-ppl "$ART" "$BATS_FILE_TMPDIR/text" -q --expert-slots 0 --expert-cpu-threads 1
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	run --separate-stderr capy-ppl "$ART" "$BATS_FILE_TMPDIR/text" --expert-slots 0
+	[ "$status" -eq 0 ]
+	[[ "$stderr" != *"expert offload"* ]]
+}
