@@ -30,6 +30,7 @@ static const char *const usage[] = {
 static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg, *opt_tokenizer,
 	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema, *opt_regex, *opt_spec = "off",
 	*opt_draft_shortlist, *opt_expert_threads;
+static const char *opt_backend_arg; /* set only by test builds (t/helper/capy-gen-scripted.c) */
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos, opt_plan;
 static int64_t opt_draft_tokens = 4, opt_ngram_min = 2;
@@ -649,6 +650,7 @@ static int generate(const char *model)
 	}
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	eo.mtp = use_mtp;
+	eo.backend_arg = opt_backend_arg;
 	if (capy_engine_new(&e, a, &eo, &err) < 0 ||
 	    capy_seq_new(e, &s, &err) < 0)
 		capy_die("%s", err.msg);
