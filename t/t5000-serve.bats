@@ -42,7 +42,8 @@ wait_for_stream() {
 	for o in --host --port --model-id --api-key --api-key-file --profile --max-context --max-concurrency \
 		--max-queue --prefill-chunk --cache-mib --snapshot-interval --max-tokens --max-body \
 		--max-connections --max-messages --max-tools --request-timeout --idle-timeout \
-		--shutdown-timeout --chat-template --device --threads --kv --log-prompts; do
+		--shutdown-timeout --chat-template --device --gpu-mem --expert-slots --expert-cpu-threads --threads --kv \
+		--log-prompts; do
 		[[ "$output" == *"    $o "* || "$output" == *", $o "* ]] || { echo "--help lacks $o"; return 1; }
 	done
 	for p in agent small throughput test; do
