@@ -223,6 +223,7 @@ UNIT_TESTS += u-tokenizer
 UNIT_TESTS += u-toolcall-grammar
 UNIT_TESTS += u-util
 
+TEST_HELPERS += capy-gen-scripted
 TEST_HELPERS += capy-serve-scripted
 TEST_HELPERS += capy-test-tool
 
@@ -290,7 +291,7 @@ $(O)/bin/%: $(O)/cmd/%.o $(LIB)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
 # unit tests, test helpers and benchmarks: one source file each, linked with the library
-$(UNIT_BINS) $(filter-out %/capy-serve-scripted,$(HELPER_BINS)) $(BENCH_BINS): $(O)/%: $(O)/%.o $(LIB)
+$(UNIT_BINS) $(filter-out %-scripted,$(HELPER_BINS)) $(BENCH_BINS): $(O)/%: $(O)/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
@@ -308,7 +309,11 @@ $(O)/t/helper/%: $(O)/t/helper/%.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LIB) $(LDLIBS)
 
-# capy-serve with the scripted test backend (t/helper/scripted-backend.c).
+# capy-gen and capy-serve with the scripted test backend (t/helper/scripted-backend.c).
+$(O)/t/helper/capy-gen-scripted: $(O)/t/helper/capy-gen-scripted.o $(O)/t/helper/scripted-backend.o $(LIB)
+	@mkdir -p $(dir $@)
+	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)
+
 $(O)/t/helper/capy-serve-scripted: $(O)/t/helper/capy-serve-scripted.o $(O)/t/helper/scripted-backend.o $(LIB)
 	@mkdir -p $(dir $@)
 	$(QUIET_LINK)$(CC) $(BASE_CFLAGS) $(CFLAGS) $(LDFLAGS) -o $@ $^ $(LDLIBS)

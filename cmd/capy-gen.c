@@ -23,17 +23,19 @@ static const char *const usage[] = {
 	"capy-gen --tokenize (<model.capy> | <tokenizer.json>) < <text>",
 	"capy-gen --detokenize (<model.capy> | <tokenizer.json>) < <ids>",
 	"capy-gen --render (<model.capy> | --template <file>) [-p <text>] [--system <text>] [--messages <file>] [--no-think]",
-	"capy-gen <model.capy> --plan [--gpu-mem <size>] [--max-context <n>] [--kv <type>] [-p <text> | --prompt-ids <ids>]",
+	"capy-gen <model.capy> --plan [--gpu-mem <size>] [--expert-slots <n>] [--max-context <n>] [--kv <type>] [-p <text> | --prompt-ids <ids>]",
 	NULL,
 };
 
 static const char *opt_prompt, *opt_prompt_ids, *opt_system, *opt_messages, *opt_template, *opt_tokcfg, *opt_tokenizer,
 	*opt_device = "cpu", *opt_kv = "bf16", *opt_stop, *opt_grammar, *opt_schema, *opt_regex, *opt_spec = "off",
-	*opt_draft_shortlist;
+	*opt_draft_shortlist, *opt_expert_threads;
+static const char *opt_backend_arg; /* set only by test builds (t/helper/capy-gen-scripted.c) */
 static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_render, opt_quiet, opt_raw,
 	opt_ignore_eos, opt_plan;
 static int64_t opt_draft_tokens = 4, opt_ngram_min = 2;
 static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu, opt_max_context, opt_mask_threads = 1;
+static int64_t opt_expert_slots = -1; /* -1: not given (the option takes 0 and up) */
 static uint64_t opt_gpu_mem;
 static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_presence, opt_frequency;
 
@@ -75,6 +77,10 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
 	CAPY_OPT_INT(0, "max-context", &opt_max_context, "n", "cuda: context the memory plan holds (default: prompt + -n)", 1,
 		     1 << 24),
+	CAPY_OPT_INT(0, "expert-slots", &opt_expert_slots, "n",
+		     "cuda: expert slots on the GPU at most (default: what --gpu-mem holds; 0: none)", 0, 1e9),
+	CAPY_OPT_STRING(0, "expert-cpu-threads", &opt_expert_threads, "n",
+			"cuda: CPU threads for the experts not on the GPU (default auto)"),
 	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
@@ -632,9 +638,11 @@ static int generate(const char *model)
 	eo.kv = parse_kv();
 	eo.max_context = opt_max_context ? (uint64_t)opt_max_context : prompt.n + (uint64_t)opt_n;
 	eo.max_seqs = 1;
+	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
 	if (opt_plan) {
 		int rc = capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
-					 .max_context = eo.max_context, .max_seqs = 1, .kv = eo.kv });
+					 .max_context = eo.max_context, .max_seqs = 1, .kv = eo.kv,
+					 .expert_slots = eo.expert_slots });
 		capy_tokens_release(&prompt);
 		capy_assets_release(&as);
 		capy_artifact_close(a);
@@ -642,6 +650,7 @@ static int generate(const char *model)
 	}
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	eo.mtp = use_mtp;
+	eo.backend_arg = opt_backend_arg;
 	if (capy_engine_new(&e, a, &eo, &err) < 0 ||
 	    capy_seq_new(e, &s, &err) < 0)
 		capy_die("%s", err.msg);
@@ -789,6 +798,7 @@ static int generate(const char *model)
 		mask_stats(&con);
 		if (spec)
 			spec_stats(sr);
+		capy_offload_log(e, produced, "generated token");
 	}
 	capy_ngram_free(sr->ngram);
 	capy_mtp_free(sr->mtp);
@@ -820,6 +830,8 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, "--tokenize, --detokenize and --render exclude each other");
 	if (!capy_engine_device_available(opt_device) && !opt_plan) /* a plan needs no device */
 		capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &(struct capy_engine_opts){ 0 });
+	/* Checked here like the other values, whatever the mode; generate() sets them. */
+	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &(struct capy_engine_opts){ 0 });
 	if (opt_tokenize)
 		return model ? tokenize(model) : (capy_usage_error(usage, opts, "--tokenize needs a model or tokenizer.json"), 2);
 	if (opt_detokenize)
@@ -835,8 +847,11 @@ int cmd_main(int argc, char **argv)
 		/* Sizing without a prompt: the context is --max-context's. */
 		if (!opt_max_context)
 			capy_usage_error(usage, opts, "--plan needs --max-context (or a prompt)");
+		struct capy_engine_opts xo = { 0 };
+		capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &xo);
 		return capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
-				       .max_context = (uint64_t)opt_max_context, .max_seqs = 1, .kv = parse_kv() });
+				       .max_context = (uint64_t)opt_max_context, .max_seqs = 1, .kv = parse_kv(),
+				       .expert_slots = xo.expert_slots });
 	}
 	if (!!opt_prompt + !!opt_prompt_ids + !!opt_messages != 1)
 		capy_usage_error(usage, opts, "give one of -p, --prompt-ids or --messages");

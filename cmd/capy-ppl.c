@@ -14,14 +14,15 @@
 
 static const char *const usage[] = {
 	"capy-ppl <model.capy> <file> [--ids] [--ctx <n>] [--stride <n>] [--json [--per-token]] [--argmax-counts <out>]",
-	"capy-ppl <model.capy> --plan [--gpu-mem <size>] [--ctx <n>] [--kv <type>]",
+	"capy-ppl <model.capy> --plan [--gpu-mem <size>] [--expert-slots <n>] [--ctx <n>] [--kv <type>]",
 	NULL,
 };
 
 static bool opt_ids, opt_json, opt_per_token, opt_quiet, opt_plan;
 static int64_t opt_ctx = 2048, opt_stride, opt_threads, opt_gpu;
+static int64_t opt_expert_slots = -1; /* -1: not given (the option takes 0 and up) */
 static uint64_t opt_gpu_mem;
-static const char *opt_argmax, *opt_kv = "bf16", *opt_device = "cpu";
+static const char *opt_argmax, *opt_kv = "bf16", *opt_device = "cpu", *opt_expert_threads;
 
 static const struct capy_opt opts[] = {
 	CAPY_OPT_FLAG(0, "ids", &opt_ids, "the file holds whitespace-separated token ids, not text"),
@@ -35,6 +36,10 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
 	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
 	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
+	CAPY_OPT_INT(0, "expert-slots", &opt_expert_slots, "n",
+		     "cuda: expert slots on the GPU at most (default: what --gpu-mem holds; 0: none)", 0, 1e9),
+	CAPY_OPT_STRING(0, "expert-cpu-threads", &opt_expert_threads, "n",
+			"cuda: CPU threads for the experts not on the GPU (default auto)"),
 	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
 	CAPY_OPT_FLAG('q', "quiet", &opt_quiet, "no progress or timing on stderr"),
@@ -110,12 +115,14 @@ int cmd_main(int argc, char **argv)
 	size_t len;
 	int n = capy_opt_parse(argc, argv, usage, opts);
 
+	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
 	if (opt_plan && n == 1) {
 		if ((kv_type = capy_kv_dtype_parse(opt_kv)) < 0)
 			capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);
 		/* One sequence of --ctx tokens at a time, in steps of the engine's default size. */
 		return capy_plan_print(argv[0], &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
-				       .max_context = (uint64_t)opt_ctx, .max_seqs = 1, .kv = (enum capy_kv_dtype)kv_type });
+				       .max_context = (uint64_t)opt_ctx, .max_seqs = 1, .kv = (enum capy_kv_dtype)kv_type,
+				       .expert_slots = eo.expert_slots });
 	}
 	if (n != 2)
 		capy_usage_error(usage, opts, n < 2 ? "a model and a file are needed" : "unexpected argument '%s'", argv[2]);
@@ -201,9 +208,11 @@ int cmd_main(int argc, char **argv)
 		capy_ppl_format_summary(line, sizeof(line), &r, (uint64_t)opt_ctx, (uint64_t)opt_stride);
 		printf("%s\n", line);
 	}
-	if (!opt_quiet)
+	if (!opt_quiet) {
 		fprintf(stderr, "%s: %" PRIu64 " tokens in %.2f s (%.1f tok/s), %d threads\n", capy_tool_name, N,
 			capy_now() - t0, (double)N / (capy_now() - t0), capy_engine_threads(e));
+		capy_offload_log(e, N, "token");
+	}
 	if (counts)
 		write_counts(opt_argmax, argv[0], counts, V, scored);
 	free(counts);

@@ -16,7 +16,7 @@
 
 static const char *const usage[] = {
 	"capy-serve <model.capy> [--profile <name>] [<options>]",
-	"capy-serve <model.capy> --plan [--profile <name>] [--gpu-mem <size>] [--max-context <n>] [--max-concurrency <n>]",
+	"capy-serve <model.capy> --plan [--profile <name>] [--gpu-mem <size>] [--expert-slots <n>] [--max-context <n>] [--max-concurrency <n>]",
 	NULL,
 };
 
@@ -37,10 +37,11 @@ static const struct profile {
 
 static const char *opt_host = "127.0.0.1", *opt_model_id, *opt_api_key, *opt_api_key_file, *opt_profile,
 		  *opt_template, *opt_tokenizer, *opt_tokcfg, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg,
-		  *opt_spec = "off";
+		  *opt_spec = "off", *opt_expert_threads;
 static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, opt_queue = 256, opt_chunk = 256,
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
 	       opt_max_tokens, opt_gpu, opt_mask_threads = 2;
+static int64_t opt_expert_slots = -1; /* -1: not given (the option takes 0 and up) */
 static uint64_t opt_gpu_mem;
 static double opt_host_cache_mib, opt_disk_cache_gib = 16, opt_kv_budget_mib;
 static int64_t opt_lease_window = 512, opt_draft_tokens = 4, opt_ngram_min = 2;
@@ -102,6 +103,10 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "device", &opt_device, "cpu|cuda", "where to run (default cpu)"),
 	CAPY_OPT_INT(0, "gpu", &opt_gpu, "n", "cuda: the GPU to run on (default 0)", 0, 1024),
 	CAPY_OPT_SIZE(0, "gpu-mem", &opt_gpu_mem, "size", "cuda: device memory the engine may take (default: what it needs)"),
+	CAPY_OPT_INT(0, "expert-slots", &opt_expert_slots, "n",
+		     "cuda: expert slots on the GPU at most (default: what --gpu-mem holds; 0: none)", 0, 1e9),
+	CAPY_OPT_STRING(0, "expert-cpu-threads", &opt_expert_threads, "n",
+			"cuda: CPU threads for the experts not on the GPU (default auto)"),
 	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "attention cache type (default bf16)"),
@@ -270,11 +275,12 @@ int cmd_main(int argc, char **argv)
 	n = capy_opt_parse(nargs, args, usage, opts);
 	if (n != 1)
 		capy_usage_error(usage, opts, n ? "unexpected argument '%s'" : "no model given", n ? args[1] : "");
+	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
 	if (opt_plan)
 		return capy_plan_print(args[0], &(struct capy_plan_opts){
 			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,
 			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency,
-			.kv = parse_kv() });
+			.kv = parse_kv(), .expert_slots = eo.expert_slots });
 	if (strcmp(opt_spec, "ngram") && strcmp(opt_spec, "off"))
 		capy_usage_error(usage, opts, "--spec: '%s' is not ngram or off", opt_spec);
 	spec = !strcmp(opt_spec, "ngram");

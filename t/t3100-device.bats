@@ -51,3 +51,46 @@ setup_file() {
 	run capy-gen "$ART" -p hi -n 2 --ids --gpu 0 --gpu-mem 1G -q
 	[ "$status" -eq 0 ]
 }
+
+@test "--expert-slots and --expert-cpu-threads on the CPU: accepted, the same tokens, no expert offload line" {
+	run --separate-stderr capy-gen "$ART" --prompt-ids "1 2 3" -n 4 --ids --seed 1
+	[ "$status" -eq 0 ]
+	local want=$output
+	[[ "$stderr" != *"expert offload"* ]]
+	for o in "--expert-slots 0" "--expert-slots 3 --expert-cpu-threads 2" "--expert-cpu-threads auto --gpu-mem 1M"; do
+		run --separate-stderr capy-gen "$ART" --prompt-ids "1 2 3" -n 4 --ids --seed 1 $o
+		[ "$status" -eq 0 ] || { echo "$o: $stderr"; return 1; }
+		[ "$output" = "$want" ]
+		[[ "$stderr" == "capy-gen: prompt 3 tokens"* ]]
+		[[ "$stderr" != *"expert offload"* ]]
+	done
+	run --separate-stderr capy-ppl "$ART" "$BATS_FILE_TMPDIR/text" -q --expert-slots 0 --expert-cpu-threads 1
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	run --separate-stderr capy-ppl "$ART" "$BATS_FILE_TMPDIR/text" --expert-slots 0
+	[ "$status" -eq 0 ]
+	[[ "$stderr" != *"expert offload"* ]]
+}
+
+@test "capy-gen after a run on an engine that offloads experts: one stats line of its counts (the scripted backend's)" {
+	# t/serve/scripts/offload.json: 12 slots, 11 of 40 resident, 1000 hits (one more per step),
+	# 250 misses, 77 streamed, 31 loads, 19 evictions, 6 threads.
+	CAPY_SCRIPT=$SRC/t/serve/scripts/offload.json run --separate-stderr capy-gen-scripted "$ART" --prompt-ids "1 2 3" -n 8
+	[ "$status" -eq 0 ]
+	[[ "${stderr_lines[0]}" =~ generated\ ([0-9]+)\ tokens ]]
+	local n=${BASH_REMATCH[1]}
+	[ "$n" -gt 1 ]
+	# A step per generated token: the prompt's gives the first, each token but the last runs.
+	local hits=$((1000 + n))
+	local want=$(awk -v h=$hits -v n="$n" 'BEGIN { printf "capy-gen-scripted: expert offload: 11 of 40 experts resident in 12 slots; %d hits, 250 misses (%.1f%% hits, %.2f misses per generated token), 77 streamed; 31 loads, 19 evictions; 6 CPU threads", h, 100 * h / (h + 250), 250 / n }')
+	[ "$(grep -c 'expert offload' <<<"$stderr")" -eq 1 ]
+	grep -qxF "$want" <<<"$stderr" || { echo "want: $want"; echo "$stderr"; return 1; }
+	# -q: no statistics, that line neither; a script without counts: no such line.
+	CAPY_SCRIPT=$SRC/t/serve/scripts/offload.json run --separate-stderr capy-gen-scripted "$ART" --prompt-ids "1 2 3" -n 8 -q
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	CAPY_SCRIPT=$SRC/t/serve/scripts/api.json run --separate-stderr capy-gen-scripted "$ART" --prompt-ids "1 2 3" -n 8
+	[ "$status" -eq 0 ]
+	[[ "$stderr" == *"generated "* ]]
+	[[ "$stderr" != *"expert offload"* ]]
+}

@@ -154,25 +154,134 @@ slot_bytes() { jq '[.expert_stacks[].stride] | max // 0' "$1"; }
 	[[ "$output" == *"with --gpu-mem 1.0 MiB"* ]]
 }
 
-@test "--gpu-mem between the fixed parts and everything: the rest in slots of the largest expert, a warning that offload is not there yet" {
+@test "--gpu-mem between the fixed parts and everything: the offload buffers join the fixed parts, the rest in slots of the largest expert, no warning" {
 	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy j=$BATS_FILE_TMPDIR/qwen3_5_moe.json
 	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2
-	local fixed=$(row device "fixed parts") slot=$(slot_bytes "$j") n=$(n_experts "$j")
+	local resident_fixed=$(row device "fixed parts") slot=$(slot_bytes "$j") n=$(n_experts "$j")
+	local everything=$(row device total)
+	[ -z "$(row device "offload buffers")" ]
+	# A plan that offloads (a byte short of everything) has the offload buffers (the slot maps
+	# and the step's slot ids) among its fixed parts: its own "fixed parts" row.
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2 --gpu-mem $((everything - 1))
+	[ "$status" -eq 0 ]
+	local fixed=$(row device "fixed parts") off=$(row device "offload buffers")
+	[ "$off" -gt 0 ]
+	[ "$fixed" -eq $((resident_fixed + off)) ]
 	local gpu=$((fixed + 5 * slot + slot / 2))
 	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2 --gpu-mem $gpu
 	[ "$status" -eq 0 ]
+	[ "$(row device "fixed parts")" -eq "$fixed" ]
+	[ "$(row device "offload buffers")" -eq "$off" ]
 	[[ "$output" == *"routed-expert slots"*"5 slots of $slot bytes: 5 of $n experts resident"* ]]
 	[ "$(row device "routed-expert slots")" -eq $((5 * slot)) ]
 	[ "$(row device total)" -eq $((fixed + 5 * slot)) ]
-	[ "$stderr" = "capy-serve: warning: expert offload is not implemented yet: --device cuda refuses this plan (5 of $n experts fit)" ]
+	# Offload runs such a plan: nothing on stderr.
+	[ -z "$stderr" ]
 	# Every routed expert then lives in host RAM, in one page-locked allocation.
 	[ "$(row host "routed experts")" -eq "$(expert_bytes "$j")" ]
 	[[ "$output" == *"page-locked (RLIMIT_MEMLOCK unlimited)"* ]]
 	[ "$(row host needed)" -eq $(($(row host "routed experts") + $(row host "staging buffers"))) ]
+	# One byte less than 5 slots: 4.
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2 --gpu-mem $((fixed + 5 * slot - 1))
+	[[ "$output" == *"4 slots of $slot bytes: 4 of $n experts resident"* ]]
 	# The same from capy-gen and capy-ppl (their own step size: 512 tokens).
 	run --separate-stderr capy-gen "$art" --plan --max-context 4096 --gpu-mem 1G
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"all $n experts resident"* ]]
+}
+
+# slots_note N EXPERTS SLOT_BYTES: the routed-expert slots row's note for N slots.
+slots_note() {
+	echo "$1 slots of $3 bytes: $1 of $2 experts resident"
+}
+
+@test "--expert-slots N caps the slots, with or without --gpu-mem, in capy-gen, capy-ppl and capy-serve" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy j=$BATS_FILE_TMPDIR/qwen3_5_moe.json
+	local slot=$(slot_bytes "$j") n=$(n_experts "$j") t
+	for t in "capy-gen --max-context 4096" "capy-ppl --ctx 4096" "capy-serve --max-context 4096"; do
+		# Without --gpu-mem: 3 slots anyway, every expert in host RAM.
+		run --separate-stderr $t "$art" --plan --expert-slots 3
+		[ "$status" -eq 0 ] || { echo "$t: $stderr"; return 1; }
+		[ -z "$stderr" ]
+		[[ "$output" == *"routed-expert slots"*"$(slots_note 3 "$n" "$slot")"* ]] || { echo "$t: $output"; return 1; }
+		[ "$(row device "routed-expert slots")" -eq $((3 * slot)) ]
+		[ "$(row device total)" -eq $(($(row device "fixed parts") + 3 * slot)) ]
+		[ "$(row host "routed experts")" -eq "$(expert_bytes "$j")" ]
+	done
+	# With --gpu-mem: the smaller of the two.
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --expert-slots 0
+	local fixed=$(row device "fixed parts")
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --gpu-mem $((fixed + 5 * slot)) --expert-slots 3
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"$(slots_note 3 "$n" "$slot")"* ]]
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --gpu-mem $((fixed + 5 * slot)) --expert-slots 7
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"$(slots_note 5 "$n" "$slot")"* ]]
+	# As many as the experts, or more: every expert resident, as without the option.
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096
+	local all=$output
+	for k in "$n" 1000000000; do
+		run --separate-stderr capy-serve "$art" --plan --max-context 4096 --expert-slots "$k"
+		[ "$status" -eq 0 ]
+		[ "$output" = "$all" ]
+	done
+}
+
+@test "--expert-slots 0: no slots, every routed expert in host RAM, in each tool" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy j=$BATS_FILE_TMPDIR/qwen3_5_moe.json
+	local slot=$(slot_bytes "$j") n=$(n_experts "$j") t
+	for t in "capy-gen --max-context 4096" "capy-ppl --ctx 4096" "capy-serve --max-context 4096"; do
+		run --separate-stderr $t "$art" --plan --expert-slots 0 --gpu-mem 1G
+		[ "$status" -eq 0 ] || { echo "$t: $stderr"; return 1; }
+		[ -z "$stderr" ]
+		[[ "$output" == *"routed-expert slots"*"$(slots_note 0 "$n" "$slot")"* ]]
+		[ "$(row device "routed-expert slots")" -eq 0 ]
+		[ "$(row device "offload buffers")" -gt 0 ]
+		[ "$(row device total)" -eq "$(row device "fixed parts")" ]
+		[ "$(row host "routed experts")" -eq "$(expert_bytes "$j")" ]
+		[ "$(row host needed)" -eq $(($(row host "routed experts") + $(row host "staging buffers"))) ]
+	done
+	# A dense model has no experts to move: the option changes nothing there.
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen3_5-dense.capy" --plan
+	local dense=$output
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen3_5-dense.capy" --plan --expert-slots 0
+	[ "$status" -eq 0 ]
+	[ "$output" = "$dense" ]
+}
+
+@test "--expert-slots and --expert-cpu-threads: bad values (-1, x, 1e99) are usage errors with one error line naming the option, in each tool" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy t v o
+	echo "hello" >"$BATS_TEST_TMPDIR/text"
+	for t in "capy-gen --max-context 64 --plan" "capy-ppl --plan" "capy-serve --plan" \
+		"capy-gen --prompt-ids 1 -n 1" "capy-ppl $BATS_TEST_TMPDIR/text" "capy-serve --port 0"; do
+		for o in --expert-slots --expert-cpu-threads; do
+			for v in -1 x 1e99 ""; do
+				run --separate-stderr $t "$art" "$o" "$v"
+				[ "$status" -eq 2 ] || { echo "$t $o '$v': exit $status"; return 1; }
+				[ -z "$output" ]
+				[ "$(grep -c ': error: ' <<<"$stderr")" -eq 1 ]
+				[[ "${stderr_lines[0]}" == "${t%% *}: error: "*"$o"*"'$v'"* ]] || { echo "$t $o '$v': ${stderr_lines[0]}"; return 1; }
+			done
+		done
+	done
+	# 257 threads are more than the pool takes.
+	run --separate-stderr capy-gen "$art" --plan --max-context 64 --expert-cpu-threads 257
+	[ "$status" -eq 2 ]
+	[[ "${stderr_lines[0]}" == "capy-gen: error: --expert-cpu-threads: '257' is not 'auto' or a count 0..256" ]]
+}
+
+@test "--expert-cpu-threads auto, 0 or a count: accepted by each tool, the plan unchanged" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy t v
+	for t in "capy-gen --max-context 4096" "capy-ppl --ctx 4096" "capy-serve --max-context 4096"; do
+		run --separate-stderr $t "$art" --plan --expert-slots 2
+		local want=$output
+		for v in auto 0 1 16 256; do
+			run --separate-stderr $t "$art" --plan --expert-slots 2 --expert-cpu-threads "$v"
+			[ "$status" -eq 0 ] || { echo "$t --expert-cpu-threads $v: $stderr"; return 1; }
+			[ -z "$stderr" ]
+			[ "$output" = "$want" ]
+		done
+	done
 }
 
 @test "RLIMIT_MEMLOCK below the experts' bytes: the mapped artifact (not page-locked, slower), said so" {
@@ -266,7 +375,7 @@ slot_bytes() { jq '[.expert_stacks[].stride] | max // 0' "$1"; }
 	local slots=$(((16 * 1024 * 1024 * 1024 - fixed) / slot))
 	[[ "$output" == *"$slots slots of $slot bytes: $slots of 24576 experts resident"* ]]
 	[ "$(row host "routed experts")" -eq "$(expert_bytes "$j")" ]
-	[[ "$stderr" == *"expert offload is not implemented yet"*"($slots of 24576 experts fit)" ]]
+	[ -z "$stderr" ]
 	# ... and on a 32 GiB machine the RAM guard stops it (the experts alone are 50.7 GiB).
 	meminfo "$BATS_TEST_TMPDIR/m32" $((32 * 1024 * 1024))
 	CAPY_MEMINFO=$BATS_TEST_TMPDIR/m32 run --separate-stderr capy-serve "$art" --plan --profile small --gpu-mem 16G

@@ -42,7 +42,8 @@ wait_for_stream() {
 	for o in --host --port --model-id --api-key --api-key-file --profile --max-context --max-concurrency \
 		--max-queue --prefill-chunk --cache-mib --snapshot-interval --max-tokens --max-body \
 		--max-connections --max-messages --max-tools --request-timeout --idle-timeout \
-		--shutdown-timeout --chat-template --device --threads --kv --log-prompts; do
+		--shutdown-timeout --chat-template --device --gpu-mem --expert-slots --expert-cpu-threads --threads --kv \
+		--log-prompts; do
 		[[ "$output" == *"    $o "* || "$output" == *", $o "* ]] || { echo "--help lacks $o"; return 1; }
 	done
 	for p in agent small throughput test; do
@@ -431,6 +432,54 @@ for line in open(sys.argv[1]):
     assert m, "not a sample line: %r" % line
     assert seen.get(m.group(1)) == {"HELP", "TYPE"}, "no HELP/TYPE before %s" % m.group(1)
 PY
+}
+
+# metric NAME FILE: the value of the sample NAME (no labels) in a /metrics body.
+metric() {
+	sed -n "s/^$1 //p" "$2"
+}
+
+@test "/metrics of an engine that offloads experts: slots, resident, hits, misses, streamed, loads, evictions, CPU threads; none without offload" {
+	# The scripted backend's counts (t/serve/scripts/offload.json), each step adding a hit.
+	CAPY_SCRIPT=$SCRIPTS/offload.json serve_start capy-serve-scripted "$ART"
+	api GET /metrics
+	[ "$CODE" = 200 ]
+	m=$BATS_TEST_TMPDIR/start
+	cp "$R" "$m"
+	# Before any step, from the start: the counts as the engine gives them.
+	[ "$(metric capy_engine_steps_total "$m")" = 0 ]
+	for nv in "slots gauge 12" "resident gauge 11" "hits_total counter 1000" "misses_total counter 250" \
+		"streamed_total counter 77" "loads_total counter 31" "evictions_total counter 19" "cpu_threads gauge 6"; do
+		read -r n type v <<<"$nv"
+		grep -qx "# TYPE capy_expert_$n $type" "$m" || { echo "no TYPE line for capy_expert_$n $type"; return 1; }
+		grep -q "^# HELP capy_expert_$n [A-Z]" "$m" || { echo "no HELP line for capy_expert_$n"; return 1; }
+		[ "$(metric "capy_expert_$n" "$m")" = "$v" ] || { echo "capy_expert_$n: $(metric "capy_expert_$n" "$m"), not $v"; return 1; }
+	done
+	api POST /v1/chat/completions "$(chat_body 'count the steps')"
+	[ "$CODE" = 200 ]
+	[ "$(jv '.choices[0].message.content')" = Counted. ]
+	# Read again after the steps (the engine thread copies them after each step: wait for the last).
+	for ((i = 0; i < 50; i++)); do
+		api GET /metrics
+		steps=$(metric capy_engine_steps_total "$R")
+		[ "$steps" -gt 0 ] && [ "$(metric capy_expert_hits_total "$R")" = $((1000 + steps)) ] && break
+		sleep 0.1
+	done
+	[ "$steps" -gt 1 ]
+	[ "$(metric capy_expert_hits_total "$R")" = $((1000 + steps)) ]
+	[ "$(metric capy_expert_misses_total "$R")" = 250 ]
+	serve_stop
+	# Engines that do not offload have none of them: the CPU backend, the script without counts.
+	serve_start capy-serve "$ART" --threads 1
+	api GET /metrics
+	[ "$CODE" = 200 ]
+	grep -q '^capy_engine_steps_total ' "$R"
+	run ! grep -q 'capy_expert_' "$R"
+	serve_stop
+	CAPY_SCRIPT=$SCRIPTS/api.json serve_start capy-serve-scripted "$ART"
+	api GET /metrics
+	[ "$CODE" = 200 ]
+	run ! grep -q 'capy_expert_' "$R"
 }
 
 @test "an engine-wide failure: the requests get an error, /health answers 503, the server exits 2" {

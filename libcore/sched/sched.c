@@ -777,12 +777,16 @@ static void update_stats(struct capy_sched *s)
 {
 	struct prefix_stats ps = { 0 };
 	struct capy_kvstore_stats ks = { 0 };
+	struct capy_offload_stats os = { 0 };
+	bool offloading = capy_engine_offload_stats(s->e, &os); /* this thread owns the engine */
 
 	if (s->pc)
 		prefix_stats(s->pc, &ps);
 	if (s->o.kvstore)
 		capy_kvstore_stats(s->o.kvstore, &ks);
 	pthread_mutex_lock(&s->mu);
+	s->st.offloading = offloading;
+	s->st.offload = os;
 	s->st.kv = ks;
 	s->st.active = s->n_active;
 	s->st.cache_bytes = ps.bytes;
@@ -861,6 +865,8 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 	if (s->o.mask_threads > 0 && (rc = capy_mask_pool_new(&s->masks, s->o.mask_threads, err)) < 0)
 		goto fail;
 	s->st.page_bytes = capy_engine_page_bytes(e);
+	/* The slots and threads from the start, before any step (no engine thread yet). */
+	s->st.offloading = capy_engine_offload_stats(e, &s->st.offload);
 	pthread_mutex_init(&s->mu, NULL);
 	pthread_cond_init(&s->cv, NULL);
 	if ((rc = pthread_create(&s->thread, NULL, engine_thread, s))) {

@@ -170,6 +170,10 @@ struct capy_sched_stats {
 	uint64_t kv_lease_waits;             /* admissions deferred for want of lease room */
 	uint64_t spec_windows, spec_drafted, spec_accepted; /* speculative decoding, all requests */
 	bool failed;                         /* an engine-wide failure stopped the scheduler */
+	/* expert offload's counts (capy_engine_offload_stats), read on the engine thread after
+	 * each step, with offloading false when the engine does not offload */
+	bool offloading;
+	struct capy_offload_stats offload;
 };
 
 int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct capy_sched_opts *opts,

@@ -177,6 +177,25 @@ static void tier_metrics(struct capy_buf *b, const struct capy_sched_stats *st)
 	       k->restore_s);
 }
 
+/* Expert offload (an engine that keeps some routed experts in host RAM): the GPU's expert
+ * cache and what the routed (token, expert) pairs found there. */
+static void offload_metrics(struct capy_buf *b, const struct capy_offload_stats *o)
+{
+	metric(b, "capy_expert_slots", "gauge", "Routed-expert slots on the GPU.", (double)o->slots);
+	metric(b, "capy_expert_resident", "gauge", "Routed experts resident in those slots.", (double)o->resident);
+	metric(b, "capy_expert_hits_total", "counter", "Routed (token, expert) pairs whose expert was resident.",
+	       (double)o->hits);
+	metric(b, "capy_expert_misses_total", "counter", "Routed (token, expert) pairs computed on the CPU.",
+	       (double)o->misses);
+	metric(b, "capy_expert_streamed_total", "counter",
+	       "Routed (token, expert) pairs of prompt pieces that read their expert from host memory.",
+	       (double)o->streamed);
+	metric(b, "capy_expert_loads_total", "counter", "Experts copied into slots.", (double)o->loads);
+	metric(b, "capy_expert_evictions_total", "counter", "Experts evicted from slots.", (double)o->evictions);
+	metric(b, "capy_expert_cpu_threads", "gauge", "CPU threads computing the experts not resident.",
+	       (double)o->cpu_threads);
+}
+
 static void metrics(struct capy_http_exchange *x, void *arg)
 {
 	struct capy_server *srv = arg;
@@ -232,6 +251,8 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	       (double)st.kv_leased_pages);
 	metric(&b, "capy_kv_lease_waits_total", "counter", "Admissions deferred until a KV lease fit --kv-budget-mib.",
 	       (double)st.kv_lease_waits);
+	if (st.offloading)
+		offload_metrics(&b, &st.offload);
 	metric(&b, "capy_engine_failed", "gauge", "1 after an engine-wide failure.", st.failed ? 1 : 0);
 	if (b.oom)
 		capy_http_respond_error(x, 500, "out of memory");

@@ -1,7 +1,9 @@
-/* device.c - the device options of the tools that run a model (--device, --gpu, --gpu-mem) and
- * their memory plan (--plan, and the plan line at start). */
+/* device.c - the device options of the tools that run a model (--device, --gpu, --gpu-mem,
+ * --expert-slots, --expert-cpu-threads), their memory plan (--plan, and the plan line at
+ * start) and expert offload's counts after a run. */
 #include "tool.h"
 #include "../engine/engine.h"
+#include "../offload/cpu-topology.h"
 #include "../offload/plan.h"
 
 void capy_device_opts(const char *const *usage, const struct capy_opt *opts, const char *device, int64_t gpu,
@@ -13,6 +15,18 @@ void capy_device_opts(const char *const *usage, const struct capy_opt *opts, con
 	eo->device = device;
 	eo->gpu = (int)gpu;
 	eo->gpu_mem = gpu_mem;
+}
+
+void capy_expert_opts(const char *const *usage, const struct capy_opt *opts, int64_t slots, const char *threads,
+		      struct capy_engine_opts *eo)
+{
+	struct capy_err err = { 0 };
+
+	/* The option's 0 is "no slots"; the engine's 0 is its default (what the budget holds). */
+	eo->expert_slots = slots < 0 ? 0 : slots == 0 ? CAPY_EXPERT_SLOTS_NONE : slots;
+	eo->expert_threads = 0;
+	if (threads && capy_expert_threads_parse(threads, &eo->expert_threads, &err) < 0)
+		capy_usage_error(usage, opts, "%s", err.msg);
 }
 
 int capy_plan_print(const char *model, const struct capy_plan_opts *po)
@@ -44,11 +58,6 @@ int capy_plan_print(const char *model, const struct capy_plan_opts *po)
 		capy_error("%s", err.msg);
 		return CAPY_EXIT_FAIL;
 	}
-	/* The plan is sound, but the CUDA backend cannot run it yet. */
-	if (!p.all_resident)
-		capy_warning("expert offload is not implemented yet: --device cuda refuses this plan (%" PRIu64 " of %" PRIu64
-			     " experts fit)",
-			     p.slots, p.experts);
 	return CAPY_EXIT_OK;
 }
 
@@ -58,4 +67,20 @@ void capy_plan_log(const struct capy_engine *e)
 
 	if (capy_engine_plan_line(e, line, sizeof(line)))
 		fprintf(stderr, "%s: %s\n", capy_tool_name, line);
+}
+
+void capy_offload_log(const struct capy_engine *e, uint64_t tokens, const char *what)
+{
+	struct capy_offload_stats st;
+	uint64_t looked;
+
+	if (!capy_engine_offload_stats(e, &st))
+		return;
+	looked = st.hits + st.misses;
+	fprintf(stderr, "%s: expert offload: %" PRIu64 " of %" PRIu64 " experts resident in %" PRIu64 " slots; %" PRIu64
+		" hits, %" PRIu64 " misses (%.1f%% hits, %.2f misses per %s), %" PRIu64 " streamed; %" PRIu64 " loads, %"
+		PRIu64 " evictions; %d CPU threads\n",
+		capy_tool_name, st.resident, st.experts, st.slots, st.hits, st.misses,
+		looked ? 100.0 * (double)st.hits / (double)looked : 0.0, tokens ? (double)st.misses / (double)tokens : 0.0,
+		what, st.streamed, st.loads, st.evictions, st.cpu_threads);
 }

@@ -114,6 +114,15 @@ struct capy_engine_opts;
 void capy_device_opts(const char *const *usage, const struct capy_opt *opts, const char *device, int64_t gpu,
 		      uint64_t gpu_mem, struct capy_engine_opts *eo);
 
+/* --expert-slots and --expert-cpu-threads of the same tools (cuda, expert offload): slots is
+ * --expert-slots' value (-1: not given; the option takes N >= 0), threads
+ * --expert-cpu-threads' (NULL: not given). Sets eo's expert_slots (not given: 0, the budget
+ * decides; 0: CAPY_EXPERT_SLOTS_NONE, every routed expert on the host; else at most N) and
+ * expert_threads; a bad thread count is a usage error naming the option. The CPU backend
+ * ignores both, as it does --gpu-mem. */
+void capy_expert_opts(const char *const *usage, const struct capy_opt *opts, int64_t slots, const char *threads,
+		      struct capy_engine_opts *eo);
+
 /* --plan: the memory plan of the CUDA backend for the artifact at model (offload/plan.h),
  * computed without a GPU, printed to stdout; then the refusal, if the plan cannot start, on
  * stderr. Returns the exit status (0, or 1 with the refusal). Exits 1 on an unreadable model. */
@@ -122,5 +131,9 @@ int capy_plan_print(const char *model, const struct capy_plan_opts *po);
 /* The engine's plan line on stderr ("capy-foo: plan: ..."), for engines that have one. */
 struct capy_engine;
 void capy_plan_log(const struct capy_engine *e);
+/* After a run, for an engine that offloads routed experts (capy_engine_offload_stats), one
+ * line of its counts on stderr ("capy-foo: expert offload: ..."), misses per token over the
+ * `tokens` the run counts (`what` names them, e.g. "generated token"); nothing otherwise. */
+void capy_offload_log(const struct capy_engine *e, uint64_t tokens, const char *what);
 
 #endif

@@ -16,6 +16,12 @@
  * or named) plays on from after it.
  * token_delay_ms slows every step down (tests of disconnects and load).
  *
+ * Expert offload (tests of /metrics): with "offload_stats": {"experts": 480, "slots": 40,
+ * "resident": 40, "hits": 10, "misses": 3, "streamed": 7, "loads": 40, "evictions": 2,
+ * "cpu_threads": 4} (any field missing is 0) the engine says it offloads and gives those
+ * counts, except that every step run adds one hit and one step, so that a test sees the
+ * counts read after steps, not only at the start; without it the engine offloads nothing.
+ *
  * Failure mode (tests of an engine-wide failure): a rule may carry "fail": "message" instead
  * of a reply; a step that would start playing that rule fails with the message, as a broken
  * device would, and the scheduler then stops the whole engine (/health 503, capy-serve exits
@@ -43,6 +49,8 @@ struct script {
 	char *fallback;
 	long delay_ms;
 	int32_t end_id;
+	bool offload;
+	struct capy_offload_stats off; /* the script's counts, hits and steps grown by the steps */
 };
 
 struct play {
@@ -57,6 +65,14 @@ static char *dup_string(const cJSON *o, const char *key)
 	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
 
 	return cJSON_IsString(v) ? strdup(v->valuestring) : NULL;
+}
+
+/* A non-negative count of the object, 0 when missing. */
+static uint64_t count(const cJSON *o, const char *key)
+{
+	const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+
+	return cJSON_IsNumber(v) && v->valuedouble > 0 ? (uint64_t)v->valuedouble : 0;
 }
 
 static void script_close(struct capy_engine *e)
@@ -126,6 +142,19 @@ static int script_open(struct capy_engine *e, struct capy_err *err)
 		sc->fallback = strdup("");
 	d = cJSON_GetObjectItemCaseSensitive(root, "token_delay_ms");
 	sc->delay_ms = cJSON_IsNumber(d) ? (long)d->valuedouble : 0;
+	d = cJSON_GetObjectItemCaseSensitive(root, "offload_stats");
+	if (cJSON_IsObject(d)) {
+		sc->offload = true;
+		sc->off.experts = count(d, "experts");
+		sc->off.slots = count(d, "slots");
+		sc->off.resident = count(d, "resident");
+		sc->off.hits = count(d, "hits");
+		sc->off.misses = count(d, "misses");
+		sc->off.streamed = count(d, "streamed");
+		sc->off.loads = count(d, "loads");
+		sc->off.evictions = count(d, "evictions");
+		sc->off.cpu_threads = (int)count(d, "cpu_threads");
+	}
 	cJSON_Delete(root);
 	free(text);
 	return 0;
@@ -292,6 +321,8 @@ static int script_step(struct capy_engine *e, const struct capy_batch *b, struct
 		struct timespec ts = { sc->delay_ms / 1000, (sc->delay_ms % 1000) * 1000000L };
 		nanosleep(&ts, NULL);
 	}
+	sc->off.steps++;
+	sc->off.hits++;
 	for (size_t i = 0; i < b->n_items; i++) {
 		const struct capy_batch_item *it = &b->items[i];
 		struct capy_seq *s = it->seq;
@@ -323,6 +354,16 @@ static uint64_t script_state_bytes(const struct capy_engine *e)
 	return sizeof(struct play);
 }
 
+static bool script_offload_stats(const struct capy_engine *e, struct capy_offload_stats *st)
+{
+	const struct script *sc = e->be;
+
+	if (!sc->offload)
+		return false;
+	*st = sc->off;
+	return true;
+}
+
 static const struct capy_backend_ops scripted = {
 	.name = "script",
 	.open = script_open,
@@ -336,6 +377,7 @@ static const struct capy_backend_ops scripted = {
 	.state_new = script_state_new,
 	.state_copy = script_state_copy,
 	.state_free = script_state_free,
+	.offload_stats = script_offload_stats,
 	.step = script_step,
 };
 
