@@ -81,6 +81,13 @@ float *capy_mtp_hidden_at(struct capy_mtp *m, uint64_t pos, uint64_t n, struct c
  * have been given. *seconds (may be NULL) gets the time it took added. */
 int capy_mtp_draft(struct capy_mtp *m, int32_t next, uint64_t k, int32_t *out, double *seconds,
 		   struct capy_err *err);
+/* Run the head over the positions whose next token the sequence already holds ([len, L - 1),
+ * L its length; their hidden states given), keeping only the hidden state of L - 1, which
+ * waits for the token after it. A prompt read in pieces (the scheduler) calls it after each
+ * piece, so the drafter holds one piece's hidden states, not the whole prompt's; the rows are
+ * the bits one call over them all would give (the head's linears are batch-invariant).
+ * *seconds (may be NULL) gets the time it took added. */
+int capy_mtp_catch_up(struct capy_mtp *m, double *seconds, struct capy_err *err);
 /* Draw drafts from the head's distribution instead of taking its argmax: q = softmax(logits /
  * temperature) over the draft vocabulary (temperature > 0), with the drafter's own stream
  * seeded with seed; capy_mtp_q then gives the last draft call's q rows for the acceptance
