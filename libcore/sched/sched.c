@@ -88,6 +88,7 @@ struct capy_sched {
 	struct req **item_req;
 	float *lp_work;               /* [vocab] log-probabilities */
 	int32_t *draft_ids;           /* MTP's draft vocabulary (opts.spec_draft_ids, copied) */
+	float *mtp_hidden;            /* [hidden_size] a cached prefix's MTP hidden state (start) */
 	char fail_msg[CAPY_ERR_MSG_MAX + 32];
 };
 
@@ -131,6 +132,30 @@ static void unlink_all(struct capy_sched *s, struct req *q)
 		q->anext->aprev = q->aprev;
 }
 
+/* The head's time into the scheduler's statistics. */
+static void count_mtp_time(struct capy_sched *s, double t)
+{
+	pthread_mutex_lock(&s->mu);
+	s->st.spec_mtp_s += t;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Before a snapshot of q: the head run over every position but the last, so the pages the
+ * cache shares hold its rows, and the last position's hidden state to keep with the snapshot
+ * (NULL: no MTP drafter, or it failed; the snapshot then resumes without MTP drafts). */
+static const float *mtp_for_snapshot(struct capy_sched *s, struct req *q)
+{
+	struct capy_err err = { 0 };
+	double t = 0;
+	int rc;
+
+	if (!q->mtp)
+		return NULL;
+	rc = capy_mtp_catch_up(q->mtp, &t, &err);
+	count_mtp_time(s, t);
+	return rc < 0 ? NULL : capy_mtp_pending(q->mtp);
+}
+
 /* The END event, the answer's snapshot for the cache, and the request is gone. Engine thread. */
 static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why, int32_t stop_token,
 		   const char *error)
@@ -140,7 +165,7 @@ static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why
 
 	if (s->pc && q->seq && why != CAPY_FINISH_ERROR) {
 		struct capy_err err = { 0 };
-		if (prefix_insert(s->pc, &q->entry, q->seq, &err) < 0)
+		if (prefix_insert(s->pc, &q->entry, q->seq, mtp_for_snapshot(s, q), &err) < 0)
 			capy_log_warn("prefix cache: %s", err.msg);
 	}
 	if (s->pc)
@@ -229,11 +254,13 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 	uint64_t cached = 0;
 	enum capy_kv_tier tier = CAPY_KV_TIER_NONE;
 	int rc;
+	bool mtp_ok = false;
 	struct capy_gen_event ev = { .type = CAPY_GEN_START, .id = q->id };
 
 	q->t_start = now();
 	if (s->pc) {
-		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, &tier, err)) < 0)
+		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, &tier,
+					s->mtp_hidden, &mtp_ok, err)) < 0)
 			return rc;
 		pthread_mutex_lock(&s->mu);
 		s->st.cache_lookups++;
@@ -267,11 +294,13 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 		    ((rc = capy_ngram_new(&q->ngram, s->o.spec_ngram_min, err)) < 0 ||
 		     (rc = capy_ngram_add(q->ngram, q->prompt, q->r.n_prompt, err)) < 0))
 			return rc;
-		/* The head needs its rows and the main model's hidden states of every position
-		 * before the one it drafts from; a cached prefix has neither (sched.h). */
-		if ((s->o.spec_sources & CAPY_SPEC_MTP) && !cached) {
+		/* The head needs its rows of every position before the one it drafts from, and the
+		 * main model's hidden states of those it has not run: a cached prefix has them
+		 * when its snapshot was taken from a request that drafted with the head (sched.h). */
+		if ((s->o.spec_sources & CAPY_SPEC_MTP) && (!cached || mtp_ok)) {
 			const struct capy_sampler_params *sp = &q->r.sampling;
-			if ((rc = capy_mtp_new(&q->mtp, s->e, q->seq, s->draft_ids, s->o.spec_n_draft_ids, err)) < 0)
+			if ((rc = capy_mtp_new(&q->mtp, s->e, q->seq, s->draft_ids, s->o.spec_n_draft_ids, err)) < 0 ||
+			    (cached && (rc = capy_mtp_resume(q->mtp, cached - 1, s->mtp_hidden, err)) < 0))
 				return rc;
 			/* Sampling: drafts drawn from the head's distribution at the request's
 			 * temperature, verified with their q (as capy-gen does); greedy: its argmax. */
@@ -437,14 +466,6 @@ static float *mtp_hidden(struct req *q, uint64_t pos, uint64_t n)
 	if (!(h = capy_mtp_hidden_at(q->mtp, pos, n, &err)))
 		drop_mtp(q, &err);
 	return h;
-}
-
-/* The head's time into the scheduler's statistics. */
-static void count_mtp_time(struct capy_sched *s, double t)
-{
-	pthread_mutex_lock(&s->mu);
-	s->st.spec_mtp_s += t;
-	pthread_mutex_unlock(&s->mu);
 }
 
 /* After a step gave q its logits: the next token, and whether the request goes on. */
@@ -751,14 +772,15 @@ static void run_step(struct capy_sched *s)
 		while (ai < s->n_active && s->active[ai] != q)
 			ai++;
 		if (q->phase == PREFILL) {
-			if (s->pc && is_snapshot_point(s, q, pos) && prefix_insert(s->pc, &q->entry, q->seq, &err) < 0)
-				capy_log_warn("prefix cache: %s", err.msg);
 			if (q->mtp) { /* the head over the piece's rows, so only its last hidden state waits */
 				double t = 0;
 				if (capy_mtp_catch_up(q->mtp, &t, &err) < 0)
 					drop_mtp(q, &err);
 				count_mtp_time(s, t);
 			}
+			if (s->pc && is_snapshot_point(s, q, pos) &&
+			    prefix_insert(s->pc, &q->entry, q->seq, q->mtp ? capy_mtp_pending(q->mtp) : NULL, &err) < 0)
+				capy_log_warn("prefix cache: %s", err.msg);
 			if (pos < q->r.n_prompt)
 				continue;
 			q->t_prefilled = now();
@@ -977,7 +999,8 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 	s->items = calloc((size_t)s->o.max_concurrency, sizeof(*s->items));
 	s->item_req = calloc((size_t)s->o.max_concurrency, sizeof(*s->item_req));
 	s->lp_work = malloc(2 * s->vocab * sizeof(float));
-	if (!s->active || !s->items || !s->item_req || !s->lp_work) {
+	s->mtp_hidden = malloc(capy_engine_config(e)->hidden_size * sizeof(float));
+	if (!s->active || !s->items || !s->item_req || !s->lp_work || !s->mtp_hidden) {
 		rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -1005,6 +1028,7 @@ fail:
 	free(s->item_req);
 	free(s->lp_work);
 	free(s->draft_ids);
+	free(s->mtp_hidden);
 	free(s);
 	return rc;
 }
@@ -1036,6 +1060,7 @@ void capy_sched_free(struct capy_sched *s, double drain_s)
 	free(s->item_req);
 	free(s->lp_work);
 	free(s->draft_ids);
+	free(s->mtp_hidden);
 	free(s);
 }
 

@@ -84,10 +84,13 @@ struct capy_sched_opts {
 	 * each request that can take drafts gets a drafter that follows its sequence (its steps
 	 * hand over their hidden states, the head runs over each prompt piece after its step).
 	 * With both, a request's window is the n-gram draft when that fills all the drafts the
-	 * window may take, else the head's. A request that resumes from the prefix cache has no
-	 * MTP drafts (the head's rows and the hidden states of the cached prefix are not kept;
-	 * it still gets n-gram drafts with both). spec_draft_ids[0 .. spec_n_draft_ids): MTP's
-	 * draft vocabulary (capy-shortlist's ids; copied), NULL for all of it. */
+	 * window may take, else the head's. Before each snapshot the head runs over every
+	 * position but the last, whose hidden state the snapshot keeps, so a request that
+	 * resumes from the prefix cache drafts with the head too when the snapshot's request
+	 * did (not from the context cache's host and disk tiers, which keep no hidden state;
+	 * with both sources it still gets n-gram drafts). spec_draft_ids[0 ..
+	 * spec_n_draft_ids): MTP's draft vocabulary (capy-shortlist's ids; copied), NULL for
+	 * all of it. */
 	unsigned spec_sources;
 	const int32_t *spec_draft_ids;
 	uint64_t spec_n_draft_ids;

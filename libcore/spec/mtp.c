@@ -244,6 +244,29 @@ int capy_mtp_catch_up(struct capy_mtp *m, double *seconds, struct capy_err *err)
 	return 0;
 }
 
+const float *capy_mtp_pending(const struct capy_mtp *m)
+{
+	return m->have && capy_seq_len(m->seq) == m->len + 1 ? m->hid : NULL;
+}
+
+int capy_mtp_resume(struct capy_mtp *m, uint64_t len, const float *hidden, struct capy_err *err)
+{
+	uint64_t H = capy_engine_config(m->e)->hidden_size;
+	int rc;
+
+	if (m->len || m->have)
+		return capy_err_set(err, CAPY_EINVAL, "an MTP drafter resumes before it has run anything");
+	if (capy_seq_len(m->seq) <= len)
+		return capy_err_set(err, CAPY_EINVAL, "the MTP head resumes at %" PRIu64 " of a sequence of %" PRIu64, len,
+				    capy_seq_len(m->seq));
+	if ((rc = reserve_rows(m, 1, err)) < 0)
+		return rc;
+	memcpy(m->hid, hidden, H * sizeof(float));
+	m->len = len;
+	m->have = 1;
+	return 0;
+}
+
 const float *capy_mtp_logits(const struct capy_mtp *m)
 {
 	return m->logits;

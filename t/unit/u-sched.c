@@ -775,6 +775,51 @@ static void test_spec(void)
 		capy_sched_free(s, 1);
 		s = NULL;
 	}
+	/* The prefix cache: a second turn resumes at the first's answer snapshot, a third at its
+	 * prompt's, both with MTP drafts (the head's rows in the shared pages, the hidden state of
+	 * the last cached position kept with the snapshot), and the three give the tokens of the
+	 * same turns on a scheduler without drafts (the same cuts, so the same bits). */
+	int32_t turns[2][3][40], p2[131], p3[100];
+	uint64_t mtp_turn[3] = { 0 };
+	for (int with = 0; with < 2; with++) {
+		struct capy_sched_stats before;
+		sp = (struct capy_sampler_params){ 0 };
+		CHECK_MSG(capy_sched_new(&s, e2, &(struct capy_sched_opts){ .max_concurrency = 4, .max_context = 400,
+									    .prefill_chunk = 64, .cache_bytes = 64u << 20,
+									    .spec_draft_tokens = with ? 4 : 0,
+									    .spec_sources = CAPY_SPEC_MTP }, &err) == 0,
+			  "%s", err.msg);
+		for (int t = 0; t < 3; t++) {
+			const int32_t *pt = t == 0 ? prompt[0] : t == 1 ? p2 : p3;
+			uint64_t n = t == 0 ? plen[0] : t == 1 ? 131 : 100;
+			if (t == 1) { /* the first turn, its answer, a new message */
+				memcpy(p2, prompt[0], 70 * sizeof(int32_t));
+				memcpy(p2 + 70, turns[with][0], 40 * sizeof(int32_t));
+				memcpy(p2 + 110, prompt[1], 21 * sizeof(int32_t));
+			} else if (t == 2) { /* the first turn's prompt, then another message */
+				memcpy(p3, prompt[0], 70 * sizeof(int32_t));
+				memcpy(p3 + 70, prompt[2], 30 * sizeof(int32_t));
+			}
+			capy_sched_stats(s, &before);
+			result_init(&r[0]);
+			submit(s, pt, n, 40, &sp, &r[0]);
+			CHECK(wait_end(&r[0]));
+			CHECK_EQ_INT(r[0].n, 40);
+			CHECK_EQ_U64(r[0].cached, t == 0 ? 0 : t == 1 ? 109 : 70);
+			memcpy(turns[with][t], r[0].tokens, sizeof(turns[with][t]));
+			capy_sched_stats(s, &st);
+			if (with) {
+				mtp_turn[t] = st.spec_mtp_accepted - before.spec_mtp_accepted;
+				CHECK_MSG(st.spec_mtp_windows > before.spec_mtp_windows, "turn %d: no MTP windows", t);
+			}
+		}
+		capy_sched_free(s, 1);
+		s = NULL;
+	}
+	CHECK(!memcmp(turns[0], turns[1], sizeof(turns[0])));
+	printf("MTP drafts accepted on a fresh turn and two resumed from the cache: %" PRIu64 ", %" PRIu64 ", %" PRIu64
+	       "\n", mtp_turn[0], mtp_turn[1], mtp_turn[2]);
+	CHECK(mtp_turn[1] > 0 && mtp_turn[2] > 0);
 	CHECK_EQ_U64(capy_engine_pages_used(e2), 0);
 	eng = saved;
 	V = saved_v;
