@@ -4,7 +4,7 @@
 # head: drafts accepted, counted by source in /metrics and the request log) and on the fixtures
 # with a random head (nothing accepted, every window cut back); max_tokens and stop strings end
 # inside windows exactly; four requests at once as alone; a draft vocabulary; requests that
-# resume from the prefix cache (no MTP drafts there) the same; the flags, the agent profile's
+# resume from the prefix cache draft with the head too, the same answers; the flags, the agent profile's
 # choice (mtp+ngram with a head, ngram without) and a backend without the head (the scripted
 # one stands in for CUDA).
 
@@ -105,7 +105,7 @@ same() {
 	[ "$(jq -s 'map(.spec_mtp_windows // 0) | add' <(grep '"path":"/v1/chat' "$SPEC_LOG"))" = "$windows" ]
 }
 
-@test "the fixtures' random heads: --spec mtp and mtp+ngram equal --spec off (with the prefix cache: resumed requests draft no MTP)" {
+@test "the fixtures' random heads: --spec mtp and mtp+ngram equal --spec off (with the prefix cache)" {
 	for m in $MTP_FIXTURES; do
 		for spec in mtp mtp+ngram; do
 			start_pair "$ART/$m.capy" "$spec"
@@ -119,6 +119,24 @@ same() {
 			serve_kill_all "$BATS_TEST_TMPDIR"
 		done
 	done
+}
+
+@test "capy-tiny with the prefix cache: requests resumed from it draft with the head too, the same answers" {
+	start_pair "$TINY" mtp
+	for i in 0 1 2; do
+		same "$BODIES/b$i.json"
+	done
+	# A second turn: the first's answer and a new message, resumed at the answer's snapshot.
+	API_PORT=$OFF_PORT api POST /v1/chat/completions "@$BODIES/b0.json"
+	jq --arg a "$(jv '.choices[0].message.content')" \
+		'.messages += [{role: "assistant", content: $a}, {role: "user", content: "Now the cube."}]' \
+		"$BODIES/b0.json" >"$BATS_TEST_TMPDIR/turn2.json"
+	same "$BATS_TEST_TMPDIR/turn2.json"
+	grep '"path":"/v1/chat' "$SPEC_LOG" | jq -c '{cached_tokens, spec_mtp_windows, spec_mtp_accepted}'
+	resumed=$(grep '"path":"/v1/chat' "$SPEC_LOG" | jq -s 'map(select(.cached_tokens > 0)) | length')
+	drafted=$(grep '"path":"/v1/chat' "$SPEC_LOG" | jq -s 'map(select(.cached_tokens > 0 and .spec_mtp_windows > 0)) | length')
+	[ "$resumed" -ge 4 ] && [ "$drafted" = "$resumed" ]
+	[ "$(grep '"path":"/v1/chat' "$SPEC_LOG" | jq -s 'map(select(.cached_tokens > 0) | .spec_mtp_accepted // 0) | add')" -gt 0 ]
 }
 
 @test "max_tokens is exact with MTP drafts: 1 to 127 tokens, the same text as without" {
