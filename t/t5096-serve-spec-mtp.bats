@@ -4,7 +4,8 @@
 # head: drafts accepted, counted by source in /metrics and the request log) and on the fixtures
 # with a random head (nothing accepted, every window cut back); max_tokens and stop strings end
 # inside windows exactly; four requests at once as alone; a draft vocabulary; requests that
-# resume from the prefix cache draft with the head too, the same answers; the flags, the agent profile's
+# resume from the prefix cache draft with the head too, those from its host tier do not, the
+# same answers; the flags, the agent profile's
 # choice (mtp+ngram with a head, ngram without) and a backend without the head (the scripted
 # one stands in for CUDA).
 
@@ -137,6 +138,21 @@ same() {
 	drafted=$(grep '"path":"/v1/chat' "$SPEC_LOG" | jq -s 'map(select(.cached_tokens > 0 and .spec_mtp_windows > 0)) | length')
 	[ "$resumed" -ge 4 ] && [ "$drafted" = "$resumed" ]
 	[ "$(grep '"path":"/v1/chat' "$SPEC_LOG" | jq -s 'map(select(.cached_tokens > 0) | .spec_mtp_accepted // 0) | add')" -gt 0 ]
+}
+
+@test "from the context cache's host tier: no MTP drafts there (n-gram ones still), the same answers" {
+	# A prefix cache smaller than one snapshot: every entry goes down to host RAM at once.
+	start_pair "$TINY" mtp+ngram --cache-mib 0.05 --host-cache-mib 64
+	same "$BODIES/b0.json"
+	API_PORT=$OFF_PORT api POST /v1/chat/completions "@$BODIES/b0.json"
+	jq --arg a "$(jv '.choices[0].message.content')" \
+		'.messages += [{role: "assistant", content: $a}, {role: "user", content: "Now the cube."}]' \
+		"$BODIES/b0.json" >"$BATS_TEST_TMPDIR/turn2.json"
+	same "$BATS_TEST_TMPDIR/turn2.json"
+	grep '"path":"/v1/chat' "$SPEC_LOG" | jq -c '{cached_tokens, cache_tier, spec_windows, spec_mtp_windows}'
+	[ "$(grep '"path":"/v1/chat' "$SPEC_LOG" | jq -s 'map(select(.cache_tier == "host")) | length')" -ge 2 ]
+	[ "$(grep '"path":"/v1/chat' "$SPEC_LOG" | jq -s 'map(select(.cache_tier == "host") | .spec_mtp_windows // 0) | add')" = 0 ]
+	[ "$(grep '"path":"/v1/chat' "$SPEC_LOG" | head -n 1 | jq '.spec_mtp_windows')" -gt 0 ]
 }
 
 @test "max_tokens is exact with MTP drafts: 1 to 127 tokens, the same text as without" {
