@@ -7,6 +7,7 @@
 #include "offload/plan.h"
 #include "sched/sched.h"
 #include "serve/serve.h"
+#include "spec/spec.h"
 #include "util/file.h"
 #include "util/log.h"
 
@@ -26,7 +27,7 @@ static const struct profile {
 	const char *const args[16];
 } profiles[] = {
 	{ "agent", { "--max-context", "65536", "--max-concurrency", "4", "--cache-mib", "4096", "--prefill-chunk",
-		     "256", "--snapshot-interval", "2048", "--spec", "ngram", NULL } },
+		     "256", "--snapshot-interval", "2048", "--spec", "auto", NULL } },
 	{ "small", { "--max-context", "8192", "--max-concurrency", "2", "--cache-mib", "256", "--prefill-chunk", "128",
 		     NULL } },
 	{ "throughput", { "--max-context", "16384", "--max-concurrency", "16", "--cache-mib", "2048", "--prefill-chunk",
@@ -37,7 +38,7 @@ static const struct profile {
 
 static const char *opt_host = "127.0.0.1", *opt_model_id, *opt_api_key, *opt_api_key_file, *opt_profile,
 		  *opt_template, *opt_tokenizer, *opt_tokcfg, *opt_kv = "bf16", *opt_device = "cpu", *opt_backend_arg,
-		  *opt_spec = "off", *opt_expert_threads;
+		  *opt_spec = "off", *opt_draft_shortlist, *opt_expert_threads;
 static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, opt_queue = 256, opt_chunk = 256,
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
 	       opt_max_tokens, opt_gpu, opt_mask_threads = 2;
@@ -114,13 +115,16 @@ static const struct capy_opt opts[] = {
 		     "threads computing constrained requests' token masks during the step (default 2; 0: after it)", 0, 64),
 	CAPY_OPT_FLAG(0, "log-prompts", &opt_log_prompts, "put rendered prompts into the request log"),
 	CAPY_OPT_GROUP("Speculative decoding"),
-	CAPY_OPT_STRING(0, "spec", &opt_spec, "ngram|off",
-			"draft tokens from each conversation's own text, verify them in one step (default off)"),
+	CAPY_OPT_STRING(0, "spec", &opt_spec, "mtp|mtp+ngram|ngram|auto|off",
+			"draft tokens (the model's MTP head, each conversation's own text), verify them in one step; "
+			"auto: mtp+ngram where the model has an MTP head, else ngram (default off)"),
+	CAPY_OPT_STRING(0, "draft-shortlist", &opt_draft_shortlist, "file",
+			"mtp: the draft vocabulary (capy-shortlist; default all)"),
 	CAPY_OPT_INT(0, "draft-tokens", &opt_draft_tokens, "k", "drafts per request and step at most (default 4)", 1, 64),
 	CAPY_OPT_INT(0, "ngram-min", &opt_ngram_min, "n", "ngram: the shortest match that drafts (default 2)", 1, 1 << 20),
 	CAPY_OPT_GROUP("Profiles (--profile NAME puts these flags where it stands; later flags override):\n"
 		       "    agent                     --max-context 65536 --max-concurrency 4 --cache-mib 4096\n"
-		       "                              --prefill-chunk 256 --snapshot-interval 2048 --spec ngram\n"
+		       "                              --prefill-chunk 256 --snapshot-interval 2048 --spec auto\n"
 		       "    small                     --max-context 8192 --max-concurrency 2 --cache-mib 256\n"
 		       "                              --prefill-chunk 128\n"
 		       "    throughput                --max-context 16384 --max-concurrency 16 --cache-mib 2048\n"
@@ -265,7 +269,10 @@ int cmd_main(int argc, char **argv)
 	struct capy_server_opts so = { 0 };
 	struct capy_engine_opts eo = { 0 };
 	struct capy_sched_opts sco = { 0 };
-	bool spec;
+	bool spec, mtp_asked;
+	unsigned sources;
+	int32_t *draft_ids = NULL;
+	uint64_t n_draft_ids = 0;
 	char **args, *model_id, wbytes[32], cache[32], page[32], state[32];
 	const char **keys;
 	sigset_t sigs;
@@ -281,9 +288,17 @@ int cmd_main(int argc, char **argv)
 			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,
 			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency,
 			.kv = parse_kv(), .expert_slots = eo.expert_slots });
-	if (strcmp(opt_spec, "ngram") && strcmp(opt_spec, "off"))
-		capy_usage_error(usage, opts, "--spec: '%s' is not ngram or off", opt_spec);
-	spec = !strcmp(opt_spec, "ngram");
+	if (strcmp(opt_spec, "mtp") && strcmp(opt_spec, "mtp+ngram") && strcmp(opt_spec, "ngram") &&
+	    strcmp(opt_spec, "auto") && strcmp(opt_spec, "off"))
+		capy_usage_error(usage, opts, "--spec: '%s' is not mtp, mtp+ngram, ngram, auto or off", opt_spec);
+	spec = strcmp(opt_spec, "off") != 0;
+	/* MTP named on the command line must run; from auto (the agent profile's) it is dropped
+	 * where the model or the backend has none, as drafts are where they cannot be verified. */
+	mtp_asked = spec_asked && !strncmp(opt_spec, "mtp", 3);
+	sources = !strcmp(opt_spec, "mtp") ? CAPY_SPEC_MTP
+		  : !strcmp(opt_spec, "mtp+ngram") ? CAPY_SPEC_MTP | CAPY_SPEC_NGRAM : CAPY_SPEC_NGRAM;
+	if (opt_draft_shortlist && strncmp(opt_spec, "mtp", 3) && strcmp(opt_spec, "auto"))
+		capy_usage_error(usage, opts, "--draft-shortlist goes with --spec mtp, mtp+ngram or auto");
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	so.n_api_keys = load_keys(&keys);
 	so.api_keys = keys;
@@ -314,14 +329,29 @@ int cmd_main(int argc, char **argv)
 	eo.max_context = (uint64_t)opt_max_context;
 	eo.max_seqs = (uint64_t)opt_concurrency;
 	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */
-	if (capy_engine_new(&e, a, &eo, &err) < 0)
+	/* auto: the head's tensors say whether there is one (capy-convert keeps mtp.*). */
+	if (spec && !strcmp(opt_spec, "auto") && capy_artifact_find(a, "mtp.fc.weight"))
+		sources |= CAPY_SPEC_MTP;
+	if (mtp_asked && !capy_artifact_find(a, "mtp.fc.weight"))
+		capy_die("--spec %s: '%s' has no MTP head (no mtp.* tensors)", opt_spec, args[0]);
+	eo.mtp = spec && (sources & CAPY_SPEC_MTP);
+	rc = capy_engine_new(&e, a, &eo, &err);
+	if (rc < 0 && eo.mtp && !mtp_asked) {
+		fprintf(stderr, "%s: MTP drafts off: %s\n", capy_tool_name, err.msg);
+		eo.mtp = false;
+		sources &= ~CAPY_SPEC_MTP;
+		err = (struct capy_err){ 0 };
+		rc = capy_engine_new(&e, a, &eo, &err);
+	}
+	if (rc < 0)
 		capy_die("%s", err.msg);
+	rc = CAPY_EXIT_OK;
 	/* A backend that cannot keep states cannot verify drafts: asked for, that is an error;
 	 * from a profile, the server runs without them and says so. */
 	if (spec && !capy_engine_keeps_states(e)) {
 		if (spec_asked)
-			capy_die("--spec ngram: the %s backend cannot verify drafts yet (use --device cpu, or --spec off)",
-				 capy_engine_device(e));
+			capy_die("--spec %s: the %s backend cannot verify drafts yet (use --device cpu, or --spec off)",
+				 opt_spec, capy_engine_device(e));
 		fprintf(stderr, "%s: speculative decoding off: the %s backend cannot verify drafts yet\n", capy_tool_name,
 			capy_engine_device(e));
 		spec = false;
@@ -342,6 +372,14 @@ int cmd_main(int argc, char **argv)
 	sco.kv_lease_window = (uint64_t)opt_lease_window;
 	sco.spec_draft_tokens = spec ? (uint64_t)opt_draft_tokens : 0;
 	sco.spec_ngram_min = (uint64_t)opt_ngram_min;
+	sco.spec_sources = sources;
+	if (spec && (sources & CAPY_SPEC_MTP) && opt_draft_shortlist) {
+		if (capy_shortlist_read(opt_draft_shortlist, capy_engine_config(e)->vocab_size, &draft_ids, &n_draft_ids,
+					&err) < 0)
+			capy_die("--draft-shortlist: %s", err.msg);
+		sco.spec_draft_ids = draft_ids;
+		sco.spec_n_draft_ids = n_draft_ids;
+	}
 	sco.kv_pages = (uint64_t)(opt_kv_budget_mib * 1048576.0) / capy_engine_page_bytes(e);
 	if (opt_kv_budget_mib > 0 && !sco.kv_pages)
 		capy_usage_error(usage, opts, "--kv-budget-mib %g is less than one attention-cache page", opt_kv_budget_mib);
@@ -356,6 +394,7 @@ int cmd_main(int argc, char **argv)
 	}
 	if (capy_sched_new(&sched, e, &sco, &err) < 0)
 		capy_die("%s", err.msg);
+	free(draft_ids); /* the scheduler keeps its copy */
 	model_id = opt_model_id ? strdup(opt_model_id) : default_model_id(args[0]);
 	so.model_id = model_id;
 	so.host = opt_host;
@@ -387,10 +426,22 @@ int cmd_main(int argc, char **argv)
 		opt_profile ? opt_profile : "", capy_tool_name, opt_max_context, opt_concurrency, opt_queue, opt_chunk,
 		sco.cache_bytes ? cache : "off", state, opt_snapshot, capy_engine_page_tokens(e), page,
 		so.n_api_keys ? "API key required" : "no API key");
-	if (spec)
-		fprintf(stderr, "%s: speculative decoding: n-gram drafts of up to %" PRId64 " tokens per request and step "
-			"(matches of %" PRId64 " tokens or more; not for constrained or logprobs requests)\n", capy_tool_name,
-			opt_draft_tokens, opt_ngram_min);
+	if (spec) {
+		char how[160] = "", vocab[48] = "";
+		if (n_draft_ids)
+			snprintf(vocab, sizeof(vocab), " over %" PRIu64 " draft ids", n_draft_ids);
+		if (sources == CAPY_SPEC_NGRAM)
+			snprintf(how, sizeof(how), "matches of %" PRId64 " tokens or more", opt_ngram_min);
+		else if (sources == CAPY_SPEC_MTP)
+			snprintf(how, sizeof(how), "the model's head%s", vocab);
+		else
+			snprintf(how, sizeof(how), "n-gram where a match of %" PRId64 " tokens or more fills the window, else "
+				 "the model's head%s", opt_ngram_min, vocab);
+		fprintf(stderr, "%s: speculative decoding: %s drafts of up to %" PRId64 " tokens per request and step (%s; "
+			"not for constrained or logprobs requests)\n", capy_tool_name,
+			sources == CAPY_SPEC_NGRAM ? "n-gram" : sources == CAPY_SPEC_MTP ? "MTP" : "MTP and n-gram",
+			opt_draft_tokens, how);
+	}
 	if (kvs) {
 		struct capy_kvstore_stats ks;
 		char host[32], disk[32];

@@ -156,17 +156,18 @@ metric() {
 }
 
 @test "--spec, --draft-tokens and --ngram-min: bad values refused; the agent profile turns drafts on; a backend that cannot verify them" {
-	run -2 --separate-stderr capy-serve "$ART" --spec mtp
-	[ "${stderr_lines[0]}" = "capy-serve: error: --spec: 'mtp' is not ngram or off" ]
+	run -2 --separate-stderr capy-serve "$ART" --spec mpt
+	[ "${stderr_lines[0]}" = "capy-serve: error: --spec: 'mpt' is not mtp, mtp+ngram, ngram, auto or off" ]
 	run -2 --separate-stderr capy-serve "$ART" --spec ngram --draft-tokens 0
 	[[ "${stderr_lines[0]}" == "capy-serve: error: option '--draft-tokens': '0' is out of range"* ]]
 	run -2 --separate-stderr capy-serve "$ART" --spec ngram --ngram-min 0
 	[[ "${stderr_lines[0]}" == "capy-serve: error: option '--ngram-min': '0' is out of range"* ]]
+	# capy-tiny has an MTP head: the profile's auto drafts with it and n-grams (t5096).
 	serve_start capy-serve "$ART" --profile agent --threads 1
-	grep -q "^capy-serve: speculative decoding: n-gram drafts of up to 4 tokens" "$SERVER_LOG"
+	grep -q "^capy-serve: speculative decoding: MTP and n-gram drafts of up to 4 tokens" "$SERVER_LOG"
 	serve_start capy-serve "$ART" --profile agent --threads 1 --spec off --draft-tokens 6
 	! grep -q "speculative decoding" "$SERVER_LOG"
-	serve_start capy-serve "$ART" --profile agent --threads 1 --draft-tokens 6 --ngram-min 3
+	serve_start capy-serve "$ART" --profile agent --threads 1 --spec ngram --draft-tokens 6 --ngram-min 3
 	grep -q "^capy-serve: speculative decoding: n-gram drafts of up to 6 tokens .*matches of 3 tokens" "$SERVER_LOG"
 	# The scripted backend keeps no states, as the CUDA one: asked for, drafts are an error;
 	# from the profile the server starts without them and says so in one line.

@@ -7,6 +7,7 @@
 struct psnap {
 	struct capy_snapshot *sn;
 	uint64_t used;               /* tick of the last insert or hit */
+	float *mtp_hidden;           /* [hidden_size] for an MTP drafter resuming here, or NULL */
 };
 
 struct prefix_entry {
@@ -26,6 +27,18 @@ struct prefix_cache {
 	uint32_t cap_refs;
 	uint64_t distinct_pages, snap_bytes, n_entries, n_snaps;
 };
+
+/* What a snapshot costs the budget: its state, and the hidden state kept beside it. */
+static uint64_t psnap_bytes(const struct prefix_cache *pc, const struct psnap *p)
+{
+	return capy_snapshot_bytes(p->sn) + (p->mtp_hidden ? capy_engine_config(pc->e)->hidden_size * sizeof(float) : 0);
+}
+
+static void psnap_free(struct psnap *p)
+{
+	capy_snapshot_free(p->sn);
+	free(p->mtp_hidden);
+}
 
 int prefix_new(struct prefix_cache **out, struct capy_engine *e, uint64_t budget, struct capy_kvstore *kv,
 	       struct capy_err *err)
@@ -97,8 +110,8 @@ static int set_holder(struct prefix_cache *pc, struct prefix_entry *en, struct c
 static void free_entry(struct prefix_cache *pc, struct prefix_entry *en)
 {
 	for (size_t i = 0; i < en->n_snaps; i++) {
-		pc->snap_bytes -= capy_snapshot_bytes(en->snaps[i].sn);
-		capy_snapshot_free(en->snaps[i].sn);
+		pc->snap_bytes -= psnap_bytes(pc, &en->snaps[i]);
+		psnap_free(&en->snaps[i]);
 	}
 	pc->n_snaps -= en->n_snaps;
 	drop_holder(pc, en);
@@ -169,8 +182,8 @@ static void evict_one(struct prefix_cache *pc)
 			capy_log_warn("context cache: demoting %" PRIu64 " tokens: %s",
 				      capy_snapshot_len(best->snaps[bi].sn), err.msg);
 	}
-	pc->snap_bytes -= capy_snapshot_bytes(best->snaps[bi].sn);
-	capy_snapshot_free(best->snaps[bi].sn);
+	pc->snap_bytes -= psnap_bytes(pc, &best->snaps[bi]);
+	psnap_free(&best->snaps[bi]);
 	memmove(best->snaps + bi, best->snaps + bi + 1, (best->n_snaps - bi - 1) * sizeof(*best->snaps));
 	best->n_snaps--;
 	pc->n_snaps--;
@@ -199,10 +212,12 @@ void prefix_make_room(struct prefix_cache *pc, uint64_t max_pages)
 }
 
 int prefix_insert(struct prefix_cache *pc, struct prefix_entry **entry, const struct capy_seq *seq,
-		  struct capy_err *err)
+		  const float *mtp_hidden, struct capy_err *err)
 {
 	struct prefix_entry *en = *entry;
 	struct capy_snapshot *sn;
+	float *hid = NULL;
+	size_t hbytes = capy_engine_config(pc->e)->hidden_size * sizeof(float);
 	struct capy_seq *h;
 	uint64_t len = capy_seq_len(seq);
 	int rc;
@@ -230,15 +245,21 @@ int prefix_insert(struct prefix_cache *pc, struct prefix_entry **entry, const st
 		en->snaps = p;
 		en->cap_snaps = cap;
 	}
-	if ((rc = capy_snapshot_take(seq, &sn, err)) < 0)
-		return rc;
-	if ((rc = capy_seq_share(seq, len, &h, err)) < 0 || (rc = set_holder(pc, en, h, err)) < 0) {
-		capy_snapshot_free(sn);
+	/* Out of memory for the hidden state, the snapshot goes in without it (no MTP there). */
+	if (mtp_hidden && (hid = malloc(hbytes)))
+		memcpy(hid, mtp_hidden, hbytes);
+	if ((rc = capy_snapshot_take(seq, &sn, err)) < 0) {
+		free(hid);
 		return rc;
 	}
-	en->snaps[en->n_snaps++] = (struct psnap){ sn, ++pc->tick };
+	if ((rc = capy_seq_share(seq, len, &h, err)) < 0 || (rc = set_holder(pc, en, h, err)) < 0) {
+		capy_snapshot_free(sn);
+		free(hid);
+		return rc;
+	}
+	en->snaps[en->n_snaps++] = (struct psnap){ sn, ++pc->tick, hid };
 	pc->n_snaps++;
-	pc->snap_bytes += capy_snapshot_bytes(sn);
+	pc->snap_bytes += psnap_bytes(pc, &en->snaps[en->n_snaps - 1]);
 	shrink(pc);
 	return 0;
 }
@@ -303,7 +324,8 @@ uint64_t prefix_match(const struct prefix_cache *pc, const int32_t *prompt, uint
 }
 
 int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, uint64_t limit,
-		  struct capy_seq **out, uint64_t *cached, enum capy_kv_tier *tier, struct capy_err *err)
+		  struct capy_seq **out, uint64_t *cached, enum capy_kv_tier *tier, float *mtp_hidden, bool *mtp_ok,
+		  struct capy_err *err)
 {
 	size_t bi;
 	uint64_t best_len;
@@ -314,6 +336,7 @@ int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, ui
 	*out = NULL;
 	*cached = 0;
 	*tier = CAPY_KV_TIER_NONE;
+	*mtp_ok = false;
 	best = best_match(pc, prompt, n, limit, &bi, &best_len);
 	/* A longer prefix in a lower tier is worth its copy: each token of it saves a prefill. */
 	if (pc->kv && (rc = capy_kvstore_lookup(pc->kv, prompt, n, limit, best_len, out, cached, tier, err)) < 0)
@@ -327,6 +350,10 @@ int prefix_lookup(struct prefix_cache *pc, const int32_t *prompt, uint64_t n, ui
 		return rc;
 	}
 	best->snaps[bi].used = ++pc->tick;
+	if (best->snaps[bi].mtp_hidden) {
+		memcpy(mtp_hidden, best->snaps[bi].mtp_hidden, capy_engine_config(pc->e)->hidden_size * sizeof(float));
+		*mtp_ok = true;
+	}
 	*out = s;
 	*cached = best_len;
 	*tier = CAPY_KV_TIER_DEVICE;

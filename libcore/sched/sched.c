@@ -47,12 +47,16 @@ struct req {
 	/* speculative decoding (opts.spec_draft_tokens; NULL ngram: this request decodes one
 	 * token per step): the drafter of its prompt and output, the step's window [next, drafts]
 	 * and its logits rows, how many drafts the step carries (0: a one-token item), what the
-	 * acceptance gave, and the counts */
+	 * acceptance gave, and the counts; mtp (NULL: no MTP drafts) follows the sequence, and
+	 * mtp_window says the step's drafts are the head's */
 	struct capy_ngram *ngram;
+	struct capy_mtp *mtp;
+	bool mtp_window;
 	int32_t *window, *accepted;
 	float *rows;
 	uint64_t n_drafts;
 	uint64_t spec_windows, spec_drafted, spec_accepted;
+	uint64_t spec_mtp_windows, spec_mtp_drafted, spec_mtp_accepted;
 	bool cancel;                  /* asked for (under the mutex) */
 	double t_submit, t_start, t_prefilled;
 	bool cancel_seen;             /* the engine thread's copy of cancel */
@@ -83,6 +87,8 @@ struct capy_sched {
 	struct capy_step_item *items;
 	struct req **item_req;
 	float *lp_work;               /* [vocab] log-probabilities */
+	int32_t *draft_ids;           /* MTP's draft vocabulary (opts.spec_draft_ids, copied) */
+	float *mtp_hidden;            /* [hidden_size] a cached prefix's MTP hidden state (start) */
 	char fail_msg[CAPY_ERR_MSG_MAX + 32];
 };
 
@@ -107,6 +113,7 @@ static void free_req(struct req *q)
 	capy_grammar_state_free(q->gstate);
 	capy_grammar_free(q->r.grammar);
 	capy_ngram_free(q->ngram);
+	capy_mtp_free(q->mtp);
 	free(q->window);
 	free(q->accepted);
 	free(q->rows);
@@ -125,6 +132,30 @@ static void unlink_all(struct capy_sched *s, struct req *q)
 		q->anext->aprev = q->aprev;
 }
 
+/* The head's time into the scheduler's statistics. */
+static void count_mtp_time(struct capy_sched *s, double t)
+{
+	pthread_mutex_lock(&s->mu);
+	s->st.spec_mtp_s += t;
+	pthread_mutex_unlock(&s->mu);
+}
+
+/* Before a snapshot of q: the head run over every position but the last, so the pages the
+ * cache shares hold its rows, and the last position's hidden state to keep with the snapshot
+ * (NULL: no MTP drafter, or it failed; the snapshot then resumes without MTP drafts). */
+static const float *mtp_for_snapshot(struct capy_sched *s, struct req *q)
+{
+	struct capy_err err = { 0 };
+	double t = 0;
+	int rc;
+
+	if (!q->mtp)
+		return NULL;
+	rc = capy_mtp_catch_up(q->mtp, &t, &err);
+	count_mtp_time(s, t);
+	return rc < 0 ? NULL : capy_mtp_pending(q->mtp);
+}
+
 /* The END event, the answer's snapshot for the cache, and the request is gone. Engine thread. */
 static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why, int32_t stop_token,
 		   const char *error)
@@ -134,7 +165,7 @@ static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why
 
 	if (s->pc && q->seq && why != CAPY_FINISH_ERROR) {
 		struct capy_err err = { 0 };
-		if (prefix_insert(s->pc, &q->entry, q->seq, &err) < 0)
+		if (prefix_insert(s->pc, &q->entry, q->seq, mtp_for_snapshot(s, q), &err) < 0)
 			capy_log_warn("prefix cache: %s", err.msg);
 	}
 	if (s->pc)
@@ -153,6 +184,9 @@ static void finish(struct capy_sched *s, struct req *q, enum capy_gen_finish why
 	ev.spec_windows = q->spec_windows;
 	ev.spec_drafted = q->spec_drafted;
 	ev.spec_accepted = q->spec_accepted;
+	ev.spec_mtp_windows = q->spec_mtp_windows;
+	ev.spec_mtp_drafted = q->spec_mtp_drafted;
+	ev.spec_mtp_accepted = q->spec_mtp_accepted;
 	q->r.cb(q->r.ud, &ev);
 	pthread_mutex_lock(&s->mu);
 	unlink_all(s, q);
@@ -220,11 +254,13 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 	uint64_t cached = 0;
 	enum capy_kv_tier tier = CAPY_KV_TIER_NONE;
 	int rc;
+	bool mtp_ok = false;
 	struct capy_gen_event ev = { .type = CAPY_GEN_START, .id = q->id };
 
 	q->t_start = now();
 	if (s->pc) {
-		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, &tier, err)) < 0)
+		if ((rc = prefix_lookup(s->pc, q->prompt, q->r.n_prompt, q->r.n_prompt - 1, &q->seq, &cached, &tier,
+					s->mtp_hidden, &mtp_ok, err)) < 0)
 			return rc;
 		pthread_mutex_lock(&s->mu);
 		s->st.cache_lookups++;
@@ -254,9 +290,24 @@ static int start(struct capy_sched *s, struct req *q, struct capy_err *err)
 		if (!(q->window = malloc((K + 1) * sizeof(int32_t))) || !(q->accepted = malloc((K + 1) * sizeof(int32_t))) ||
 		    !(q->rows = malloc((K + 1) * s->vocab * sizeof(float))))
 			return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-		if ((rc = capy_ngram_new(&q->ngram, s->o.spec_ngram_min, err)) < 0 ||
-		    (rc = capy_ngram_add(q->ngram, q->prompt, q->r.n_prompt, err)) < 0)
+		if ((s->o.spec_sources & CAPY_SPEC_NGRAM) &&
+		    ((rc = capy_ngram_new(&q->ngram, s->o.spec_ngram_min, err)) < 0 ||
+		     (rc = capy_ngram_add(q->ngram, q->prompt, q->r.n_prompt, err)) < 0))
 			return rc;
+		/* The head needs its rows of every position before the one it drafts from, and the
+		 * main model's hidden states of those it has not run: a cached prefix has them
+		 * when its snapshot was taken from a request that drafted with the head (sched.h). */
+		if ((s->o.spec_sources & CAPY_SPEC_MTP) && (!cached || mtp_ok)) {
+			const struct capy_sampler_params *sp = &q->r.sampling;
+			if ((rc = capy_mtp_new(&q->mtp, s->e, q->seq, s->draft_ids, s->o.spec_n_draft_ids, err)) < 0 ||
+			    (cached && (rc = capy_mtp_resume(q->mtp, cached - 1, s->mtp_hidden, err)) < 0))
+				return rc;
+			/* Sampling: drafts drawn from the head's distribution at the request's
+			 * temperature, verified with their q (as capy-gen does); greedy: its argmax. */
+			if (sp->temperature > 0 && sp->top_k != 1 &&
+			    (rc = capy_mtp_sample(q->mtp, sp->temperature, sp->seed ^ 0x6d74702d64726166ull, K, err)) < 0)
+				return rc;
+		}
 	}
 	q->cached = cached;
 	q->tier = tier;
@@ -394,6 +445,29 @@ static void feed_drafter(struct req *q, int32_t tok)
 	}
 }
 
+/* The MTP drafter failed (out of memory, or the engine refused its rows): the request goes
+ * on without MTP drafts (its tokens are the same). */
+static void drop_mtp(struct req *q, const struct capy_err *err)
+{
+	capy_log_warn("request %" PRIu64 ": no more MTP drafts: %s", q->id, err->msg);
+	capy_mtp_free(q->mtp);
+	q->mtp = NULL;
+}
+
+/* Where q's step item of the tokens at [pos, pos + n) puts their hidden states for the MTP
+ * head (NULL: no MTP drafter). */
+static float *mtp_hidden(struct req *q, uint64_t pos, uint64_t n)
+{
+	struct capy_err err = { 0 };
+	float *h;
+
+	if (!q->mtp)
+		return NULL;
+	if (!(h = capy_mtp_hidden_at(q->mtp, pos, n, &err)))
+		drop_mtp(q, &err);
+	return h;
+}
+
 /* After a step gave q its logits: the next token, and whether the request goes on. */
 static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 {
@@ -468,16 +542,31 @@ static void next_token(struct capy_sched *s, struct req *q, size_t ai)
 /* --- speculative windows (opts.spec_draft_tokens) --- */
 
 /* q's drafts for this step into q->window[1..]: never more than the tokens it may still give
- * (max_new_tokens, the context) leave room for after the window's own token; 0: none. */
-static uint64_t draft(const struct capy_sched *s, struct req *q)
+ * (max_new_tokens, the context) leave room for after the window's own token; 0: none. With
+ * both drafters, the n-gram draft when it fills all k (its match is then long), else the
+ * head's k drafts (as capy-gen's --spec mtp+ngram). */
+static uint64_t draft(struct capy_sched *s, struct req *q)
 {
-	uint64_t len = capy_seq_len(q->seq), k = s->o.spec_draft_tokens, left = q->max_new - q->generated;
+	uint64_t len = capy_seq_len(q->seq), k = s->o.spec_draft_tokens, left = q->max_new - q->generated, n = 0;
+	struct capy_err err = { 0 };
+	double t = 0;
 
-	if (!q->ngram || left <= 1 || len + 2 >= s->o.max_context)
+	q->mtp_window = false;
+	if ((!q->ngram && !q->mtp) || left <= 1 || len + 2 >= s->o.max_context)
 		return 0;
 	k = CAPY_MIN(k, left - 1);
 	k = CAPY_MIN(k, s->o.max_context - 2 - len); /* the window ends where one token per step would */
-	return capy_ngram_draft(q->ngram, k, q->window + 1, NULL);
+	if (q->ngram)
+		n = capy_ngram_draft(q->ngram, k, q->window + 1, NULL);
+	if (!q->mtp || n == k)
+		return n;
+	if (capy_mtp_draft(q->mtp, q->next, k, q->window + 1, &t, &err) < 0) {
+		drop_mtp(q, &err); /* it may have written over the n-gram draft */
+		return q->ngram ? capy_ngram_draft(q->ngram, k, q->window + 1, NULL) : 0;
+	}
+	count_mtp_time(s, t);
+	q->mtp_window = true;
+	return k;
 }
 
 /* After q's window ran from length len: the accepted tokens, each given out as next_token
@@ -494,14 +583,28 @@ static void window_tokens(struct capy_sched *s, struct req *q, size_t ai, uint64
 	struct capy_err err = { 0 };
 	char msg[CAPY_ERR_MSG_MAX + 64];
 
-	m = capy_spec_accept(q->smp, q->rows, s->vocab, q->window + 1, k, q->accepted);
+	/* The head's sampled drafts come with their distributions; n-gram and argmax drafts are
+	 * point masses (and so are sampled ones whose drafter was dropped since: the point-mass
+	 * rule is exact for any draft, it only accepts less often). */
+	m = capy_spec_accept_q(q->smp, q->rows, s->vocab, q->window + 1, k,
+			       q->mtp_window && q->mtp ? capy_mtp_q(q->mtp) : NULL, q->accepted);
 	q->spec_windows++;
 	q->spec_drafted += k;
 	q->spec_accepted += m - 1;
+	if (q->mtp_window) {
+		q->spec_mtp_windows++;
+		q->spec_mtp_drafted += k;
+		q->spec_mtp_accepted += m - 1;
+	}
 	pthread_mutex_lock(&s->mu);
 	s->st.spec_windows++;
 	s->st.spec_drafted += k;
 	s->st.spec_accepted += m - 1;
+	if (q->mtp_window) {
+		s->st.spec_mtp_windows++;
+		s->st.spec_mtp_drafted += k;
+		s->st.spec_mtp_accepted += m - 1;
+	}
 	pthread_mutex_unlock(&s->mu);
 	for (j = 0;; j++) {
 		tok = q->accepted[j];
@@ -538,6 +641,14 @@ static void window_tokens(struct capy_sched *s, struct req *q, size_t ai, uint64
 		remove_active(s, ai);
 		finish(s, q, why, why == CAPY_FINISH_STOP_TOKEN ? tok : 0, NULL);
 		return;
+	}
+	/* After an n-gram window the head runs over its accepted positions now, so a long run of
+	 * n-gram windows does not pile up hidden states (an MTP draft would run them anyway). */
+	if (q->mtp && !q->mtp_window) {
+		double t = 0;
+		if (capy_mtp_catch_up(q->mtp, &t, &err) < 0)
+			drop_mtp(q, &err);
+		count_mtp_time(s, t);
 	}
 	if (capy_seq_len(q->seq) + 1 > q->lease) {
 		q->lease = lease_for(s, q, capy_seq_len(q->seq) + 1);
@@ -600,12 +711,15 @@ static void run_step(struct capy_sched *s)
 			q->window[0] = q->next;
 			s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = q->window, .n = q->n_drafts + 1,
 							       .logits = q->rows, .all_logits = true, .keep_states = true };
+			/* after the draft: it took the hidden states given so far */
+			s->items[n].hidden = mtp_hidden(q, end - q->n_drafts - 1, q->n_drafts + 1);
 			if (end > q->lease) { /* the window writes past the lease: extend it first */
 				q->lease = lease_for(s, q, end);
 				lease_room(s, 0, true);
 			}
 		} else {
-			s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = &q->next, .n = 1 };
+			s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = &q->next, .n = 1,
+							       .hidden = mtp_hidden(q, capy_seq_len(q->seq), 1) };
 			wants_token(&s->items[n], q);
 		}
 		s->item_req[n++] = q;
@@ -621,7 +735,8 @@ static void run_step(struct capy_sched *s)
 		end = piece_end(s, q);
 		if (total + (end - pos) > s->step_tokens)
 			continue;
-		s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = q->prompt + pos, .n = end - pos };
+		s->items[n] = (struct capy_step_item){ .seq = q->seq, .tokens = q->prompt + pos, .n = end - pos,
+						       .hidden = mtp_hidden(q, pos, end - pos) };
 		if (end == q->r.n_prompt)
 			wants_token(&s->items[n], q);
 		s->item_req[n++] = q;
@@ -657,7 +772,14 @@ static void run_step(struct capy_sched *s)
 		while (ai < s->n_active && s->active[ai] != q)
 			ai++;
 		if (q->phase == PREFILL) {
-			if (s->pc && is_snapshot_point(s, q, pos) && prefix_insert(s->pc, &q->entry, q->seq, &err) < 0)
+			if (q->mtp) { /* the head over the piece's rows, so only its last hidden state waits */
+				double t = 0;
+				if (capy_mtp_catch_up(q->mtp, &t, &err) < 0)
+					drop_mtp(q, &err);
+				count_mtp_time(s, t);
+			}
+			if (s->pc && is_snapshot_point(s, q, pos) &&
+			    prefix_insert(s->pc, &q->entry, q->seq, q->mtp ? capy_mtp_pending(q->mtp) : NULL, &err) < 0)
 				capy_log_warn("prefix cache: %s", err.msg);
 			if (pos < q->r.n_prompt)
 				continue;
@@ -836,6 +958,8 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 		s->o.mask_threads = 2;
 	if (!s->o.spec_ngram_min)
 		s->o.spec_ngram_min = 2;
+	if (!s->o.spec_sources)
+		s->o.spec_sources = CAPY_SPEC_NGRAM;
 	s->vocab = capy_engine_config(e)->vocab_size;
 	s->step_tokens = capy_engine_step_tokens(e);
 	if (s->o.spec_draft_tokens && !capy_engine_keeps_states(e)) {
@@ -844,10 +968,34 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 		free(s);
 		return rc;
 	}
+	if (s->o.spec_draft_tokens && (s->o.spec_sources & CAPY_SPEC_MTP) && !capy_engine_has_mtp(e)) {
+		free(s);
+		return capy_err_set(err, CAPY_EINVAL, "MTP drafts need an engine opened with its MTP head");
+	}
+	if (s->o.spec_draft_tokens && s->o.spec_draft_ids) {
+		if (!s->o.spec_n_draft_ids) {
+			free(s);
+			return capy_err_set(err, CAPY_EINVAL, "an empty draft vocabulary");
+		}
+		for (uint64_t i = 0; i < s->o.spec_n_draft_ids; i++)
+			if (s->o.spec_draft_ids[i] < 0 || (uint64_t)s->o.spec_draft_ids[i] >= s->vocab) {
+				rc = capy_err_set(err, CAPY_EINVAL, "draft vocabulary id %" PRId32 " is outside [0, %" PRIu64 ")",
+						  s->o.spec_draft_ids[i], s->vocab);
+				free(s);
+				return rc;
+			}
+		if (!(s->draft_ids = malloc(s->o.spec_n_draft_ids * sizeof(int32_t)))) {
+			free(s);
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory");
+		}
+		memcpy(s->draft_ids, s->o.spec_draft_ids, s->o.spec_n_draft_ids * sizeof(int32_t));
+	}
+	s->o.spec_draft_ids = s->draft_ids; /* the caller's array may go */
 	if (s->step_tokens < s->o.prefill_chunk + (uint64_t)s->o.max_concurrency * (s->o.spec_draft_tokens + 1)) {
 		rc = capy_err_set(err, CAPY_EINVAL, "an engine step of %" PRIu64 " tokens cannot hold a prompt piece of %"
 				  PRIu64 " and %d decoding requests of %" PRIu64 " tokens", s->step_tokens,
 				  s->o.prefill_chunk, s->o.max_concurrency, s->o.spec_draft_tokens + 1);
+		free(s->draft_ids);
 		free(s);
 		return rc;
 	}
@@ -855,7 +1003,8 @@ int capy_sched_new(struct capy_sched **out, struct capy_engine *e, const struct 
 	s->items = calloc((size_t)s->o.max_concurrency, sizeof(*s->items));
 	s->item_req = calloc((size_t)s->o.max_concurrency, sizeof(*s->item_req));
 	s->lp_work = malloc(2 * s->vocab * sizeof(float));
-	if (!s->active || !s->items || !s->item_req || !s->lp_work) {
+	s->mtp_hidden = malloc(capy_engine_config(e)->hidden_size * sizeof(float));
+	if (!s->active || !s->items || !s->item_req || !s->lp_work || !s->mtp_hidden) {
 		rc = capy_err_set(err, CAPY_ENOMEM, "out of memory");
 		goto fail;
 	}
@@ -884,6 +1033,8 @@ fail:
 	free(s->items);
 	free(s->item_req);
 	free(s->lp_work);
+	free(s->draft_ids);
+	free(s->mtp_hidden);
 	free(s);
 	return rc;
 }
@@ -914,6 +1065,8 @@ void capy_sched_free(struct capy_sched *s, double drain_s)
 	free(s->items);
 	free(s->item_req);
 	free(s->lp_work);
+	free(s->draft_ids);
+	free(s->mtp_hidden);
 	free(s);
 }
 

@@ -70,15 +70,34 @@ struct capy_sched_opts {
 	 * never write. */
 	uint64_t kv_lease_window;
 	uint64_t kv_pages;
-	/* Speculative decoding with n-gram drafts (spec/spec.h): a decoding request gets up to
-	 * spec_draft_tokens drafts per step from a drafter fed its prompt and its output, verified
+	/* Speculative decoding (spec/spec.h): a decoding request gets up to spec_draft_tokens
+	 * drafts per step from its drafters (spec_sources: n-gram drafts of its prompt and
+	 * output, the MTP head), verified
 	 * in its step item (keep_states) and cut back to what was accepted; 0: off. Needs an
 	 * engine that keeps states (capy_engine_keeps_states) and a step of prefill_chunk +
 	 * max_concurrency * (spec_draft_tokens + 1) tokens. Requests with a grammar or with
 	 * logprobs decode one token per step. Greedy tokens are the same bits as without. */
 	uint64_t spec_draft_tokens;
 	uint64_t spec_ngram_min;    /* the shortest match that drafts (0: 2) */
+	/* Where the drafts come from: CAPY_SPEC_NGRAM, CAPY_SPEC_MTP or both (0: n-gram). MTP
+	 * drafts (the model's own head, spec.h capy_mtp) need an engine opened with opts.mtp;
+	 * each request that can take drafts gets a drafter that follows its sequence (its steps
+	 * hand over their hidden states, the head runs over each prompt piece after its step).
+	 * With both, a request's window is the n-gram draft when that fills all the drafts the
+	 * window may take, else the head's. Before each snapshot the head runs over every
+	 * position but the last, whose hidden state the snapshot keeps, so a request that
+	 * resumes from the prefix cache drafts with the head too when the snapshot's request
+	 * did (not from the context cache's host and disk tiers, which keep no hidden state;
+	 * with both sources it still gets n-gram drafts). spec_draft_ids[0 ..
+	 * spec_n_draft_ids): MTP's draft vocabulary (capy-shortlist's ids; copied), NULL for
+	 * all of it. */
+	unsigned spec_sources;
+	const int32_t *spec_draft_ids;
+	uint64_t spec_n_draft_ids;
 };
+
+#define CAPY_SPEC_NGRAM 1u
+#define CAPY_SPEC_MTP 2u
 
 enum capy_gen_event_type {
 	CAPY_GEN_START, /* the request entered the batch; cached_tokens known */
@@ -120,8 +139,9 @@ struct capy_gen_event {
 	 * waited for (what the masks added to its latency: the rest was hidden by the steps) */
 	double mask_s, mask_wait_s, mask_wait_max_s;
 	/* speculative decoding (spec_draft_tokens): verification windows, drafts verified, of
-	 * them accepted */
+	 * them accepted; the same for the windows the MTP head drafted (the rest: n-gram) */
 	uint64_t spec_windows, spec_drafted, spec_accepted;
+	uint64_t spec_mtp_windows, spec_mtp_drafted, spec_mtp_accepted;
 };
 
 /* Return 0 to go on; nonzero from a TOKEN event ends the request (CAPY_FINISH_STOPPED). */
@@ -169,6 +189,8 @@ struct capy_sched_stats {
 	uint64_t kv_leased_pages;            /* the running requests' leases */
 	uint64_t kv_lease_waits;             /* admissions deferred for want of lease room */
 	uint64_t spec_windows, spec_drafted, spec_accepted; /* speculative decoding, all requests */
+	uint64_t spec_mtp_windows, spec_mtp_drafted, spec_mtp_accepted; /* of them, MTP's windows */
+	double spec_mtp_s;                   /* the MTP head's time (drafts, prompt rows) */
 	bool failed;                         /* an engine-wide failure stopped the scheduler */
 	/* expert offload's counts (capy_engine_offload_stats), read on the engine thread after
 	 * each step, with offloading false when the engine does not offload */

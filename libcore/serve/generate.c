@@ -50,6 +50,7 @@ struct job {
 	enum capy_gen_finish finish;
 	double queue_s, prefill_s, decode_s, mask_s, mask_wait_s, mask_wait_max_s;
 	uint64_t spec_windows, spec_drafted, spec_accepted;
+	uint64_t spec_mtp_windows, spec_mtp_drafted, spec_mtp_accepted;
 	struct capy_err err;
 };
 
@@ -219,6 +220,9 @@ static void end_answer(struct job *j, const struct capy_gen_event *ev)
 	j->spec_windows = ev->spec_windows;
 	j->spec_drafted = ev->spec_drafted;
 	j->spec_accepted = ev->spec_accepted;
+	j->spec_mtp_windows = ev->spec_mtp_windows;
+	j->spec_mtp_drafted = ev->spec_mtp_drafted;
+	j->spec_mtp_accepted = ev->spec_mtp_accepted;
 	if (!j->w && (rc = begin_answer(j, ev->cached_tokens)) < 0)
 		goto broken;
 	if (j->failed && ev->finish != CAPY_FINISH_CANCELLED)
@@ -291,6 +295,11 @@ static void log_job(struct job *j, struct capy_http_exchange *x)
 		log_u64(x, "spec_windows", j->spec_windows);
 		log_u64(x, "spec_drafted", j->spec_drafted);
 		log_u64(x, "spec_accepted", j->spec_accepted);
+	}
+	if (j->spec_mtp_windows) { /* of them, the windows the MTP head drafted */
+		log_u64(x, "spec_mtp_windows", j->spec_mtp_windows);
+		log_u64(x, "spec_mtp_drafted", j->spec_mtp_drafted);
+		log_u64(x, "spec_mtp_accepted", j->spec_mtp_accepted);
 	}
 	if (j->prefill_s > 0) {
 		char n[32];

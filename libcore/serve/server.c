@@ -196,6 +196,26 @@ static void offload_metrics(struct capy_buf *b, const struct capy_offload_stats 
 	       (double)o->cpu_threads);
 }
 
+/* The same counts by the drafter that filled the window (the totals above are their sums). */
+static void spec_metrics(struct capy_buf *b, const struct capy_sched_stats *st)
+{
+	static const struct {
+		const char *name, *help;
+	} m[] = {
+		{ "capy_spec_source_windows_total", "Speculative verification windows, by the drafter that filled them." },
+		{ "capy_spec_source_drafted_tokens_total", "Draft tokens verified, by drafter." },
+		{ "capy_spec_source_accepted_tokens_total", "Draft tokens the model agreed with, by drafter." },
+	};
+	uint64_t all[3] = { st->spec_windows, st->spec_drafted, st->spec_accepted };
+	uint64_t mtp[3] = { st->spec_mtp_windows, st->spec_mtp_drafted, st->spec_mtp_accepted };
+
+	for (int i = 0; i < 3; i++)
+		capy_buf_printf(b, "# HELP %s %s\n# TYPE %s counter\n%s{source=\"mtp\"} %" PRIu64 "\n%s{source=\"ngram\"} %"
+				PRIu64 "\n", m[i].name, m[i].help, m[i].name, m[i].name, mtp[i], m[i].name, all[i] - mtp[i]);
+	metric(b, "capy_spec_mtp_seconds_total", "counter", "Time the MTP head ran (drafts, and its rows of prompts).",
+	       st->spec_mtp_s);
+}
+
 static void metrics(struct capy_http_exchange *x, void *arg)
 {
 	struct capy_server *srv = arg;
@@ -233,6 +253,7 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	metric(&b, "capy_spec_drafted_tokens_total", "counter", "Draft tokens verified.", (double)st.spec_drafted);
 	metric(&b, "capy_spec_accepted_tokens_total", "counter", "Draft tokens the model agreed with (given out unless "
 	       "the answer ended first).", (double)st.spec_accepted);
+	spec_metrics(&b, &st);
 	metric(&b, "capy_queue_depth", "gauge", "Requests waiting for a place in the batch.", (double)st.queued);
 	metric(&b, "capy_active_sequences", "gauge", "Requests in the batch.", (double)st.active);
 	metric(&b, "capy_cache_bytes", "gauge", "Bytes the prefix cache holds (snapshots and pages).", (double)st.cache_bytes);

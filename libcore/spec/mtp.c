@@ -216,6 +216,57 @@ int capy_mtp_draft(struct capy_mtp *m, int32_t next, uint64_t k, int32_t *out, d
 	return 0;
 }
 
+int capy_mtp_catch_up(struct capy_mtp *m, double *seconds, struct capy_err *err)
+{
+	uint64_t L = capy_seq_len(m->seq), H = capy_engine_config(m->e)->hidden_size, n;
+	const int32_t *hist = capy_seq_tokens(m->seq);
+	double t0 = now();
+	int rc;
+
+	if (L <= m->len + 1)
+		return 0;
+	n = L - 1 - m->len;
+	if (m->have < n + 1)
+		return capy_err_set(err, CAPY_EINVAL, "the hidden states of positions %" PRIu64 " .. %" PRIu64
+				    " were not given", m->len + m->have, L - 1);
+	for (uint64_t i = 0; i < n; i++)
+		m->tokens[i] = hist[m->len + i + 1];
+	struct capy_mtp_rows r = { .seq = m->seq, .pos = m->len, .n = n, .hidden = m->hid, .tokens = m->tokens,
+				   .ids = m->ids, .n_ids = m->ids ? m->n_ids : 0 };
+	if ((rc = capy_engine_mtp(m->e, &r, err)) < 0)
+		return rc;
+	/* The rows given past L - 1 (none from a step, which gives what it ran) go with it. */
+	memmove(m->hid, m->hid + n * H, (m->have - n) * H * sizeof(float));
+	m->have -= n;
+	m->len += n;
+	if (seconds)
+		*seconds += now() - t0;
+	return 0;
+}
+
+const float *capy_mtp_pending(const struct capy_mtp *m)
+{
+	return m->have && capy_seq_len(m->seq) == m->len + 1 ? m->hid : NULL;
+}
+
+int capy_mtp_resume(struct capy_mtp *m, uint64_t len, const float *hidden, struct capy_err *err)
+{
+	uint64_t H = capy_engine_config(m->e)->hidden_size;
+	int rc;
+
+	if (m->len || m->have)
+		return capy_err_set(err, CAPY_EINVAL, "an MTP drafter resumes before it has run anything");
+	if (capy_seq_len(m->seq) <= len)
+		return capy_err_set(err, CAPY_EINVAL, "the MTP head resumes at %" PRIu64 " of a sequence of %" PRIu64, len,
+				    capy_seq_len(m->seq));
+	if ((rc = reserve_rows(m, 1, err)) < 0)
+		return rc;
+	memcpy(m->hid, hidden, H * sizeof(float));
+	m->len = len;
+	m->have = 1;
+	return 0;
+}
+
 const float *capy_mtp_logits(const struct capy_mtp *m)
 {
 	return m->logits;

@@ -81,6 +81,22 @@ float *capy_mtp_hidden_at(struct capy_mtp *m, uint64_t pos, uint64_t n, struct c
  * have been given. *seconds (may be NULL) gets the time it took added. */
 int capy_mtp_draft(struct capy_mtp *m, int32_t next, uint64_t k, int32_t *out, double *seconds,
 		   struct capy_err *err);
+/* Run the head over the positions whose next token the sequence already holds ([len, L - 1),
+ * L its length; their hidden states given), keeping only the hidden state of L - 1, which
+ * waits for the token after it. A prompt read in pieces (the scheduler) calls it after each
+ * piece, so the drafter holds one piece's hidden states, not the whole prompt's; the rows are
+ * the bits one call over them all would give (the head's linears are batch-invariant).
+ * *seconds (may be NULL) gets the time it took added. */
+int capy_mtp_catch_up(struct capy_mtp *m, double *seconds, struct capy_err *err);
+/* The hidden state of position capy_mtp_len, when it was given and the sequence is one
+ * longer (what capy_mtp_catch_up leaves): with the head's rows before it in the sequence's
+ * pages, all a drafter resuming there needs (capy_mtp_resume). NULL otherwise. */
+const float *capy_mtp_pending(const struct capy_mtp *m);
+/* Start a new drafter (its head has run nothing) at len on a sequence that shares its first
+ * pages with one whose drafter ran the head there (a cached prefix): the head's rows [0, len)
+ * are taken as they are in the pages, hidden (hidden_size floats, copied) is the main model's
+ * hidden state of position len, and the sequence must hold len + 1 tokens or more. */
+int capy_mtp_resume(struct capy_mtp *m, uint64_t len, const float *hidden, struct capy_err *err);
 /* Draw drafts from the head's distribution instead of taking its argmax: q = softmax(logits /
  * temperature) over the draft vocabulary (temperature > 0), with the drafter's own stream
  * seeded with seed; capy_mtp_q then gives the last draft call's q rows for the acceptance

@@ -10,7 +10,10 @@
  *   logits within MTP_TOL), skipped with a loud message while that file is missing;
  * - rollback: a sequence decoded through MTP windows (rejected drafts included) drafts the
  *   bits of a sequence that ran only the accepted tokens, one per step, and its greedy tokens
- *   are those of one-token decoding; alone and with another sequence's windows in between. */
+ *   are those of one-token decoding; alone and with another sequence's windows in between;
+ * - the head run over a prompt's pieces as they are read (capy_mtp_catch_up) drafts the bits
+ *   of the head run over the whole prompt at once, and a drafter resumed on a fork of its
+ *   sequence (capy_mtp_resume, as from the prefix cache) drafts the bits of the original. */
 #include "test.h"
 #include "test-fixture.h"
 #include "engine/engine.h"
@@ -422,6 +425,101 @@ static void test_fork_copy_on_write(void)
 	close_model(&m);
 }
 
+/* capy_mtp_catch_up: a prompt read in pieces with the head run over each piece's rows
+ * (keeping only the last hidden state) drafts the bits of the same pieces with the head run
+ * over the whole prompt at the first draft (capy-gen's way); both sequences read the prompt in
+ * the same pieces, so the main model's hidden states are the same bits. */
+static void test_catch_up(void)
+{
+	struct model m;
+	struct capy_err err = { 0 };
+	int32_t prompt[90], dc[3], dd[3];
+	static const uint64_t cut[] = { 0, 1, 23, 64, 90 };
+	struct capy_seq *c, *d;
+	struct capy_mtp *mc, *md;
+
+	if (!open_model(&m, "share/models/capy-tiny", CAPY_KV_F32))
+		return;
+	for (uint64_t i = 0; i < 90; i++)
+		prompt[i] = (int32_t)(100 + (i % 13) * 31 + i);
+	CHECK_EQ_INT(capy_seq_new(m.e, &c, &err), 0);
+	CHECK_EQ_INT(capy_seq_new(m.e, &d, &err), 0);
+	CHECK_EQ_INT(capy_mtp_new(&mc, m.e, c, NULL, 0, &err), 0);
+	CHECK_EQ_INT(capy_mtp_new(&md, m.e, d, NULL, 0, &err), 0);
+	CHECK_EQ_INT(capy_mtp_catch_up(mc, NULL, &err), 0); /* an empty sequence: nothing to run */
+	for (int p = 0; p < 4; p++) {
+		uint64_t pos = cut[p], n = cut[p + 1] - cut[p];
+		float *hc = capy_mtp_hidden_at(mc, pos, n, &err), *hd = capy_mtp_hidden_at(md, pos, n, &err);
+		CHECK(hc && hd);
+		if (!hc || !hd)
+			break;
+		CHECK_MSG(capy_engine_forward_hidden(m.e, c, prompt + pos, n, NULL, false, hc, &err) == 0, "%s", err.msg);
+		CHECK_MSG(capy_engine_forward_hidden(m.e, d, prompt + pos, n, NULL, false, hd, &err) == 0, "%s", err.msg);
+		CHECK_MSG(capy_mtp_catch_up(mc, NULL, &err) == 0, "%s", err.msg);
+		CHECK_EQ_U64(capy_mtp_len(mc), cut[p + 1] - 1);
+		CHECK_EQ_U64(capy_mtp_len(md), 0);
+	}
+	CHECK_EQ_INT(capy_mtp_draft(mc, 7, 3, dc, NULL, &err), 0);
+	CHECK_EQ_INT(capy_mtp_draft(md, 7, 3, dd, NULL, &err), 0);
+	CHECK_MSG(!memcmp(dc, dd, sizeof(dc)) && !memcmp(capy_mtp_logits(mc), capy_mtp_logits(md), m.V * sizeof(float)),
+		  "the head run piece by piece drafts other bits than run at once");
+	CHECK_EQ_U64(capy_mtp_len(mc), 90);
+	/* A position whose hidden state was not given is refused. */
+	int32_t t = 5;
+	CHECK_EQ_INT(capy_engine_forward(m.e, c, &t, 1, NULL, false, &err), 0);
+	CHECK_EQ_INT(capy_engine_forward(m.e, c, &t, 1, NULL, false, &err), 0);
+	CHECK(capy_mtp_catch_up(mc, NULL, &err) < 0);
+	CHECK_CONTAINS(err.msg, "were not given");
+	capy_mtp_free(mc);
+	capy_mtp_free(md);
+	capy_seq_free(c);
+	capy_seq_free(d);
+	close_model(&m);
+}
+
+/* capy_mtp_resume: a fork of a sequence whose drafter ran the head over its prompt (what the
+ * prefix cache shares) resumes with the last position's hidden state (capy_mtp_pending) and
+ * drafts the bits the original drafts from the same token; the original's rows stay its own. */
+static void test_resume(void)
+{
+	struct model m;
+	struct capy_err err = { 0 };
+	int32_t prompt[75], da[3], db[3];
+	uint64_t N = 75;
+	struct capy_seq *a, *b;
+	struct capy_mtp *ma, *mb;
+	float *hid;
+
+	if (!open_model(&m, "share/models/capy-tiny", CAPY_KV_F32))
+		return;
+	for (uint64_t i = 0; i < N; i++)
+		prompt[i] = (int32_t)(200 + (i % 11) * 17 + i);
+	a = run_prefix(&m, prompt, N, &hid);
+	CHECK_EQ_INT(capy_mtp_new(&ma, m.e, a, NULL, 0, &err), 0);
+	memcpy(capy_mtp_hidden_at(ma, 0, N, &err), hid, N * m.H * sizeof(float));
+	CHECK(capy_mtp_pending(ma) == NULL); /* the hidden states of 75 positions wait, not one */
+	CHECK_EQ_INT(capy_mtp_catch_up(ma, NULL, &err), 0);
+	CHECK(capy_mtp_pending(ma) && !memcmp(capy_mtp_pending(ma), hid + (N - 1) * m.H, m.H * sizeof(float)));
+	CHECK_EQ_INT(capy_seq_fork(a, &b, &err), 0);
+	CHECK_EQ_INT(capy_mtp_new(&mb, m.e, b, NULL, 0, &err), 0);
+	CHECK(capy_mtp_resume(mb, N, capy_mtp_pending(ma), &err) < 0); /* no position after it */
+	CHECK_EQ_INT(capy_mtp_resume(mb, N - 1, capy_mtp_pending(ma), &err), 0);
+	CHECK(capy_mtp_resume(mb, N - 1, capy_mtp_pending(ma), &err) < 0); /* once, on a new drafter */
+	CHECK_EQ_INT(capy_mtp_draft(mb, 9, 3, db, NULL, &err), 0);
+	float *lb = malloc(m.V * sizeof(float));
+	memcpy(lb, capy_mtp_logits(mb), m.V * sizeof(float));
+	CHECK_EQ_INT(capy_mtp_draft(ma, 9, 3, da, NULL, &err), 0);
+	CHECK_MSG(!memcmp(da, db, sizeof(da)) && !memcmp(capy_mtp_logits(ma), lb, m.V * sizeof(float)),
+		  "a resumed drafter drafts other bits than the one whose rows it shares");
+	capy_mtp_free(ma);
+	capy_mtp_free(mb);
+	capy_seq_free(a);
+	capy_seq_free(b);
+	free(lb);
+	free(hid);
+	close_model(&m);
+}
+
 /* What the engine and the drafter refuse. */
 static void test_refusals(void)
 {
@@ -463,5 +561,7 @@ int main(void)
 	RUN(test_chained_reference);
 	RUN(test_rollback);
 	RUN(test_fork_copy_on_write);
+	RUN(test_catch_up);
+	RUN(test_resume);
 	return test_summary();
 }

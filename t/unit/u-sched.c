@@ -612,11 +612,12 @@ static void periodic_prompt(int32_t *p, uint64_t n, int seed)
 		p[i] = (int32_t)((seed * 37 + (i % 7) * 61 + 5) % 520);
 }
 
-/* Speculative decoding: with n-gram drafts, greedy requests give the tokens of one token per
- * step bit for bit, alone and four at once; max_new_tokens, stop ids, a stopping callback and
- * the context limit end the answer exactly where they would without drafts, also inside a
- * window; seeded sampling reproduces itself alone and under load; logprobs requests run
- * without windows. */
+/* Speculative decoding: with n-gram drafts, MTP drafts (capy-tiny's trained head) and both,
+ * greedy requests give the tokens of one token per step bit for bit, alone and four at once;
+ * max_new_tokens, stop ids, a stopping callback and the context limit end the answer exactly
+ * where they would without drafts, also inside a window; seeded sampling reproduces itself
+ * alone and under load; logprobs requests run without windows; the windows are counted by
+ * the drafter that filled them. */
 static void test_spec(void)
 {
 	struct capy_err err = { 0 };
@@ -635,20 +636,22 @@ static void test_spec(void)
 	CHECK(capy_sched_new(&s, eng, &(struct capy_sched_opts){ .max_concurrency = 8, .prefill_chunk = 64,
 								 .spec_draft_tokens = 4 }, &err) == CAPY_EINVAL);
 	CHECK_CONTAINS(err.msg, "decoding requests of 5 tokens");
+	/* MTP drafts need an engine opened with its head. */
+	CHECK(capy_sched_new(&s, eng, &(struct capy_sched_opts){ .max_concurrency = 2, .prefill_chunk = 64,
+								 .spec_draft_tokens = 1, .spec_sources = CAPY_SPEC_MTP },
+			     &err) == CAPY_EINVAL);
+	CHECK_CONTAINS(err.msg, "MTP head");
 	/* capy-tiny (a trained model: it continues a repeating prompt, so drafts hit) */
 	struct capy_artifact *tiny = test_open_fixture("share/models/capy-tiny");
 	CHECK(tiny != NULL);
 	if (!tiny)
 		return;
-	CHECK_EQ_INT(capy_engine_new(&e2, tiny, &(struct capy_engine_opts){ .threads = 2, .step_tokens = 64 + 4 * 5 },
-				     &err), 0);
+	CHECK_EQ_INT(capy_engine_new(&e2, tiny, &(struct capy_engine_opts){ .threads = 2, .step_tokens = 64 + 4 * 5,
+								       .mtp = true }, &err), 0);
 	struct capy_engine *saved = eng;
 	uint64_t saved_v = V;
 	eng = e2; /* reference() runs on this engine */
 	V = capy_engine_config(e2)->vocab_size;
-	CHECK_MSG(capy_sched_new(&s, e2, &(struct capy_sched_opts){ .max_concurrency = 4, .max_context = 400,
-								    .prefill_chunk = 64, .spec_draft_tokens = 4 }, &err) == 0,
-		  "%s", err.msg);
 	for (int q = 0; q < 4; q++) {
 		if (q == 3)
 			make_prompt(prompt[q], plen[q], q);
@@ -660,102 +663,163 @@ static void test_spec(void)
 			cuts[0] = plen[q];
 		reference(prompt[q], plen[q], cuts, nc, 40, &sp, ref[q]);
 	}
-	for (int pass = 0; pass < 2; pass++) { /* four at once, then each alone */
-		for (int q = 0; q < 4; q++) {
-			result_init(&r[q]);
-			submit(s, prompt[q], plen[q], 40, &sp, &r[q]);
-			if (pass)
+	static const unsigned sources[3] = { CAPY_SPEC_NGRAM, CAPY_SPEC_MTP, CAPY_SPEC_MTP | CAPY_SPEC_NGRAM };
+	for (int src = 0; src < 3; src++) {
+		sp = (struct capy_sampler_params){ 0 };
+		CHECK_MSG(capy_sched_new(&s, e2, &(struct capy_sched_opts){ .max_concurrency = 4, .max_context = 400,
+									    .prefill_chunk = 64, .spec_draft_tokens = 4,
+									    .spec_sources = sources[src] }, &err) == 0,
+			  "%s", err.msg);
+		for (int pass = 0; pass < 2; pass++) { /* four at once, then each alone */
+			for (int q = 0; q < 4; q++) {
+				result_init(&r[q]);
+				submit(s, prompt[q], plen[q], 40, &sp, &r[q]);
+				if (pass)
+					CHECK(wait_end(&r[q]));
+			}
+			for (int q = 0; q < 4; q++) {
 				CHECK(wait_end(&r[q]));
+				CHECK_EQ_INT(r[q].finish, CAPY_FINISH_LENGTH);
+				CHECK_EQ_INT(r[q].n, 40);
+				CHECK_MSG(!memcmp(r[q].tokens, ref[q], sizeof(ref[q])), "sources %u pass %d: request %d differs with "
+					  "drafts", sources[src], pass, q);
+			}
 		}
-		for (int q = 0; q < 4; q++) {
-			CHECK(wait_end(&r[q]));
-			CHECK_EQ_INT(r[q].finish, CAPY_FINISH_LENGTH);
-			CHECK_EQ_INT(r[q].n, 40);
-			CHECK_MSG(!memcmp(r[q].tokens, ref[q], sizeof(ref[q])), "pass %d: request %d differs with drafts", pass,
-				  q);
+		capy_sched_stats(s, &st);
+		CHECK(st.spec_windows > 0);
+		CHECK(st.spec_accepted > 0);
+		CHECK(st.spec_accepted <= st.spec_drafted);
+		CHECK(st.spec_mtp_accepted <= st.spec_mtp_drafted);
+		if (sources[src] == CAPY_SPEC_NGRAM)
+			CHECK_EQ_U64(st.spec_mtp_windows, 0);
+		else /* the head's drafts are accepted on capy-tiny too */
+			CHECK(st.spec_mtp_windows > 0 && st.spec_mtp_accepted > 0 && st.spec_mtp_s > 0);
+		if (sources[src] == CAPY_SPEC_MTP)
+			CHECK_EQ_U64(st.spec_mtp_windows, st.spec_windows);
+		/* max_new_tokens exactly, wherever it falls in a window. */
+		for (uint64_t n = 1; n <= 9; n++) {
+			result_init(&r[0]);
+			submit(s, prompt[0], plen[0], n, &sp, &r[0]);
+			CHECK(wait_end(&r[0]));
+			CHECK_EQ_INT(r[0].finish, CAPY_FINISH_LENGTH);
+			CHECK_EQ_U64((uint64_t)r[0].n, n);
+			CHECK(!memcmp(r[0].tokens, ref[0], n * sizeof(int32_t)));
 		}
-	}
-	capy_sched_stats(s, &st);
-	CHECK(st.spec_windows > 0);
-	CHECK(st.spec_accepted > 0);
-	CHECK(st.spec_accepted <= st.spec_drafted);
-	/* max_new_tokens exactly, wherever it falls in a window. */
-	for (uint64_t n = 1; n <= 9; n++) {
-		result_init(&r[0]);
-		submit(s, prompt[0], plen[0], n, &sp, &r[0]);
-		CHECK(wait_end(&r[0]));
-		CHECK_EQ_INT(r[0].finish, CAPY_FINISH_LENGTH);
-		CHECK_EQ_U64((uint64_t)r[0].n, n);
-		CHECK(!memcmp(r[0].tokens, ref[0], n * sizeof(int32_t)));
-	}
-	/* A stop id: the answer ends before its first occurrence. */
-	for (int j = 2; j < 12; j += 3) {
-		int first = 0;
-		while (ref[0][first] != ref[0][j])
-			first++;
-		struct capy_gen_request g = { prompt[0], plen[0], sp, 40, &ref[0][j], 1, -1, 0, on_event, &r[0], NULL, NULL };
+		/* A stop id: the answer ends before its first occurrence. */
+		for (int j = 2; j < 12; j += 3) {
+			int first = 0;
+			while (ref[0][first] != ref[0][j])
+				first++;
+			struct capy_gen_request g = { prompt[0], plen[0], sp, 40, &ref[0][j], 1, -1, 0, on_event, &r[0], NULL, NULL };
+			result_init(&r[0]);
+			CHECK_EQ_INT(capy_sched_submit(s, &g, &id, &err), 0);
+			CHECK(wait_end(&r[0]));
+			CHECK_EQ_INT(r[0].finish, CAPY_FINISH_STOP_TOKEN);
+			CHECK_EQ_INT(r[0].n, first);
+			CHECK(!memcmp(r[0].tokens, ref[0], (size_t)first * sizeof(int32_t)));
+		}
+		/* The callback stops it: nothing after the token it stopped on. */
+		for (int j = 0; j < 7; j += 2) {
+			result_init(&r[0]);
+			r[0].stop_after = j;
+			submit(s, prompt[0], plen[0], 40, &sp, &r[0]);
+			CHECK(wait_end(&r[0]));
+			CHECK_EQ_INT(r[0].finish, CAPY_FINISH_STOPPED);
+			CHECK_EQ_INT(r[0].n, j + 1);
+			CHECK(!memcmp(r[0].tokens, ref[0], (size_t)(j + 1) * sizeof(int32_t)));
+		}
+		/* The context limit (400): a 393-token repeating prompt gets 7 tokens, as without drafts. */
+		{
+			int32_t lp[393], lref[7];
+			periodic_prompt(lp, 393, 0);
+			uint64_t cuts[7] = { 64, 128, 192, 256, 320, 384, 393 };
+			reference(lp, 393, cuts, 7, 7, &sp, lref);
+			result_init(&r[0]);
+			submit(s, lp, 393, 100, &sp, &r[0]);
+			CHECK(wait_end(&r[0]));
+			CHECK_EQ_INT(r[0].finish, CAPY_FINISH_LENGTH);
+			CHECK_EQ_INT(r[0].n, 7);
+			CHECK(!memcmp(r[0].tokens, lref, sizeof(lref)));
+		}
+		/* Logprobs: the same tokens, no windows. */
+		capy_sched_stats(s, &st);
+		uint64_t windows = st.spec_windows;
+		struct capy_gen_request g = { prompt[0], plen[0], sp, 20, NULL, 0, 2, 0, on_event, &r[0], NULL, NULL };
 		result_init(&r[0]);
 		CHECK_EQ_INT(capy_sched_submit(s, &g, &id, &err), 0);
 		CHECK(wait_end(&r[0]));
-		CHECK_EQ_INT(r[0].finish, CAPY_FINISH_STOP_TOKEN);
-		CHECK_EQ_INT(r[0].n, first);
-		CHECK(!memcmp(r[0].tokens, ref[0], (size_t)first * sizeof(int32_t)));
-	}
-	/* The callback stops it: nothing after the token it stopped on. */
-	for (int j = 0; j < 7; j += 2) {
-		result_init(&r[0]);
-		r[0].stop_after = j;
-		submit(s, prompt[0], plen[0], 40, &sp, &r[0]);
-		CHECK(wait_end(&r[0]));
-		CHECK_EQ_INT(r[0].finish, CAPY_FINISH_STOPPED);
-		CHECK_EQ_INT(r[0].n, j + 1);
-		CHECK(!memcmp(r[0].tokens, ref[0], (size_t)(j + 1) * sizeof(int32_t)));
-	}
-	/* The context limit (400): a 393-token repeating prompt gets 7 tokens, as without drafts. */
-	{
-		int32_t lp[393], lref[7];
-		periodic_prompt(lp, 393, 0);
-		uint64_t cuts[7] = { 64, 128, 192, 256, 320, 384, 393 };
-		reference(lp, 393, cuts, 7, 7, &sp, lref);
-		result_init(&r[0]);
-		submit(s, lp, 393, 100, &sp, &r[0]);
-		CHECK(wait_end(&r[0]));
-		CHECK_EQ_INT(r[0].finish, CAPY_FINISH_LENGTH);
-		CHECK_EQ_INT(r[0].n, 7);
-		CHECK(!memcmp(r[0].tokens, lref, sizeof(lref)));
-	}
-	/* Logprobs: the same tokens, no windows. */
-	capy_sched_stats(s, &st);
-	uint64_t windows = st.spec_windows;
-	struct capy_gen_request g = { prompt[0], plen[0], sp, 20, NULL, 0, 2, 0, on_event, &r[0], NULL, NULL };
-	result_init(&r[0]);
-	CHECK_EQ_INT(capy_sched_submit(s, &g, &id, &err), 0);
-	CHECK(wait_end(&r[0]));
-	CHECK(!memcmp(r[0].tokens, ref[0], 20 * sizeof(int32_t)));
-	capy_sched_stats(s, &st);
-	CHECK_EQ_U64(st.spec_windows, windows);
-	/* Seeded sampling: alone and under load the same tokens (the request's own stream). */
-	int32_t seeded[4][40];
-	sp.temperature = 0.8f;
-	sp.top_k = 20;
-	for (int pass = 0; pass < 2; pass++) {
-		for (int q = 0; q < 4; q++) {
-			sp.seed = 77 + (uint64_t)q;
-			result_init(&r[q]);
-			submit(s, prompt[q], plen[q], 40, &sp, &r[q]);
-			if (pass)
+		CHECK(!memcmp(r[0].tokens, ref[0], 20 * sizeof(int32_t)));
+		capy_sched_stats(s, &st);
+		CHECK_EQ_U64(st.spec_windows, windows);
+		/* Seeded sampling: alone and under load the same tokens (the request's own stream). */
+		int32_t seeded[4][40];
+		sp.temperature = 0.8f;
+		sp.top_k = 20;
+		for (int pass = 0; pass < 2; pass++) {
+			for (int q = 0; q < 4; q++) {
+				sp.seed = 77 + (uint64_t)q;
+				result_init(&r[q]);
+				submit(s, prompt[q], plen[q], 40, &sp, &r[q]);
+				if (pass)
+					CHECK(wait_end(&r[q]));
+			}
+			for (int q = 0; q < 4; q++) {
 				CHECK(wait_end(&r[q]));
+				CHECK_EQ_INT(r[q].n, 40);
+				if (!pass)
+					memcpy(seeded[q], r[q].tokens, sizeof(seeded[q]));
+				else
+					CHECK_MSG(!memcmp(seeded[q], r[q].tokens, sizeof(seeded[q])), "seeded request %d: load changed it", q);
+			}
 		}
-		for (int q = 0; q < 4; q++) {
-			CHECK(wait_end(&r[q]));
-			CHECK_EQ_INT(r[q].n, 40);
-			if (!pass)
-				memcpy(seeded[q], r[q].tokens, sizeof(seeded[q]));
-			else
-				CHECK_MSG(!memcmp(seeded[q], r[q].tokens, sizeof(seeded[q])), "seeded request %d: load changed it", q);
-		}
+		capy_sched_free(s, 1);
+		s = NULL;
 	}
-	capy_sched_free(s, 1);
+	/* The prefix cache: a second turn resumes at the first's answer snapshot, a third at its
+	 * prompt's, both with MTP drafts (the head's rows in the shared pages, the hidden state of
+	 * the last cached position kept with the snapshot), and the three give the tokens of the
+	 * same turns on a scheduler without drafts (the same cuts, so the same bits). */
+	int32_t turns[2][3][40], p2[131], p3[100];
+	uint64_t mtp_turn[3] = { 0 };
+	for (int with = 0; with < 2; with++) {
+		struct capy_sched_stats before;
+		sp = (struct capy_sampler_params){ 0 };
+		CHECK_MSG(capy_sched_new(&s, e2, &(struct capy_sched_opts){ .max_concurrency = 4, .max_context = 400,
+									    .prefill_chunk = 64, .cache_bytes = 64u << 20,
+									    .spec_draft_tokens = with ? 4 : 0,
+									    .spec_sources = CAPY_SPEC_MTP }, &err) == 0,
+			  "%s", err.msg);
+		for (int t = 0; t < 3; t++) {
+			const int32_t *pt = t == 0 ? prompt[0] : t == 1 ? p2 : p3;
+			uint64_t n = t == 0 ? plen[0] : t == 1 ? 131 : 100;
+			if (t == 1) { /* the first turn, its answer, a new message */
+				memcpy(p2, prompt[0], 70 * sizeof(int32_t));
+				memcpy(p2 + 70, turns[with][0], 40 * sizeof(int32_t));
+				memcpy(p2 + 110, prompt[1], 21 * sizeof(int32_t));
+			} else if (t == 2) { /* the first turn's prompt, then another message */
+				memcpy(p3, prompt[0], 70 * sizeof(int32_t));
+				memcpy(p3 + 70, prompt[2], 30 * sizeof(int32_t));
+			}
+			capy_sched_stats(s, &before);
+			result_init(&r[0]);
+			submit(s, pt, n, 40, &sp, &r[0]);
+			CHECK(wait_end(&r[0]));
+			CHECK_EQ_INT(r[0].n, 40);
+			CHECK_EQ_U64(r[0].cached, t == 0 ? 0 : t == 1 ? 109 : 70);
+			memcpy(turns[with][t], r[0].tokens, sizeof(turns[with][t]));
+			capy_sched_stats(s, &st);
+			if (with) {
+				mtp_turn[t] = st.spec_mtp_accepted - before.spec_mtp_accepted;
+				CHECK_MSG(st.spec_mtp_windows > before.spec_mtp_windows, "turn %d: no MTP windows", t);
+			}
+		}
+		capy_sched_free(s, 1);
+		s = NULL;
+	}
+	CHECK(!memcmp(turns[0], turns[1], sizeof(turns[0])));
+	printf("MTP drafts accepted on a fresh turn and two resumed from the cache: %" PRIu64 ", %" PRIu64 ", %" PRIu64
+	       "\n", mtp_turn[0], mtp_turn[1], mtp_turn[2]);
+	CHECK(mtp_turn[1] > 0 && mtp_turn[2] > 0);
 	CHECK_EQ_U64(capy_engine_pages_used(e2), 0);
 	eng = saved;
 	V = saved_v;
