@@ -302,9 +302,12 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 											.max_swaps = OFF_MAX_SWAPS },
 						    err)) < 0)
 		return rc;
-	{ /* how the CPU learns of a job: the GPU's request words (default) or a host node */
+	{ /* How the CPU learns of a job: a host node per layer posts it (default), or the GPU's
+	   * request words watched by the engine thread (CAPY_CUDA_OFFLOAD_WAKE=watch: faster where
+	   * host nodes are slow, but it hung on the H200 VM with 4 or more expert threads, cause
+	   * not found yet: docs/offload.md). */
 		const char *w = getenv("CAPY_CUDA_OFFLOAD_WAKE"), *sp = getenv("CAPY_CUDA_OFFLOAD_SPIN_US");
-		o->watch = !(w && !strcmp(w, "node"));
+		o->watch = w && !strcmp(w, "watch");
 		struct capy_cpu_experts_opts co = { .threads = e->opts.expert_threads,
 						    .spin_us = sp ? (uint32_t)strtoul(sp, NULL, 10) : OFF_SPIN_US };
 		if ((rc = capy_cpu_experts_new(&o->cpu, &co, err)) < 0)
