@@ -14,14 +14,21 @@
  * order differs: within a stated tolerance (docs/cuda.md).
  *
  * QSA: with a selection, a key is visible to a row only where its byte is set, and a key
- * block that no row of the tile selects is skipped whole. */
+ * block that no row of the tile selects is skipped whole.
+ *
+ * Speed, none of it changing a bit: the next key block's K and V are copied (cp.async) while
+ * the current one is used; 8 warps share each K/V block; blocks wholly below the tile's first
+ * position skip the causal mask; a warp skips the rescale of its accumulators when every
+ * factor is exactly 1; a block's page address costs one division, not one a key row; the
+ * tiles with the most keys are launched first. */
 #include "mma.cuh"
 
 #include <math.h>
 
-#define FA_BM 64      /* query vectors per block: 4 warps of 16 */
-#define FA_BK 32      /* keys per step */
-#define FA_THREADS 128
+#define FA_BM 128     /* query vectors per block: 8 warps of 16 */
+#define FA_BK 32      /* keys per step: the online softmax's blocks (part of the numerics) */
+#define FA_THREADS 256
+#define FA_STAGES 2   /* K/V blocks in flight: the next one loads while this one is used */
 #define FA_PAD 8      /* BF16 elements past each shared row: ldmatrix without bank conflicts */
 
 struct fa_args {
@@ -51,29 +58,84 @@ static __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p)
 		     : "r"(s));
 }
 
+/* Whether key block kb adds anything to the tile: always without a selection; with one,
+ * where some row of the tile selects one of its keys (a block nobody sees is skipped whole,
+ * which is exact: it would rescale by 1 and add zeros). Block-wide: every thread calls it. */
+static __device__ __forceinline__ bool fa_block_seen(const struct fa_args &a, uint64_t kb, uint64_t nrows,
+						      uint64_t t0, uint64_t first)
+{
+	if (!a.sel)
+		return true;
+	const uint64_t key0 = kb * FA_BK;
+	int any = 0;
+	for (int i = threadIdx.x; i < (int)(nrows * FA_BK); i += FA_THREADS) {
+		const uint64_t r = (uint64_t)i / FA_BK, key = key0 + (uint64_t)i % FA_BK;
+		any |= key <= first + r && a.sel[(t0 + r) * a.sel_stride + key];
+	}
+	return __syncthreads_or(any) != 0;
+}
+
+/* The first key block from kb on that the tile sees, or nkb. */
+static __device__ __forceinline__ uint64_t fa_next_block(const struct fa_args &a, uint64_t kb, uint64_t nkb,
+							  uint64_t nrows, uint64_t t0, uint64_t first)
+{
+	while (kb < nkb && !fa_block_seen(a, kb, nrows, t0, first))
+		kb++;
+	return kb;
+}
+
+/* Start copying key block kb's K and V rows into K/V stage buffers (zeros past the tile's
+ * last position). page_tokens >= FA_BK (fa_ok), so a block spans at most two pages: one
+ * division a block, not one a row. */
 template <int HD>
-static __global__ void __launch_bounds__(FA_THREADS, 2) k_flash(struct fa_args a)
+static __device__ __forceinline__ void fa_load_block(const struct fa_args &a, const uint32_t *bt, uint64_t kvh,
+						      uint64_t kb, uint64_t last, uint16_t *Ks, uint16_t *Vs)
+{
+	constexpr int RS = HD + FA_PAD, CH = HD / 8;
+	const uint32_t P = (uint32_t)a.st.page_tokens, key0 = (uint32_t)(kb * FA_BK);
+	const uint32_t p0 = key0 / P, o0 = key0 - p0 * P;
+	const uint64_t kv_row = a.l.nkv * HD * 2;
+	const uint8_t *page0 = a.st.pages + (uint64_t)bt[p0] * a.st.page_bytes + kvh * HD * 2;
+	const uint8_t *page1 = o0 + FA_BK > P && key0 + (P - o0) <= last
+				       ? a.st.pages + (uint64_t)bt[p0 + 1] * a.st.page_bytes + kvh * HD * 2
+				       : page0;
+	for (int i = threadIdx.x; i < FA_BK * CH; i += FA_THREADS) {
+		const uint32_t kk = (uint32_t)i / CH, ch = (uint32_t)i % CH, o = o0 + kk;
+		const bool ok = key0 + kk <= last;
+		const uint8_t *row = (o < P ? page0 + (uint64_t)o * kv_row : page1 + (uint64_t)(o - P) * kv_row) + ch * 16;
+		if (!ok)
+			row = page0 + ch * 16; /* not read (a zero-byte copy); any valid address */
+		mma_cp16(Ks + kk * RS + ch * 8, row + a.l.k, ok);
+		mma_cp16(Vs + kk * RS + ch * 8, row + a.l.v, ok);
+	}
+	mma_cp_commit();
+}
+
+template <int HD>
+static __global__ void __launch_bounds__(FA_THREADS, 1) k_flash(struct fa_args a)
 {
 	ck_grid_enter();
 	constexpr int RS = HD + FA_PAD; /* shared row stride, elements */
 	extern __shared__ __align__(16) uint16_t fsm[];
-	uint16_t *Qh = fsm, *Ql = Qh + FA_BM * RS, *Ks = Ql + FA_BM * RS, *Vs = Ks + FA_BK * RS;
+	uint16_t *Qh = fsm, *Ql = Qh + FA_BM * RS, *Kst = Ql + FA_BM * RS, *Vst = Kst + FA_STAGES * FA_BK * RS;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
 	const uint64_t item = blockIdx.y / a.l.nkv, kvh = blockIdx.y % a.l.nkv;
 	const int64_t n = a.st.n[item];
+	/* the tiles with the most keys first: the causal grid's long blocks do not trail */
+	const uint64_t tile = gridDim.x - 1 - blockIdx.x;
 
-	if (n < CK_GROUPED_MIN_ROWS || (uint64_t)blockIdx.x * a.rows >= (uint64_t)n)
+	if (n < CK_GROUPED_MIN_ROWS || tile * a.rows >= (uint64_t)n)
 		return; /* uniform: attention.cu has the item, or the tile is past its rows */
-	const uint64_t r0 = (uint64_t)blockIdx.x * a.rows, t0 = (uint64_t)a.st.t0[item] + r0;
+	const uint64_t r0 = tile * a.rows, t0 = (uint64_t)a.st.t0[item] + r0;
 	const uint64_t nrows = (uint64_t)n - r0 < a.rows ? (uint64_t)n - r0 : a.rows;
-	const uint64_t len = (uint64_t)a.st.len[item], last = len + r0 + nrows - 1; /* the tile's last position */
+	const uint64_t len = (uint64_t)a.st.len[item], first = len + r0, last = first + nrows - 1;
 	const uint32_t *bt = a.st.block_table + a.st.bt_off[item];
-	const uint64_t kv_row = a.l.nkv * a.l.hd * 2;
+	const uint32_t G = (uint32_t)a.G;
 
 	/* Q: vector v = (row v / G, head v % G), split into hi and lo. */
 	for (int i = tid; i < FA_BM * HD / 2; i += FA_THREADS) {
-		const int v = i / (HD / 2), d = (i % (HD / 2)) * 2;
-		const uint64_t r = (uint64_t)v / a.G, h = kvh * a.G + (uint64_t)v % a.G;
+		const uint32_t v = (uint32_t)i / (HD / 2), d = ((uint32_t)i % (HD / 2)) * 2;
+		const uint64_t r = v / G, h = kvh * G + v % G;
 		float2 f = make_float2(0.0f, 0.0f);
 		if (r < nrows)
 			f = *(const float2 *)(a.q + ((t0 + r) * a.nq + h) * HD + d);
@@ -88,10 +150,10 @@ static __global__ void __launch_bounds__(FA_THREADS, 2) k_flash(struct fa_args a
 	uint64_t vrow[2];
 	bool vok[2];
 	for (int h = 0; h < 2; h++) {
-		const uint64_t v = (uint64_t)warp * 16 + g + 8 * h, r = v / a.G;
+		const uint64_t v = (uint64_t)warp * 16 + g + 8 * h, r = v / G;
 		vok[h] = r < nrows;
 		vrow[h] = t0 + (vok[h] ? r : 0);
-		vpos[h] = (int64_t)(len + r0 + (vok[h] ? r : 0));
+		vpos[h] = (int64_t)(first + (vok[h] ? r : 0));
 	}
 	float O[HD / 8][4], M[2] = { -INFINITY, -INFINITY }, L[2] = { 0.0f, 0.0f };
 #pragma unroll
@@ -100,30 +162,23 @@ static __global__ void __launch_bounds__(FA_THREADS, 2) k_flash(struct fa_args a
 			O[j][q] = 0.0f;
 
 	const uint64_t nkb = last / FA_BK + 1;
-	for (uint64_t kb = 0; kb < nkb; kb++) {
-		const uint64_t key0 = kb * FA_BK;
-		if (a.sel) { /* a block no row of the tile selects adds nothing */
-			int any = 0;
-			for (int i = tid; i < (int)(nrows * FA_BK); i += FA_THREADS) {
-				const uint64_t r = (uint64_t)i / FA_BK, key = key0 + (uint64_t)i % FA_BK;
-				any |= key <= len + r0 + r && a.sel[(t0 + r) * a.sel_stride + key];
-			}
-			if (!__syncthreads_or(any))
-				continue;
+	uint64_t kb = fa_next_block(a, 0, nkb, nrows, t0, first);
+	int stage = 0;
+	if (kb < nkb)
+		fa_load_block<HD>(a, bt, kvh, kb, last, Kst, Vst);
+	while (kb < nkb) {
+		/* the next block's copies go out before this one is used */
+		const uint64_t next = fa_next_block(a, kb + 1, nkb, nrows, t0, first);
+		if (next < nkb) {
+			fa_load_block<HD>(a, bt, kvh, next, last, Kst + (stage ^ 1) * FA_BK * RS,
+					  Vst + (stage ^ 1) * FA_BK * RS);
+			mma_cp_wait<1>();
+		} else {
+			mma_cp_wait<0>();
 		}
-		/* K and V rows of the block's keys (zeros past the last position). */
-		for (int i = tid; i < FA_BK * (HD / 8); i += FA_THREADS) {
-			const int kk = i / (HD / 8), ch = i % (HD / 8);
-			const uint64_t key = key0 + (uint64_t)kk;
-			const bool ok = key <= last;
-			const uint8_t *row = a.st.pages + (uint64_t)bt[ok ? key / a.st.page_tokens : 0] * a.st.page_bytes +
-					     (ok ? key % a.st.page_tokens : 0) * kv_row + kvh * HD * 2 + ch * 16;
-			mma_cp16(Ks + kk * RS + ch * 8, row + a.l.k, ok);
-			mma_cp16(Vs + kk * RS + ch * 8, row + a.l.v, ok);
-		}
-		mma_cp_commit();
-		mma_cp_wait<0>();
 		__syncthreads();
+		const uint16_t *Ks = Kst + stage * FA_BK * RS, *Vs = Vst + stage * FA_BK * RS;
+		const uint64_t key0 = kb * FA_BK;
 
 		/* S = Q K^T for the warp's 16 vectors x FA_BK keys: 4 tiles of 8 keys. */
 		float S[4][4];
@@ -150,20 +205,32 @@ static __global__ void __launch_bounds__(FA_THREADS, 2) k_flash(struct fa_args a
 			}
 		}
 
-		/* Scale, mask, the block's row max; the running max, the rescale factor. */
+		/* Scale, mask, the block's row max; the running max, the rescale factor. A block
+		 * wholly before the tile's first position is visible to every vector: no mask
+		 * (padding vectors past the tile's rows then score 0; their output is not written). */
 		float mb[2] = { -INFINITY, -INFINITY }, alpha[2], Mn[2];
+		if (!a.sel && key0 + FA_BK - 1 <= first) {
 #pragma unroll
-		for (int j = 0; j < 4; j++)
+			for (int j = 0; j < 4; j++)
 #pragma unroll
-			for (int q = 0; q < 4; q++) {
-				const int h = q / 2;
-				const uint64_t key = key0 + j * 8 + 2 * c + (q & 1);
-				bool vis = vok[h] && (int64_t)key <= vpos[h];
-				if (vis && a.sel)
-					vis = a.sel[vrow[h] * a.sel_stride + key] != 0;
-				S[j][q] = vis ? __fmul_rn(S[j][q], a.scale) : -INFINITY;
-				mb[h] = fmaxf(mb[h], S[j][q]);
-			}
+				for (int q = 0; q < 4; q++) {
+					S[j][q] = __fmul_rn(S[j][q], a.scale);
+					mb[q / 2] = fmaxf(mb[q / 2], S[j][q]);
+				}
+		} else {
+#pragma unroll
+			for (int j = 0; j < 4; j++)
+#pragma unroll
+				for (int q = 0; q < 4; q++) {
+					const int h = q / 2;
+					const uint64_t key = key0 + j * 8 + 2 * c + (q & 1);
+					bool vis = vok[h] && (int64_t)key <= vpos[h];
+					if (vis && a.sel)
+						vis = a.sel[vrow[h] * a.sel_stride + key] != 0;
+					S[j][q] = vis ? __fmul_rn(S[j][q], a.scale) : -INFINITY;
+					mb[h] = fmaxf(mb[h], S[j][q]);
+				}
+		}
 #pragma unroll
 		for (int h = 0; h < 2; h++) {
 			mb[h] = fmaxf(mb[h], __shfl_xor_sync(CK_FULL, mb[h], 1));
@@ -195,12 +262,16 @@ static __global__ void __launch_bounds__(FA_THREADS, 2) k_flash(struct fa_args a
 			L[h] = __fadd_rn(__fmul_rn(L[h], alpha[h]), rs[h]);
 			M[h] = Mn[h];
 		}
+		/* Once the running maxima settle most blocks rescale by exactly 1: skip that
+		 * (x * 1 is x), warp-uniformly. */
+		if (__any_sync(CK_FULL, alpha[0] != 1.0f || alpha[1] != 1.0f)) {
 #pragma unroll
-		for (int j = 0; j < HD / 8; j++) {
-			O[j][0] = __fmul_rn(O[j][0], alpha[0]);
-			O[j][1] = __fmul_rn(O[j][1], alpha[0]);
-			O[j][2] = __fmul_rn(O[j][2], alpha[1]);
-			O[j][3] = __fmul_rn(O[j][3], alpha[1]);
+			for (int j = 0; j < HD / 8; j++) {
+				O[j][0] = __fmul_rn(O[j][0], alpha[0]);
+				O[j][1] = __fmul_rn(O[j][1], alpha[0]);
+				O[j][2] = __fmul_rn(O[j][2], alpha[1]);
+				O[j][3] = __fmul_rn(O[j][3], alpha[1]);
+			}
 		}
 		/* O += P V: per k16 of keys, per pair of n8 dim tiles, V^T fragments by ldmatrix.trans. */
 #pragma unroll
@@ -219,7 +290,9 @@ static __global__ void __launch_bounds__(FA_THREADS, 2) k_flash(struct fa_args a
 				mma_bf16(O[nd + 1], l0, l1, l2, l3, b[2], b[3]);
 			}
 		}
-		__syncthreads(); /* the next block's copies overwrite K and V */
+		__syncthreads(); /* the copies after the next wait overwrite this stage */
+		kb = next;
+		stage ^= 1;
 	}
 
 	/* out = O / L (0 for a vector that saw no key, as the CPU). */
@@ -227,7 +300,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 2) k_flash(struct fa_args a
 	for (int h = 0; h < 2; h++) {
 		if (!vok[h])
 			continue;
-		const uint64_t v = (uint64_t)warp * 16 + g + 8 * h, head = kvh * a.G + v % a.G;
+		const uint64_t v = (uint64_t)warp * 16 + g + 8 * h, head = kvh * G + v % G;
 		float *o = a.out + (vrow[h] * a.nq + head) * HD;
 #pragma unroll
 		for (int j = 0; j < HD / 8; j++) {
@@ -245,13 +318,14 @@ bool fa_ok(const struct ck_step *st, const struct ck_kv_layer *l, uint64_t nq)
 	const uint64_t G = nq / l->nkv, hd = l->hd;
 
 	return st->n_grouped && l->dtype == CK_KV_BF16 && (hd == 64 || hd == 128 || hd == 256) && FA_BM % G == 0 &&
+	       st->page_tokens >= FA_BK && st->max_pos < (INT64_C(1) << 31) &&
 	       (l->k | l->v | st->page_bytes | (uint64_t)(uintptr_t)st->pages) % 16 == 0;
 }
 
 template <int HD>
 static int fa_launch(const struct fa_args *a, cudaStream_t stream)
 {
-	const size_t smem = (size_t)(2 * FA_BM + 2 * FA_BK) * (HD + FA_PAD) * 2;
+	const size_t smem = (size_t)(2 * FA_BM + 2 * FA_STAGES * FA_BK) * (HD + FA_PAD) * 2;
 	const uint64_t tiles = (a->st.max_item_n + a->rows - 1) / a->rows;
 	const dim3 grid((unsigned)tiles, (unsigned)(a->st.n_items * a->l.nkv), 1);
 

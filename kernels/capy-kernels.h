@@ -121,6 +121,10 @@ bool ck_gemm_supported(const struct ck_linear *w);
 size_t ck_gemm_ws_bytes(uint64_t k, uint64_t m);
 int ck_gemm(struct ck_blas *b, const struct ck_linear *w, const float *x, uint64_t m, float *y, uint64_t ldy,
 	    void *ws, void *stream);
+/* nw matrices over the same x [m][k] (each y[j] [m][w[j]->n]): ck_gemm's bits for each, x
+ * split into its BF16 halves once for all of them. */
+int ck_gemm_multi(struct ck_blas *b, const struct ck_linear *const *w, int nw, const float *x, uint64_t m,
+		  float *const *y, void *ws, void *stream);
 
 /* --- mixture of experts (kernels/moe.cu) ---------------------------------------------- */
 

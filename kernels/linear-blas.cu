@@ -196,24 +196,19 @@ static __global__ void k_split(const float *x, uint64_t N, __nv_bfloat16 *hi, __
 	}
 }
 
-extern "C" int ck_gemm(struct ck_blas *b, const struct ck_linear *w, const float *x, uint64_t m, float *y,
-		       uint64_t ldy, void *ws, void *stream)
+/* y = W x for x's BF16 halves already split in ws (the hi halves, then the lo halves added:
+ * stream order orders the two). */
+static int gemm_halves(struct ck_blas *b, const struct ck_linear *w, const __nv_bfloat16 *hi,
+		       const __nv_bfloat16 *lo, uint64_t m, float *y, uint64_t ldy, void *ws, cudaStream_t st)
 {
-	cudaStream_t st = (cudaStream_t)stream;
-	const uint64_t N = m * w->k;
-	__nv_bfloat16 *hi = (__nv_bfloat16 *)((uint8_t *)ws + GEMM_LT_WS), *lo = hi + N;
 	const float one = 1.0f, zero = 0.0f;
 	struct gemm_plan *p;
 	cublasLtMatrixLayout_t lb, lc;
 	cublasLtMatmulHeuristicResult_t chk;
 	cublasLtMatmulAlgo_t algo;
-	uint64_t blocks = (N + 255) / 256;
 	int rc = 0;
 
-	if (!m)
-		return 0;
-	if (!ck_gemm_supported(w) || m < CK_GROUPED_MIN_ROWS || m > b->max_m || ldy % 4 ||
-	    !(p = plan_of(b, w->n, w->k, ldy)))
+	if (!ck_gemm_supported(w) || ldy % 4 || !(p = plan_of(b, w->n, w->k, ldy)))
 		return -(int)cudaErrorNotSupported;
 	if (!layouts(b, w->n, w->k, m, ldy, &lb, &lc))
 		return -(int)cudaErrorNotSupported;
@@ -223,10 +218,6 @@ extern "C" int ck_gemm(struct ck_blas *b, const struct ck_linear *w, const float
 		rc = -(int)cudaErrorNotSupported;
 		goto out;
 	}
-	ck_launch(k_split, (unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, st, x, N, hi, lo);
-	if ((rc = ck_launched()))
-		goto out;
-	/* the hi halves, then the lo halves added (stream order orders the three launches) */
 	if (b->cublasLtMatmul(b->h, p->desc, &one, w->data, p->a, hi, lb, &zero, y, lc, y, lc, &algo, ws, GEMM_LT_WS,
 			      st) != CUBLAS_STATUS_SUCCESS ||
 	    b->cublasLtMatmul(b->h, p->desc, &one, w->data, p->a, lo, lb, &one, y, lc, y, lc, &algo, ws, GEMM_LT_WS,
@@ -236,4 +227,47 @@ out:
 	b->cublasLtMatrixLayoutDestroy(lb);
 	b->cublasLtMatrixLayoutDestroy(lc);
 	return rc;
+}
+
+extern "C" int ck_gemm_multi(struct ck_blas *b, const struct ck_linear *const *w, int nw, const float *x, uint64_t m,
+			     float *const *y, void *ws, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	const uint64_t k = w[0]->k, N = m * k, blocks = (N + 255) / 256;
+	__nv_bfloat16 *hi = (__nv_bfloat16 *)((uint8_t *)ws + GEMM_LT_WS), *lo = hi + N;
+	int rc;
+
+	if (!m)
+		return 0;
+	if (m < CK_GROUPED_MIN_ROWS || m > b->max_m)
+		return -(int)cudaErrorNotSupported;
+	for (int j = 0; j < nw; j++)
+		if (w[j]->k != k || !ck_gemm_supported(w[j]))
+			return -(int)cudaErrorNotSupported;
+	/* one split of x for every matrix over it (the split is the same whoever reads it) */
+	ck_launch(k_split, (unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, st, x, N, hi, lo);
+	if ((rc = ck_launched()))
+		return rc;
+	for (int j = 0; j < nw; j++)
+		if ((rc = gemm_halves(b, w[j], hi, lo, m, y[j], w[j]->n, ws, st)))
+			return rc;
+	return 0;
+}
+
+extern "C" int ck_gemm(struct ck_blas *b, const struct ck_linear *w, const float *x, uint64_t m, float *y,
+		       uint64_t ldy, void *ws, void *stream)
+{
+	cudaStream_t st = (cudaStream_t)stream;
+	const uint64_t N = m * w->k, blocks = (N + 255) / 256;
+	__nv_bfloat16 *hi = (__nv_bfloat16 *)((uint8_t *)ws + GEMM_LT_WS), *lo = hi + N;
+	int rc;
+
+	if (!m)
+		return 0;
+	if (!ck_gemm_supported(w) || m < CK_GROUPED_MIN_ROWS || m > b->max_m || ldy % 4)
+		return -(int)cudaErrorNotSupported;
+	ck_launch(k_split, (unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, st, x, N, hi, lo);
+	if ((rc = ck_launched()))
+		return rc;
+	return gemm_halves(b, w, hi, lo, m, y, ldy, ws, st);
 }

@@ -38,6 +38,17 @@ static int by_rows(struct cuda_engine *e, int nw, const struct ck_linear *const 
 			run_n += it->n;
 			continue;
 		}
+		bool all_gemm = nw > 1;
+		for (int j = 0; j < nw; j++)
+			all_gemm = all_gemm && ck_gemm_supported(w[j]);
+		if (all_gemm) { /* x split into its halves once for the nw GEMMs */
+			float *yr[4];
+			for (int j = 0; j < nw; j++)
+				yr[j] = y[j] + it->t0 * w[j]->n;
+			TRY(ck_gemm_multi(e->blas, w, nw, x + it->t0 * k, it->n, yr, e->s.lin_ws, e->stream),
+			    "linears (cuBLASLt)");
+			continue;
+		}
 		for (int j = 0; j < nw; j++) {
 			const float *xr = x + it->t0 * k;
 			float *yr = y[j] + it->t0 * w[j]->n;
