@@ -22,6 +22,10 @@
 # pre-tokenizer hash it does not know, as the fixtures' is; the vocabulary changes no timing).
 # docs/perf.md's run: LLAMA_SRC=/dev/shm/llama.cpp TOKENIZER_DIR=.peer (the tarball and the
 # tokenizer carried to the device under the ignored .peer/).
+# LLAMA_BIN=DIR: llama-bench and llama-batched-bench already built (e.g. here, carried to the
+# device: its 16 cores build them in minutes of device time); `prepare` then builds nothing and
+# LLAMA_SRC needs only convert_hf_to_gguf.py with its gguf-py/ and conversion/.
+# CAPY_ARGS: more step-bench arguments (e.g. --step-tokens 4096).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:?WORK}
@@ -29,16 +33,16 @@ what=${2:?prepare or run}
 src=${LLAMA_SRC:?LLAMA_SRC: a llama.cpp source tree}
 bin=${CAPY_BIN:-$root/build/bin}
 benchbin=${CAPY_BENCH_BIN:-$root/build/bench}
-lb=$work/llama-build/bin
+lb=${LLAMA_BIN:-$work/llama-build/bin}
 mkdir -p "$work"
 if [ "$what" = prepare ]; then
-	(cmake -S "$src" -B "$work/llama-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
+	if [ -n "${LLAMA_BIN:-}" ]; then echo 0 >"$work/llama-build.rc"; else (cmake -S "$src" -B "$work/llama-build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGGML_CUDA=ON \
 		-DCMAKE_CUDA_ARCHITECTURES=90 -DGGML_NATIVE=ON -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_WEBUI=OFF \
 		-DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_TESTS=OFF -DLLAMA_BUILD_EXAMPLES=OFF \
 		>"$work/llama-cmake.log" 2>&1 &&
 		cmake --build "$work/llama-build" -j"$(nproc)" --target llama-bench llama-batched-bench \
 			>"$work/llama-build.log" 2>&1
-	 echo $? >"$work/llama-build.rc") &
+	 echo $? >"$work/llama-build.rc") & fi
 	t=$(date +%s)
 	[ -f "$work/ck/config.json" ] || python3 "$root/bench/make-checkpoint.py" "$work/ck" --layers 8 --experts 256 \
 		--top-k 8 --nvfp4-experts
@@ -62,7 +66,7 @@ fi
 rounds=${3:-2}
 for r in $(seq "$rounds"); do
 	echo "### round $r: capy"
-	"$benchbin/step-bench" "$work/m.capy" --device cuda --prefill 4096,16384 --batch 1,8 --decode 128
+	"$benchbin/step-bench" "$work/m.capy" --device cuda --prefill 4096,16384 --batch 1,8 --decode 128 ${CAPY_ARGS:-}
 	echo "### round $r: llama.cpp llama-bench"
 	"$lb/llama-bench" -m "$work/m.gguf" -ngl 99 -fa 1 -ub 512,2048 -b 2048 -p 4096,16384 -n 128 -r 3
 	echo "### round $r: llama.cpp llama-batched-bench"

@@ -2,7 +2,7 @@
  * attention over the paged BF16 cache), for the rows whose item has at least
  * CK_GROUPED_MIN_ROWS rows in the step; attention.cu's kernels take the others.
  *
- * A block takes FA_BM query vectors of one item and one KV head: FA_BM / G consecutive rows x
+ * A block takes BM query vectors of one item and one KV head: BM / G consecutive rows x
  * the G query heads that share the KV head. It walks the item's keys in blocks of FA_BK from
  * key 0, in order, with the online softmax: per block S = Q K^T (Q split into BF16 hi and lo
  * halves, as mma.cuh splits activations; K exact in BF16), the row max, P = exp(S - max),
@@ -25,17 +25,19 @@
 
 #include <math.h>
 
-#define FA_BM 128     /* query vectors per block: 8 warps of 16 */
+/* A block's shape is chosen per GPU by its shared memory (fa_launch): BM query vectors (BM /
+ * 16 warps) and ST K/V buffers (2: the next block loads while this one is used). 128 x 2
+ * needs 198 KiB at head_dim 256 (Hopper: 227 KiB a block); 64 x 1, 99 KiB, fits the 99 KiB
+ * of sm_120 (RTX 50). The shape changes no bit: a vector's result does not depend on its tile. */
+#define FA_BM_MIN 64  /* the smallest BM: fa_ok's G must divide it */
 #define FA_BK 32      /* keys per step: the online softmax's blocks (part of the numerics) */
-#define FA_THREADS 256
-#define FA_STAGES 2   /* K/V blocks in flight: the next one loads while this one is used */
 #define FA_PAD 8      /* BF16 elements past each shared row: ldmatrix without bank conflicts */
 
 struct fa_args {
 	struct ck_step st;
 	struct ck_kv_layer l;
 	const float *q;
-	uint64_t nq, G, rows;  /* rows: FA_BM / G rows per block */
+	uint64_t nq, G, rows;  /* rows: BM / G rows per block */
 	const uint8_t *sel;
 	uint64_t sel_stride;
 	float scale;
@@ -61,6 +63,7 @@ static __device__ __forceinline__ void ldsm_x4_t(uint32_t r[4], const void *p)
 /* Whether key block kb adds anything to the tile: always without a selection; with one,
  * where some row of the tile selects one of its keys (a block nobody sees is skipped whole,
  * which is exact: it would rescale by 1 and add zeros). Block-wide: every thread calls it. */
+template <int NT>
 static __device__ __forceinline__ bool fa_block_seen(const struct fa_args &a, uint64_t kb, uint64_t nrows,
 						      uint64_t t0, uint64_t first)
 {
@@ -68,7 +71,7 @@ static __device__ __forceinline__ bool fa_block_seen(const struct fa_args &a, ui
 		return true;
 	const uint64_t key0 = kb * FA_BK;
 	int any = 0;
-	for (int i = threadIdx.x; i < (int)(nrows * FA_BK); i += FA_THREADS) {
+	for (int i = threadIdx.x; i < (int)(nrows * FA_BK); i += NT) {
 		const uint64_t r = (uint64_t)i / FA_BK, key = key0 + (uint64_t)i % FA_BK;
 		any |= key <= first + r && a.sel[(t0 + r) * a.sel_stride + key];
 	}
@@ -76,10 +79,11 @@ static __device__ __forceinline__ bool fa_block_seen(const struct fa_args &a, ui
 }
 
 /* The first key block from kb on that the tile sees, or nkb. */
+template <int NT>
 static __device__ __forceinline__ uint64_t fa_next_block(const struct fa_args &a, uint64_t kb, uint64_t nkb,
 							  uint64_t nrows, uint64_t t0, uint64_t first)
 {
-	while (kb < nkb && !fa_block_seen(a, kb, nrows, t0, first))
+	while (kb < nkb && !fa_block_seen<NT>(a, kb, nrows, t0, first))
 		kb++;
 	return kb;
 }
@@ -87,7 +91,7 @@ static __device__ __forceinline__ uint64_t fa_next_block(const struct fa_args &a
 /* Start copying key block kb's K and V rows into K/V stage buffers (zeros past the tile's
  * last position). page_tokens >= FA_BK (fa_ok), so a block spans at most two pages: one
  * division a block, not one a row. */
-template <int HD>
+template <int HD, int NT>
 static __device__ __forceinline__ void fa_load_block(const struct fa_args &a, const uint32_t *bt, uint64_t kvh,
 						      uint64_t kb, uint64_t last, uint16_t *Ks, uint16_t *Vs)
 {
@@ -99,7 +103,7 @@ static __device__ __forceinline__ void fa_load_block(const struct fa_args &a, co
 	const uint8_t *page1 = o0 + FA_BK > P && key0 + (P - o0) <= last
 				       ? a.st.pages + (uint64_t)bt[p0 + 1] * a.st.page_bytes + kvh * HD * 2
 				       : page0;
-	for (int i = threadIdx.x; i < FA_BK * CH; i += FA_THREADS) {
+	for (int i = threadIdx.x; i < FA_BK * CH; i += NT) {
 		const uint32_t kk = (uint32_t)i / CH, ch = (uint32_t)i % CH, o = o0 + kk;
 		const bool ok = key0 + kk <= last;
 		const uint8_t *row = (o < P ? page0 + (uint64_t)o * kv_row : page1 + (uint64_t)(o - P) * kv_row) + ch * 16;
@@ -111,13 +115,14 @@ static __device__ __forceinline__ void fa_load_block(const struct fa_args &a, co
 	mma_cp_commit();
 }
 
-template <int HD>
-static __global__ void __launch_bounds__(FA_THREADS, 1) k_flash(struct fa_args a)
+template <int HD, int BM, int ST>
+static __global__ void __launch_bounds__(BM * 2, 1) k_flash(struct fa_args a)
 {
 	ck_grid_enter();
 	constexpr int RS = HD + FA_PAD; /* shared row stride, elements */
 	extern __shared__ __align__(16) uint16_t fsm[];
-	uint16_t *Qh = fsm, *Ql = Qh + FA_BM * RS, *Kst = Ql + FA_BM * RS, *Vst = Kst + FA_STAGES * FA_BK * RS;
+	constexpr int NT = BM * 2; /* threads: a warp per 16 vectors */
+	uint16_t *Qh = fsm, *Ql = Qh + BM * RS, *Kst = Ql + BM * RS, *Vst = Kst + ST * FA_BK * RS;
 	const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, c = lane & 3;
 	const uint64_t item = blockIdx.y / a.l.nkv, kvh = blockIdx.y % a.l.nkv;
 	const int64_t n = a.st.n[item];
@@ -133,7 +138,7 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) k_flash(struct fa_args a
 	const uint32_t G = (uint32_t)a.G;
 
 	/* Q: vector v = (row v / G, head v % G), split into hi and lo. */
-	for (int i = tid; i < FA_BM * HD / 2; i += FA_THREADS) {
+	for (int i = tid; i < BM * HD / 2; i += NT) {
 		const uint32_t v = (uint32_t)i / (HD / 2), d = ((uint32_t)i % (HD / 2)) * 2;
 		const uint64_t r = v / G, h = kvh * G + v % G;
 		float2 f = make_float2(0.0f, 0.0f);
@@ -162,17 +167,21 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) k_flash(struct fa_args a
 			O[j][q] = 0.0f;
 
 	const uint64_t nkb = last / FA_BK + 1;
-	uint64_t kb = fa_next_block(a, 0, nkb, nrows, t0, first);
+	uint64_t kb = fa_next_block<NT>(a, 0, nkb, nrows, t0, first);
 	int stage = 0;
 	if (kb < nkb)
-		fa_load_block<HD>(a, bt, kvh, kb, last, Kst, Vst);
+		fa_load_block<HD, NT>(a, bt, kvh, kb, last, Kst, Vst);
 	while (kb < nkb) {
-		/* the next block's copies go out before this one is used */
-		const uint64_t next = fa_next_block(a, kb + 1, nkb, nrows, t0, first);
-		if (next < nkb) {
-			fa_load_block<HD>(a, bt, kvh, next, last, Kst + (stage ^ 1) * FA_BK * RS,
-					  Vst + (stage ^ 1) * FA_BK * RS);
-			mma_cp_wait<1>();
+		uint64_t next = nkb;
+		if constexpr (ST == 2) { /* the next block's copies go out before this one is used */
+			next = fa_next_block<NT>(a, kb + 1, nkb, nrows, t0, first);
+			if (next < nkb) {
+				fa_load_block<HD, NT>(a, bt, kvh, next, last, Kst + (stage ^ 1) * FA_BK * RS,
+						      Vst + (stage ^ 1) * FA_BK * RS);
+				mma_cp_wait<1>();
+			} else {
+				mma_cp_wait<0>();
+			}
 		} else {
 			mma_cp_wait<0>();
 		}
@@ -290,9 +299,15 @@ static __global__ void __launch_bounds__(FA_THREADS, 1) k_flash(struct fa_args a
 				mma_bf16(O[nd + 1], l0, l1, l2, l3, b[2], b[3]);
 			}
 		}
-		__syncthreads(); /* the copies after the next wait overwrite this stage */
+		__syncthreads(); /* the next copies into this stage wait for every warp */
+		if constexpr (ST == 2) {
+			stage ^= 1;
+		} else {
+			next = fa_next_block<NT>(a, kb + 1, nkb, nrows, t0, first);
+			if (next < nkb)
+				fa_load_block<HD, NT>(a, bt, kvh, next, last, Kst, Vst);
+		}
 		kb = next;
-		stage ^= 1;
 	}
 
 	/* out = O / L (0 for a vector that saw no key, as the CPU). */
@@ -317,21 +332,51 @@ bool fa_ok(const struct ck_step *st, const struct ck_kv_layer *l, uint64_t nq)
 {
 	const uint64_t G = nq / l->nkv, hd = l->hd;
 
-	return st->n_grouped && l->dtype == CK_KV_BF16 && (hd == 64 || hd == 128 || hd == 256) && FA_BM % G == 0 &&
+	return st->n_grouped && l->dtype == CK_KV_BF16 && (hd == 64 || hd == 128 || hd == 256) && FA_BM_MIN % G == 0 &&
 	       st->page_tokens >= FA_BK && st->max_pos < (INT64_C(1) << 31) &&
 	       (l->k | l->v | st->page_bytes | (uint64_t)(uintptr_t)st->pages) % 16 == 0;
 }
 
-template <int HD>
-static int fa_launch(const struct fa_args *a, cudaStream_t stream)
+static size_t fa_smem(int hd, int bm, int st)
 {
-	const size_t smem = (size_t)(2 * FA_BM + 2 * FA_STAGES * FA_BK) * (HD + FA_PAD) * 2;
+	return (size_t)(2 * bm + 2 * st * FA_BK) * (hd + FA_PAD) * 2;
+}
+
+template <int HD, int BM, int ST>
+static int fa_launch_shape(struct fa_args *a, cudaStream_t stream)
+{
+	const size_t smem = fa_smem(HD, BM, ST);
+	a->rows = BM / a->G;
 	const uint64_t tiles = (a->st.max_item_n + a->rows - 1) / a->rows;
 	const dim3 grid((unsigned)tiles, (unsigned)(a->st.n_items * a->l.nkv), 1);
 
-	cudaFuncSetAttribute(k_flash<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-	ck_launch(k_flash<HD>, grid, FA_THREADS, smem, stream, *a);
+	cudaFuncSetAttribute(k_flash<HD, BM, ST>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+	ck_launch(k_flash<HD, BM, ST>, grid, BM * 2, smem, stream, *a);
 	return ck_launched();
+}
+
+static size_t fa_smem_cap; /* 0, or a smaller budget than the GPU's (ck_set_flash_smem) */
+
+extern "C" void ck_set_flash_smem(size_t bytes)
+{
+	fa_smem_cap = bytes;
+}
+
+/* The largest shape whose shared memory the GPU gives a block: 128 x 2, 64 x 2, 64 x 1. */
+template <int HD>
+static int fa_launch(struct fa_args *a, cudaStream_t stream)
+{
+	int dev = 0, optin = 0;
+
+	cudaGetDevice(&dev);
+	cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev);
+	if (fa_smem_cap && fa_smem_cap < (size_t)optin)
+		optin = (int)fa_smem_cap;
+	if ((size_t)optin >= fa_smem(HD, 128, 2))
+		return fa_launch_shape<HD, 128, 2>(a, stream);
+	if ((size_t)optin >= fa_smem(HD, 64, 2))
+		return fa_launch_shape<HD, 64, 2>(a, stream);
+	return fa_launch_shape<HD, 64, 1>(a, stream);
 }
 
 int fa_attention(const struct ck_step *st, const struct ck_kv_layer *l, const float *q, uint64_t nq,
@@ -344,7 +389,6 @@ int fa_attention(const struct ck_step *st, const struct ck_kv_layer *l, const fl
 	a.q = q;
 	a.nq = nq;
 	a.G = nq / l->nkv;
-	a.rows = FA_BM / a.G;
 	a.sel = sel;
 	a.sel_stride = sel_stride;
 	a.scale = 1.0f / sqrtf((float)l->hd);

@@ -31,6 +31,10 @@ extern "C" {
  * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
  * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
 void ck_set_dependent_launch(int on);
+/* Prefill attention's shared memory a block, at most (0: what the GPU allows): the flash
+ * kernel's tile shape follows it (the same bits at every shape; for tests and measurement, e.g.
+ * 101376 runs sm_120's 99 KiB shape on a Hopper). */
+void ck_set_flash_smem(size_t bytes);
 
 /* --- the step: token rows and batch items ------------------------------------------ */
 

@@ -203,6 +203,8 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		const char *p = getenv("CAPY_CUDA_PDL");
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
+		const char *fs = getenv("CAPY_CUDA_FLASH_SMEM");
+		ck_set_flash_smem(fs ? (size_t)strtoull(fs, NULL, 10) : 0);
 		const char *f = getenv("CAPY_CUDA_FORK");
 		e->fork = f ? (unsigned)strtoul(f, NULL, 10) & CU_FORK_ALL : CU_FORK_ALL;
 	}
