@@ -229,12 +229,23 @@ out:
 	return rc;
 }
 
+/* x [m][k] into its BF16 halves after ws's cuBLASLt workspace (ck_gemm_ws_bytes). */
+static int split_x(const float *x, uint64_t N, void *ws, cudaStream_t st, __nv_bfloat16 **hi, __nv_bfloat16 **lo)
+{
+	const uint64_t blocks = (N + 255) / 256;
+
+	*hi = (__nv_bfloat16 *)((uint8_t *)ws + GEMM_LT_WS);
+	*lo = *hi + N;
+	ck_launch(k_split, (unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, st, x, N, *hi, *lo);
+	return ck_launched();
+}
+
 extern "C" int ck_gemm_multi(struct ck_blas *b, const struct ck_linear *const *w, int nw, const float *x, uint64_t m,
 			     float *const *y, void *ws, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
-	const uint64_t k = w[0]->k, N = m * k, blocks = (N + 255) / 256;
-	__nv_bfloat16 *hi = (__nv_bfloat16 *)((uint8_t *)ws + GEMM_LT_WS), *lo = hi + N;
+	const uint64_t k = w[0]->k;
+	__nv_bfloat16 *hi, *lo;
 	int rc;
 
 	if (!m)
@@ -245,8 +256,7 @@ extern "C" int ck_gemm_multi(struct ck_blas *b, const struct ck_linear *const *w
 		if (w[j]->k != k || !ck_gemm_supported(w[j]))
 			return -(int)cudaErrorNotSupported;
 	/* one split of x for every matrix over it (the split is the same whoever reads it) */
-	ck_launch(k_split, (unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, st, x, N, hi, lo);
-	if ((rc = ck_launched()))
+	if ((rc = split_x(x, m * k, ws, st, &hi, &lo)))
 		return rc;
 	for (int j = 0; j < nw; j++)
 		if ((rc = gemm_halves(b, w[j], hi, lo, m, y[j], w[j]->n, ws, st)))
@@ -258,16 +268,14 @@ extern "C" int ck_gemm(struct ck_blas *b, const struct ck_linear *w, const float
 		       uint64_t ldy, void *ws, void *stream)
 {
 	cudaStream_t st = (cudaStream_t)stream;
-	const uint64_t N = m * w->k, blocks = (N + 255) / 256;
-	__nv_bfloat16 *hi = (__nv_bfloat16 *)((uint8_t *)ws + GEMM_LT_WS), *lo = hi + N;
+	__nv_bfloat16 *hi, *lo;
 	int rc;
 
 	if (!m)
 		return 0;
 	if (!ck_gemm_supported(w) || m < CK_GROUPED_MIN_ROWS || m > b->max_m || ldy % 4)
 		return -(int)cudaErrorNotSupported;
-	ck_launch(k_split, (unsigned)(blocks < 65536 ? blocks : 65536), 256, 0, st, x, N, hi, lo);
-	if ((rc = ck_launched()))
+	if ((rc = split_x(x, m * w->k, ws, st, &hi, &lo)))
 		return rc;
 	return gemm_halves(b, w, hi, lo, m, y, ldy, ws, st);
 }
