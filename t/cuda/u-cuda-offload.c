@@ -1,17 +1,21 @@
 /* u-cuda-offload.c - expert offload's placement independence (issue 10, item 5): on every MoE
  * fixture (routed experts quantized to NVFP4, as capy-convert --quantize-experts does) and on
  * capy-tiny-nvfp4, the same script of steps through CUDA engines that hold every routed expert,
- * a quarter of them, half of them, or none (the rest computed by the CPU's expert threads, 1,
- * 2 or 3 of them) gives bitwise the same logits: a prompt in one step (prompt rows: the grouped
+ * a quarter of them, half of them, or none (the rest computed by the CPU's expert threads, 1
+ * to 8 of them) gives bitwise the same logits: a prompt in one step (prompt rows: the grouped
  * GEMMs, reading non-resident experts from host memory), greedy decode, a prompt in short
  * steps (exact rows with misses on several rows), a batch of prompts of mixed lengths and then
- * decode steps of the batch (several sequences' misses in one CPU job). The offload counts add
- * up: hits + misses = the exact rows' routed slots, no hits without slots, loads into slots.
+ * decode steps of the batch (several sequences' misses in one CPU job), and greedy decode
+ * sampled on the GPU (no logits to the host), through both ways of waking the CPU
+ * (CAPY_CUDA_OFFLOAD_WAKE: a host node that posts each layer's job, or the GPU's own request
+ * with a wake-up node beside it). The offload counts add up: hits + misses = the exact rows'
+ * routed slots, no hits without slots, loads into slots.
  * make test-cuda; the first GPU (CAPY_GPU picks another). */
 #include "test.h"
 #include "test-fixture.h"
 #include "cuda-test.h"
 #include "engine/engine.h"
+#include "sample/sample.h"
 
 #include <string.h>
 
@@ -20,6 +24,7 @@
 #define SHORT 12  /* a prompt in steps of 5 tokens */
 #define NB 4      /* a batch of sequences */
 #define BSTEPS 6
+#define GDEC 12   /* greedy decode sampled on the GPU */
 
 static struct capy_artifact *open_quantized(const char *name)
 {
@@ -46,14 +51,19 @@ struct config {
 	const char *what;
 	int64_t slots;  /* engine.h's expert_slots; > 0 here: a fraction 1 / slots of the experts */
 	int threads;
+	const char *wake; /* CAPY_CUDA_OFFLOAD_WAKE */
 };
 
 static const struct config configs[] = {
-	{ "all resident", 0, 0 },
-	{ "a quarter, 3 CPU threads", 4, 3 },
-	{ "half, 2 CPU threads", 2, 2 },
-	{ "none, 1 CPU thread", CAPY_EXPERT_SLOTS_NONE, 1 },
-	{ "none, 3 CPU threads", CAPY_EXPERT_SLOTS_NONE, 3 },
+	{ "all resident", 0, 0, "host" },
+	{ "a quarter, 3 threads, host", 4, 3, "host" },
+	{ "half, 2 threads, host", 2, 2, "host" },
+	{ "none, 1 thread, host", CAPY_EXPERT_SLOTS_NONE, 1, "host" },
+	{ "none, 3 threads, host", CAPY_EXPERT_SLOTS_NONE, 3, "host" },
+	{ "a quarter, 4 threads, kick", 4, 4, "kick" },
+	{ "half, 1 thread, kick", 2, 1, "kick" },
+	{ "none, 8 threads, kick", CAPY_EXPERT_SLOTS_NONE, 8, "kick" },
+	{ "none, 2 threads, kick", CAPY_EXPERT_SLOTS_NONE, 2, "kick" },
 };
 
 static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct config *cf, uint64_t experts)
@@ -67,6 +77,7 @@ static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct 
 	o.gpu = g ? (int)strtol(g, NULL, 10) : 0;
 	o.expert_threads = cf->threads;
 	o.expert_slots = cf->slots > 0 ? (int64_t)(experts / (uint64_t)cf->slots) : cf->slots;
+	setenv("CAPY_CUDA_OFFLOAD_WAKE", cf->wake, 1); /* read when the engine opens */
 	CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s: %s", cf->what, err.msg);
 	return e;
 }
@@ -96,9 +107,9 @@ static uint64_t script_rows(void)
 	return PROMPT + DECODE + SHORT + NB + NB * BSTEPS;
 }
 
-/* The script; every logits row into out. Returns the exact rows' routed slots it ran (k
- * each), for the counts. */
-static uint64_t script(struct capy_engine *e, float *out, uint64_t V, uint64_t k)
+/* The script; every logits row into out, the GPU-sampled tokens into gtok. Returns the exact
+ * rows' routed slots it ran (k each), for the counts. */
+static uint64_t script(struct capy_engine *e, float *out, int32_t *gtok, uint64_t V, uint64_t k)
 {
 	struct capy_err err = { 0 };
 	struct capy_seq *s = NULL, *b[NB];
@@ -156,6 +167,22 @@ static uint64_t script(struct capy_engine *e, float *out, uint64_t V, uint64_t k
 		for (int q = 0; q < NB; q++)
 			capy_seq_free(b[q]);
 	}
+	{ /* greedy on the GPU: the token of each step, no logits */
+		struct capy_sampler *sm = NULL;
+		CHECK_MSG(capy_sampler_new(&sm, V, &(struct capy_sampler_params){ .temperature = 0 }, &err) == 0, "%s",
+			  err.msg);
+		capy_seq_new(e, &s, &err);
+		CHECK_MSG(capy_engine_forward(e, s, p, PROMPT, NULL, false, &err) == 0, "%s", err.msg);
+		tok = p[PROMPT - 1];
+		for (int i = 0; i < GDEC; i++) {
+			struct capy_step_item it = { .seq = s, .tokens = &tok, .n = 1, .sampler = sm, .token = &tok };
+			CHECK_MSG(capy_engine_step(e, &it, 1, &err) == 0, "%s", err.msg);
+			gtok[i] = tok;
+			exact += k;
+		}
+		capy_seq_free(s);
+		capy_sampler_free(sm);
+	}
 	CHECK_EQ_U64(row, script_rows());
 	return exact;
 }
@@ -164,6 +191,7 @@ static void model(const char *name)
 {
 	struct capy_artifact *a = open_quantized(name);
 	float *ref = NULL, *got = NULL;
+	int32_t gref[GDEC], ggot[GDEC];
 	uint64_t V = 0, rows = script_rows();
 
 	if (!a)
@@ -184,7 +212,7 @@ static void model(const char *name)
 		}
 		float *dst = c == 0 ? ref : got;
 		memset(dst, 0, rows * V * sizeof(float));
-		const uint64_t exact = script(e, dst, V, mc->n_experts_per_tok);
+		const uint64_t exact = script(e, dst, c == 0 ? gref : ggot, V, mc->n_experts_per_tok);
 		struct capy_offload_stats st;
 		const bool off = capy_engine_offload_stats(e, &st);
 		if (c == 0) {
@@ -198,6 +226,8 @@ static void model(const char *name)
 			       name, cf->what, bad, rows * V, st.slots, st.experts, st.resident, st.hits, st.misses,
 			       st.streamed, st.loads, st.evictions, st.cpu_threads);
 			CHECK_MSG(bad == 0, "%s, %s: logits not bitwise equal to all resident", name, cf->what);
+			CHECK_MSG(!memcmp(ggot, gref, sizeof(gref)), "%s, %s: tokens sampled on the GPU differ from all resident",
+				  name, cf->what);
 			CHECK_MSG(off, "%s, %s: not offloading", name, cf->what);
 			/* the model's MoE layers (an MTP head's experts are a stack too, not run here) */
 			CHECK_EQ_U64(st.experts, mc->n_experts * moe_layers(mc));
@@ -227,8 +257,11 @@ static void test_models(void)
 	static const char *const names[] = { "qwen3_5_moe", "qwen3_5_moe-nvfp4", "qwen3_next", "qwen4_exp",
 					     "share/models/capy-tiny-nvfp4" };
 
+	const char *only = getenv("CAPY_OFFLOAD_MODEL"); /* one model (a name's substring), to run less */
+
 	for (size_t i = 0; i < ARRAY_SIZE(names); i++)
-		model(names[i]);
+		if (!only || strstr(names[i], only))
+			model(names[i]);
 }
 
 /* Offload refuses BF16 routed experts (the CPU's exact kernels are W4A4), in one line. */

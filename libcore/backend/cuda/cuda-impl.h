@@ -260,8 +260,9 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 int cu_offload_before_step(struct cuda_engine *e, struct capy_err *err);
 int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err);
 bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats *s);
-/* cudaStreamSynchronize of the step's stream, with offload's CPU jobs woken meanwhile. */
-cudaError_t cu_offload_sync(struct cuda_engine *e);
+/* The end of a step's layers on the stream (inside a captured graph too): the branch of the
+ * CPU's wake-up nodes (CAPY_CUDA_OFFLOAD_WAKE=kick) joins it. */
+int cu_offload_layers_end(struct cuda_engine *e, struct capy_err *err);
 
 /* forward.c */
 int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);

@@ -299,7 +299,7 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 	if (any_host && (r = cudaMemcpyAsync(s->logits_host, s->logits, m * V * sizeof(float), cudaMemcpyDeviceToHost,
 					     e->stream)) != cudaSuccess)
 		return cu_err(err, r, "copying the logits");
-	if ((r = cu_offload_sync(e)) != cudaSuccess)
+	if ((r = cudaStreamSynchronize(e->stream)) != cudaSuccess)
 		return cu_err(err, r, "the step");
 	for (uint64_t i = 0; i < m; i++) {
 		const struct ck_sample_out *o = &s->smp_out_host[i];
@@ -364,7 +364,7 @@ static int logits_out(struct cuda_engine *e, const struct capy_batch *b, struct 
 		return logits_chunk(e, s->row_idx, m, err);
 	}
 	/* No logits wanted: the step still ends finished, so its staging buffers are free. */
-	if ((r = cu_offload_sync(e)) != cudaSuccess)
+	if ((r = cudaStreamSynchronize(e->stream)) != cudaSuccess)
 		return cu_err(err, r, "the step");
 	return 0;
 }
@@ -420,7 +420,7 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 		else if (i + 1 == c->n_layers)
 			TRY(ck_add(s->x, s->out, T * H, st), "residual");
 	}
-	return 0;
+	return e->off ? cu_offload_layers_end(e, err) : 0;
 }
 
 /* Decode steps (one token per item) replay a captured graph of layers(), one per shape of

@@ -28,13 +28,13 @@
 #include <cuda.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 typedef CUresult (*wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned int);
 
 #define OFF_EVENTS 16
 #define OFF_MAX_SWAPS 32 /* replacements a step: about 2 ms of PCIe for 1.7 MB experts */
 #define OFF_SPIN_US 300  /* the expert threads stay awake this long after a job (a step's next layer) */
+#define OFF_WAKE_DEFAULT OFF_WAKE_HOST /* kick is not measured yet: docs/offload.md */
 
 struct off_pending {
 	uint32_t key, slot;
@@ -44,6 +44,12 @@ struct off_pending {
 struct cu_off_layer {
 	struct cuda_engine *e;
 	uint32_t moe;
+};
+
+/* How the CPU learns that a layer's job was requested (CAPY_CUDA_OFFLOAD_WAKE). */
+enum off_wake {
+	OFF_WAKE_HOST, /* a host node posts the job, and the wait for its result follows the node */
+	OFF_WAKE_KICK, /* the hand-over kernel requests it; a host node off the critical path wakes the pool */
 };
 
 struct cu_offload {
@@ -66,9 +72,10 @@ struct cu_offload {
 	int32_t *route_dev;
 	struct capy_cpu_experts_job **job; /* [n_moe], in the hand-over area */
 	struct ck_offload_job *jw;        /* [n_moe]: their words' device addresses */
-	bool watch;                       /* the GPU requests jobs itself, the engine thread wakes the
-					   * pool (else a host node posts each job) */
-	bool *kicked;                     /* [n_moe] (watch): woken for its current request */
+	enum off_wake wake;
+	cudaStream_t kick;                /* (kick): the wake-up nodes' branch, joined at the step's end */
+	cudaEvent_t ev_kick_join;
+	bool kicks;                       /* (kick): wake-up nodes enqueued since the last join */
 	bool *used;                       /* [n_moe]: a layer of the model runs it (not the MTP head's) */
 	uint64_t n_used;
 	struct capy_cpu_experts *cpu;
@@ -140,6 +147,19 @@ static void CUDART_CB host_wait(void *p)
 	capy_cpu_experts_wait(u->e->off->job[u->moe], &err); /* its status is read after the step */
 }
 
+/* A layer's wake-up (OFF_WAKE_KICK), reached once its hand-over kernel has run: a pool still
+ * awake from the previous job (spin_us) has taken the GPU's request already; otherwise this
+ * wakes it. Nothing on the GPU waits for it but the step's end, so its latency (a host node's
+ * round trip, ~150-200 us on the H200 VM) costs only when the pool was asleep. */
+static void CUDART_CB host_kick(void *p)
+{
+	const struct cu_off_layer *u = p;
+	struct cu_offload *o = u->e->off;
+
+	if (atomic_load_explicit(&o->job[u->moe]->req, memory_order_acquire))
+		capy_cpu_experts_kick(o->cpu);
+}
+
 int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_artifact *a = e->a;
@@ -194,11 +214,10 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	o->ud = calloc(o->n_moe, sizeof(*o->ud));
 	o->job = calloc(o->n_moe, sizeof(*o->job));
 	o->jw = calloc(o->n_moe, sizeof(*o->jw));
-	o->kicked = calloc(o->n_moe, sizeof(*o->kicked));
 	o->used = calloc(o->n_moe, sizeof(*o->used));
 	o->swaps = calloc(o->n_moe * o->E, sizeof(*o->swaps));
 	if (!o->host_off || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu || !o->dn || !o->ud ||
-	    !o->swaps || !o->job || !o->jw || !o->kicked || !o->used)
+	    !o->swaps || !o->job || !o->jw || !o->used)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	uint64_t total = 0;
 	for (uint64_t i = 0; i < o->n_moe; i++) {
@@ -302,12 +321,19 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 											.max_swaps = OFF_MAX_SWAPS },
 						    err)) < 0)
 		return rc;
-	{ /* How the CPU learns of a job: a host node per layer posts it (default), or the GPU's
-	   * request words watched by the engine thread (CAPY_CUDA_OFFLOAD_WAKE=watch: faster where
-	   * host nodes are slow, but it hung on the H200 VM with 4 or more expert threads, cause
-	   * not found yet: docs/offload.md). */
+	{ /* How the CPU learns of a job (docs/offload.md): CAPY_CUDA_OFFLOAD_WAKE=host, a host
+	   * node per layer posts it and the wait for the result follows it; =kick, the hand-over
+	   * kernel requests it and a host node off the critical path wakes the pool if asleep. */
 		const char *w = getenv("CAPY_CUDA_OFFLOAD_WAKE"), *sp = getenv("CAPY_CUDA_OFFLOAD_SPIN_US");
-		o->watch = w && !strcmp(w, "watch");
+		o->wake = OFF_WAKE_DEFAULT;
+		if (w && *w) {
+			if (!strcmp(w, "host"))
+				o->wake = OFF_WAKE_HOST;
+			else if (!strcmp(w, "kick"))
+				o->wake = OFF_WAKE_KICK;
+			else
+				return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAKE=%s: expected host or kick", w);
+		}
 		struct capy_cpu_experts_opts co = { .threads = e->opts.expert_threads,
 						    .spin_us = sp ? (uint32_t)strtoul(sp, NULL, 10) : OFF_SPIN_US };
 		if ((rc = capy_cpu_experts_new(&o->cpu, &co, err)) < 0)
@@ -319,6 +345,8 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	o->threads = capy_cpu_experts_threads(o->cpu)->n;
 	if ((r = cudaStreamCreateWithFlags(&o->copy, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (r = cudaStreamCreateWithFlags(&o->side, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (r = cudaStreamCreateWithFlags(&o->kick, cudaStreamNonBlocking)) != cudaSuccess ||
+	    (r = cudaEventCreateWithFlags(&o->ev_kick_join, cudaEventDisableTiming)) != cudaSuccess ||
 	    (r = cudaEventCreateWithFlags(&o->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
 	    (r = cudaEventCreateWithFlags(&o->ev_join, cudaEventDisableTiming)) != cudaSuccess)
 		return cu_err(err, r, "creating the offload streams");
@@ -364,6 +392,10 @@ void cu_offload_close(struct cuda_engine *e)
 		cudaStreamDestroy(o->copy);
 	if (o->side)
 		cudaStreamDestroy(o->side);
+	if (o->kick)
+		cudaStreamDestroy(o->kick);
+	if (o->ev_kick_join)
+		cudaEventDestroy(o->ev_kick_join);
 	cudaFree(o->pool);
 	cudaFree(o->map_dev);
 	cudaFreeHost(o->map_host);
@@ -381,7 +413,6 @@ void cu_offload_close(struct cuda_engine *e)
 	free(o->pend);
 	free(o->job);
 	free(o->jw);
-	free(o->kicked);
 	free(o->used);
 	free(o);
 	e->off = NULL;
@@ -401,13 +432,16 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 
 	TRY(ck_offload_handoff(sc->moe_ids, st->n_grouped ? st->grouped : NULL, xn, T, k, H, o->map_dev + moe * o->E,
 			       o->sids, o->gids, o->route_dev + moe * o->S, o->hd,
-			       o->watch ? o->jw[moe] : (struct ck_offload_job){ 0 }, exact, e->stream),
+			       o->wake == OFF_WAKE_KICK ? o->jw[moe] : (struct ck_offload_job){ 0 }, exact, e->stream),
 	    "expert hand-over");
 	if (exact) { /* the misses: posted to the CPU, waited for, gathered, beside the GPU's experts */
 		if ((r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess ||
 		    (r = cudaStreamWaitEvent(o->side, o->ev_fork, 0)) != cudaSuccess ||
-		    (!o->watch && (r = cudaLaunchHostFunc(o->side, host_post, &o->ud[moe])) != cudaSuccess))
+		    (o->wake == OFF_WAKE_HOST && (r = cudaLaunchHostFunc(o->side, host_post, &o->ud[moe])) != cudaSuccess) ||
+		    (o->wake == OFF_WAKE_KICK && ((r = cudaStreamWaitEvent(o->kick, o->ev_fork, 0)) != cudaSuccess ||
+						  (r = cudaLaunchHostFunc(o->kick, host_kick, &o->ud[moe])) != cudaSuccess)))
 			return cu_err(err, r, "handing experts to the CPU");
+		o->kicks |= o->wake == OFF_WAKE_KICK;
 		if (o->wait_value) {
 			CUresult cr = o->wait_value((CUstream)o->side, (CUdeviceptr)(uintptr_t)o->jw[moe].done, 1,
 						    CU_STREAM_WAIT_VALUE_EQ);
@@ -558,37 +592,20 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 	return 0;
 }
 
-/* The end of the step on the stream. Watching (the default): the engine thread, which waits for
- * the step anyway, looks at the layers' request words while it does and wakes the pool for a
- * job the GPU requested (the pool's threads may be awake and take it first); no host node, no
- * extra thread. */
-cudaError_t cu_offload_sync(struct cuda_engine *e)
+/* The step's layers are enqueued: its wake-up nodes join the stream (a captured graph must
+ * end where it began). */
+int cu_offload_layers_end(struct cuda_engine *e, struct capy_err *err)
 {
 	struct cu_offload *o = e->off;
 	cudaError_t r;
 
-	if (!o || !o->watch)
-		return cudaStreamSynchronize(e->stream);
-	uint64_t last = 0;
-	while ((r = cudaStreamQuery(e->stream)) == cudaErrorNotReady) {
-		/* A request not yet seen is woken for at once; one still there 50 us later again (the
-		 * watcher may have slept through a request taken and a new one made). */
-		struct timespec ts;
-		clock_gettime(CLOCK_MONOTONIC, &ts);
-		const uint64_t now = (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-		for (uint64_t i = 0; i < o->n_moe; i++) {
-			const bool req = atomic_load_explicit(&o->job[i]->req, memory_order_relaxed) != 0;
-			if (req && (!o->kicked[i] || now - last > 50)) {
-				capy_cpu_experts_kick(o->cpu);
-				last = now;
-			}
-			o->kicked[i] = req;
-		}
-#if defined(__x86_64__)
-		__builtin_ia32_pause();
-#endif
-	}
-	return r;
+	if (!o || !o->kicks)
+		return 0;
+	o->kicks = false;
+	if ((r = cudaEventRecord(o->ev_kick_join, o->kick)) != cudaSuccess ||
+	    (r = cudaStreamWaitEvent(e->stream, o->ev_kick_join, 0)) != cudaSuccess)
+		return cu_err(err, r, "joining the experts' wake-ups");
+	return 0;
 }
 
 bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats *s)
