@@ -26,6 +26,15 @@
 # device: its 16 cores build them in minutes of device time); `prepare` then builds nothing and
 # LLAMA_SRC needs only convert_hf_to_gguf.py with its gguf-py/ and conversion/.
 # CAPY_ARGS: more step-bench arguments (e.g. --step-tokens 4096).
+#
+#   bench/llama-side-by-side.sh WORK offload [N] [LAYERS...]   # issue 10's comparison at equal VRAM
+#
+# `offload` times, per round and for each count of layers whose experts stay off the GPU
+# (LAYERS, default 0 2 4 6 8): llama-bench with `-ncmoe L` (those layers' experts computed on the
+# CPU, 16 threads; pp4096 and tg128) against step-bench with as many expert slots as llama.cpp
+# keeps experts on the GPU ((8 - L) x 256; 0 slots for L = 8) and 15 CPU expert threads, once
+# per CPU wake-up (CAPY_CUDA_OFFLOAD_WAKE=host and kick, docs/offload.md). Both engines hold
+# the same experts' bytes in VRAM; capy's slots cache whichever experts route most.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 work=${1:?WORK}
@@ -64,6 +73,24 @@ if [ "$what" = prepare ]; then
 	exit 0
 fi
 rounds=${3:-2}
+if [ "$what" = offload ]; then
+	layers=${*:4}
+	for r in $(seq "$rounds"); do
+		for l in ${layers:-0 2 4 6 8}; do
+			slots=$(((8 - l) * 256))
+			for w in host kick; do
+				echo "### round $r: capy, experts of $l layers off the GPU ($slots slots), wake-up $w"
+				CAPY_CUDA_OFFLOAD_WAKE=$w "$benchbin/step-bench" "$work/m.capy" --device cuda --prefill 4096 \
+					--batch 1,8 --decode 64 --expert-slots "$slots" --expert-threads 15 ${CAPY_ARGS:-} |
+					grep -E "^(prefill|decode|  offload)" || true
+			done
+			echo "### round $r: llama.cpp llama-bench -ncmoe $l"
+			"$lb/llama-bench" -m "$work/m.gguf" -ngl 99 -fa 1 -ncmoe "$l" -t 16 -p 4096 -n 128 -r 2 2>&1 |
+				grep -E "^\|" || true
+		done
+	done
+	exit 0
+fi
 for r in $(seq "$rounds"); do
 	echo "### round $r: capy"
 	"$benchbin/step-bench" "$work/m.capy" --device cuda --prefill 4096,16384 --batch 1,8 --decode 128 ${CAPY_ARGS:-}
