@@ -415,10 +415,6 @@ static bool ends_with(const char *s, size_t n, const char *suffix)
 	return n >= k && !memcmp(s + n - k, suffix, k);
 }
 
-/* tool_choice required or named: the answer is made to start with the model's own tool-call
- * opening (XML for templates that describe <function=...>, else hermes JSON), so it is a call
- * from its first token; the call grammar continues it. Not where the prompt ends inside
- * <think>: there the grammar lets the model reason first, and nothing is forced. */
 /* Whether the template wrote the XML call syntax (<function=...>) into the prompt: by length,
  * since a prompt can hold NUL bytes (a message's \u0000). */
 static bool xml_calls(const char *prompt, size_t len)
@@ -426,10 +422,13 @@ static bool xml_calls(const char *prompt, size_t len)
 	return memmem(prompt, len, "<function=", 10) != NULL;
 }
 
-static char *forced_start(const struct job *j, const char *prompt, size_t len)
+/* tool_choice required or named: the answer is made to start with the model's own tool-call
+ * opening (XML where xml says the template describes <function=...>, else hermes JSON), so it is
+ * a call from its first token; the call grammar continues it. Not where the prompt ends inside
+ * <think>: there the grammar lets the model reason first, and nothing is forced. */
+static char *forced_start(const struct job *j, bool xml)
 {
 	const struct capy_api_request *r = &j->req;
-	bool xml = xml_calls(prompt, len);
 	struct capy_buf b = { 0 };
 
 	if (r->tool_choice != CAPY_API_TOOLS_REQUIRED && r->tool_choice != CAPY_API_TOOLS_NAMED)
@@ -576,14 +575,15 @@ static int chat_prompt(struct job *j, struct capy_tokens *ids, char **text, size
 	}
 	j->think_open = ends_with(prompt, len, "<think>\n") || ends_with(prompt, len, "<think>");
 	bool calls = forced_call(&j->req) || allowed_auto(&j->req);
+	const bool xml = xml_calls(prompt, len);
 	if (j->api != CAPY_API_COUNT_TOKENS && (calls || j->req.response_format != CAPY_API_FORMAT_TEXT)) {
-		rc = calls ? call_grammar(j, xml_calls(prompt, len), ae) : format_grammar(j, ae);
+		rc = calls ? call_grammar(j, xml, ae) : format_grammar(j, ae);
 		if (rc < 0) {
 			free(prompt);
 			return rc;
 		}
 	}
-	if (j->api != CAPY_API_COUNT_TOKENS && (j->forced = forced_start(j, prompt, len))) {
+	if (j->api != CAPY_API_COUNT_TOKENS && (j->forced = forced_start(j, xml))) {
 		char *p = realloc(prompt, len + strlen(j->forced) + 1);
 		if (!p) {
 			free(prompt);
