@@ -104,6 +104,16 @@ static __device__ __forceinline__ bool allowed(const uint32_t *mk, uint64_t i)
 	return !mk || ((mk[i >> 5] >> (i & 31)) & 1);
 }
 
+/* Greedy's step: v at id i, if allowed, replaces the best so far when larger (or when nothing
+ * was taken yet and it equals -inf); NaN never does. */
+static __device__ __forceinline__ void greedy_take(float v, uint32_t ok, int i, float *bv, int *bx)
+{
+	if (ok && (v > *bv || (*bx < 0 && v == *bv))) {
+		*bv = v;
+		*bx = i;
+	}
+}
+
 static __global__ void __launch_bounds__(SM_THREADS)
 	k_sample(const float *logits, uint64_t V, const struct ck_sample_row *rows, struct ck_sample_out *out)
 {
@@ -121,13 +131,24 @@ static __global__ void __launch_bounds__(SM_THREADS)
 	if (p.mode == CK_SAMPLE_NONE)
 		return;
 	if (p.mode == CK_SAMPLE_GREEDY) {
+		/* Every load is unconditional, so the loop's loads do not wait on the comparisons
+		 * before them: with the mask test ahead of the logit's load, as before, a masked
+		 * row's 242 loads a thread were issued one after another and cost ~0.08 ms. Each
+		 * thread still visits its ids in increasing order: the first maximum stays first. */
 		float bv = -INFINITY;
 		int bx = -1;
-		for (uint64_t i = tid; i < V; i += SM_THREADS)
-			if (allowed(p.mask, i) && (l[i] > bv || (bx < 0 && l[i] == bv))) {
-				bv = l[i];
-				bx = (int)i;
-			}
+		const uint64_t head = ((uintptr_t)l & 15) == 0 ? V / 4 : 0; /* float4 groups */
+#pragma unroll 4
+		for (uint64_t j = tid; j < head; j += SM_THREADS) {
+			const float4 x = ((const float4 *)l)[j];
+			const uint32_t w = p.mask ? p.mask[j >> 3] >> ((j & 7) * 4) : 0xFu;
+			greedy_take(x.x, w & 1, (int)(4 * j), &bv, &bx);
+			greedy_take(x.y, w & 2, (int)(4 * j + 1), &bv, &bx);
+			greedy_take(x.z, w & 4, (int)(4 * j + 2), &bv, &bx);
+			greedy_take(x.w, w & 8, (int)(4 * j + 3), &bv, &bx);
+		}
+		for (uint64_t i = 4 * head + tid; i < V; i += SM_THREADS)
+			greedy_take(l[i], allowed(p.mask, i), (int)i, &bv, &bx);
 		block_best(&bv, &bx, sv, sx);
 		if (tid == 0) {
 			/* The host's loop starts at first (0, or the lowest allowed id) and takes only

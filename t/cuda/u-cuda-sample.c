@@ -1,11 +1,12 @@
 /* u-cuda-sample.c - the device's half of sampling (kernels/sample.cu) against the host's
  * sampler on whole rows: for greedy rows the same index as capy_sampler_next, for top-k rows
  * the same tokens, draw after draw, from the device's candidate list as from the whole row;
- * on a 248k vocabulary and small ones, continuous logits, heavy ties, rows of one value,
- * NaN and infinities, k larger than the row; rows with ties beyond the list reported. With a
- * token mask (structured output): the same tokens as capy_sampler_next_masked on the same
- * logits, for sparse masks, a single allowed id (first or last), allowed ids whose logits are
- * all -inf or NaN, and a range at the end of the vocabulary. */
+ * on a 248k vocabulary and small ones (some whose rows are not 16-byte aligned), continuous
+ * logits, heavy ties, rows of one value, NaN and infinities, k larger than the row; rows with
+ * ties beyond the list reported. With a token mask (structured output): the same tokens as
+ * capy_sampler_next_masked on the same logits, for sparse masks, a single allowed id (first
+ * or last), allowed ids whose logits are all -inf or NaN, and a range at the end of the
+ * vocabulary. */
 #include "test.h"
 
 #include "cuda-test.h"
@@ -226,7 +227,7 @@ static void test_rows_together(void)
 
 int main(void)
 {
-	const uint64_t Vs[] = { 248320, 151936, 3000, 700 };
+	const uint64_t Vs[] = { 248320, 151936, 3000, 700, 1001, 4094 }; /* 1001, 4094: rows off float4 alignment */
 	const struct capy_sampler_params ps[] = {
 		{ .temperature = 0 },
 		{ .temperature = 0.7f, .top_k = 20, .top_p = 0.8f, .seed = 1 },
