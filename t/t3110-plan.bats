@@ -190,6 +190,50 @@ slot_bytes() { jq '[.expert_stacks[].stride] | max // 0' "$1"; }
 	[[ "$output" == *"all $n experts resident"* ]]
 }
 
+@test "an elastic attention cache: past 4096 tokens a sequence's pages share the slots' memory; the budget must hold every context with no slots" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy j=$BATS_FILE_TMPDIR/qwen3_5_moe.json
+	local slot=$(slot_bytes "$j") n=$(n_experts "$j")
+	# The fixed parts with every page of 2 x 16384 tokens, from a plan with no budget.
+	run --separate-stderr capy-serve "$art" --plan --max-context 16384 --max-concurrency 2 --expert-slots 1
+	[ "$status" -eq 0 ]
+	[[ "$output" =~ attention\ cache\ +[0-9.]+\ +([0-9]+)\ +([0-9]+)\ pages\ of\ 64\ tokens,\ ([0-9]+)\ bytes\ each\;\ elastic:\ ([0-9]+)\ held ]]
+	local kv=${BASH_REMATCH[1]} pages=${BASH_REMATCH[2]} pb=${BASH_REMATCH[3]} held=${BASH_REMATCH[4]}
+	[ "$pages" -eq $((2 * 16384 / 64 + 2)) ]
+	[ "$held" -eq $((2 * 4096 / 64 + 2)) ]
+	local fixed=$(row device "fixed parts") shared=$(((pages - held) * pb))
+	[ "$(row device "KV shared with slots")" -eq "$shared" ]
+	# One slot is less than the pages beyond the held ones: the pool is as large as those pages.
+	[ "$slot" -lt "$shared" ]
+	[ "$(row device total)" -eq "$fixed" ]
+	# A budget of the fixed parts and 5 slots: the slots count as if the cache held only its
+	# held pages, and the total stays within the budget.
+	local gpu=$((fixed + 5 * slot))
+	run --separate-stderr capy-serve "$art" --plan --max-context 16384 --max-concurrency 2 --gpu-mem $gpu
+	[ "$status" -eq 0 ]
+	[ -z "$stderr" ]
+	# (the fixture's experts are small against its pages: all 40 get a slot, and the pool is
+	# as large as the pages beyond the held ones)
+	local slots=$(((gpu - fixed + shared) / slot)) pool
+	[ "$slots" -gt 5 ]
+	[ "$slots" -le "$n" ] || slots=$n
+	[[ "$output" == *"routed-expert slots"*"$(slots_note "$slots" "$n" "$slot")"* ]]
+	pool=$((slots * slot > shared ? slots * slot : shared))
+	[ "$(row device total)" -eq $((fixed - shared + pool)) ]
+	[ "$(row device total)" -le "$gpu" ]
+	# The budget must still hold both contexts at 16384 tokens with no slots at all.
+	run --separate-stderr capy-serve "$art" --plan --max-context 16384 --max-concurrency 2 --gpu-mem $((fixed - 1))
+	[ "$status" -eq 1 ]
+	[[ "$stderr" == *"is too small: the fixed parts need "*"attention cache "*" for 2 x 16384 tokens"* ]]
+	# 4096 tokens or fewer a sequence: nothing to share, as before.
+	run --separate-stderr capy-serve "$art" --plan --max-context 4096 --max-concurrency 2 --gpu-mem $gpu
+	[[ "$output" != *elastic* ]]
+	[[ "$output" != *"KV shared with slots"* ]]
+	# capy-gen's one sequence likewise.
+	run --separate-stderr capy-gen "$art" --plan --max-context 16384 --expert-slots 1
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"elastic: $((4096 / 64 + 1)) held"* ]]
+}
+
 # slots_note N EXPERTS SLOT_BYTES: the routed-expert slots row's note for N slots.
 slots_note() {
 	echo "$1 slots of $3 bytes: $1 of $2 experts resident"
@@ -371,8 +415,11 @@ slots_note() {
 	# ... the small one does, with the rest in expert slots of the largest expert record ...
 	run --separate-stderr capy-serve "$art" --plan --profile small --gpu-mem 16G
 	[ "$status" -eq 0 ]
-	local fixed=$(row device "fixed parts") slot=$(slot_bytes "$j")
-	local slots=$(((16 * 1024 * 1024 * 1024 - fixed) / slot))
+	# (its 2 x 8192 tokens are an elastic cache: the slots count without the pages beyond the
+	# 2 x 4096 tokens held, which share the slots' memory)
+	local fixed=$(row device "fixed parts") slot=$(slot_bytes "$j") shared=$(row device "KV shared with slots")
+	[ "$shared" -gt 0 ]
+	local slots=$(((16 * 1024 * 1024 * 1024 - fixed + shared) / slot))
 	[[ "$output" == *"$slots slots of $slot bytes: $slots of 24576 experts resident"* ]]
 	[ "$(row host "routed experts")" -eq "$(expert_bytes "$j")" ]
 	[ -z "$stderr" ]

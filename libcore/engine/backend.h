@@ -26,11 +26,15 @@ struct capy_engine {
 	void *be;                /* the backend's own state */
 	uint64_t step_tokens;
 	uint64_t page_tokens;    /* tokens per attention-cache page */
-	/* page pool: ids 0 .. n_pages-1, reference count 0 = free */
+	/* page pool: ids 0 .. n_pages-1, reference count 0 = free; the lowest free id is taken
+	 * first and free ids at the top leave the pool, so that the ids in use stay low and the
+	 * storage above them can go back to the backend (pages_release) */
 	uint32_t *page_ref;
-	uint32_t *free_pages;    /* stack of free ids */
+	uint64_t *free_bits;     /* bit i: id i is free */
+	uint32_t free_lo;        /* no free id below word free_lo */
 	uint32_t n_pages, n_free, pages_used, pages_cap;
 	uint32_t storage_pages;  /* ids the backend has storage for */
+	uint32_t reserved_pages; /* capy_engine_reserve's: storage never given back below this */
 	float *sample_logits;    /* host sampling of items without logits: vocab floats each */
 	size_t sample_rows;
 };
@@ -106,6 +110,14 @@ struct capy_backend_ops {
 	uint64_t (*page_bytes)(const struct capy_engine *e);
 	int (*pages_reserve)(struct capy_engine *e, uint32_t n, struct capy_err *err);
 	void (*page_copy)(struct capy_engine *e, uint32_t dst, uint32_t src);
+	/* Optional: give back the storage of ids >= n (no id there is held); returns the ids it
+	 * still has storage for (>= n: a backend may keep more). Called between steps. */
+	uint32_t (*pages_release)(struct capy_engine *e, uint32_t n);
+	/* Optional: an elastic attention cache (expert offload's budget shared with the expert
+	 * slots, docs/offload.md): the most ids pages_reserve can provide, or 0 when storage is
+	 * not elastic. capy_engine_reserve then only checks against it and takes nothing: the
+	 * storage is taken as sequences grow, and given back when they end. */
+	uint32_t (*pages_elastic)(const struct capy_engine *e);
 	/* Recurrent state of a sequence: a fresh one (the start of a sequence), copy, free. */
 	uint64_t (*state_bytes)(const struct capy_engine *e);
 	int (*state_new)(struct capy_engine *e, void **out, struct capy_err *err);

@@ -135,7 +135,7 @@ void capy_engine_free(struct capy_engine *e)
 		return;
 	e->ops->close(e);
 	free(e->page_ref);
-	free(e->free_pages);
+	free(e->free_bits);
 	free(e->sample_logits);
 	free(e);
 }
@@ -193,16 +193,32 @@ uint64_t capy_engine_weight_bytes(const struct capy_engine *e)
 int capy_engine_reserve(struct capy_engine *e, uint64_t tokens, uint64_t sequences, struct capy_err *err)
 {
 	uint64_t n = capy_kv_pages_needed(tokens, sequences, e->page_tokens);
+	uint32_t most = e->ops->pages_elastic ? e->ops->pages_elastic(e) : 0;
 	int rc;
 
 	if (n > UINT32_MAX - 1)
 		return capy_err_set(err, CAPY_EINVAL, "attention cache: %" PRIu64 " pages are too many", n);
+	if (most) { /* elastic: the plan holds it; storage comes as sequences grow */
+		if (n > most)
+			return capy_err_set(err, CAPY_ENOMEM,
+					    "attention cache: %" PRIu64 " pages for %" PRIu64 " tokens over %" PRIu64
+					    " sequences, and the memory plan holds %" PRIu32,
+					    n, tokens, sequences, most);
+		return 0;
+	}
+	if (n > e->reserved_pages)
+		e->reserved_pages = (uint32_t)n;
 	if (n <= e->storage_pages)
 		return 0;
 	if ((rc = e->ops->pages_reserve(e, (uint32_t)n, err)) < 0)
 		return rc;
 	e->storage_pages = (uint32_t)n;
 	return 0;
+}
+
+uint64_t capy_engine_pages_held(const struct capy_engine *e)
+{
+	return e->storage_pages;
 }
 
 void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size)
@@ -237,35 +253,53 @@ bool capy_engine_offload_stats(const struct capy_engine *e, struct capy_offload_
 
 /* --- the page pool ------------------------------------------------------------------------ */
 
+/* A new id at the top of the pool (none is free): storage for it, room in the tables. */
+static int page_grow(struct capy_engine *e, struct capy_err *err)
+{
+	uint32_t n = e->n_pages;
+	int rc;
+
+	if (n == UINT32_MAX - 1)
+		return capy_err_set(err, CAPY_ENOMEM, "attention cache: out of page ids");
+	if (n + 1 > e->storage_pages) {
+		if ((rc = e->ops->pages_reserve(e, n + 1, err)) < 0)
+			return rc;
+		e->storage_pages = n + 1;
+	}
+	if (n == e->pages_cap) {
+		uint32_t cap = n ? 2 * n : 64;
+		uint32_t *ref = realloc(e->page_ref, (size_t)cap * sizeof(*ref));
+		uint64_t *fb;
+		if (ref)
+			e->page_ref = ref;
+		fb = ref ? realloc(e->free_bits, (size_t)cap / 64 * sizeof(*fb)) : NULL;
+		if (!fb)
+			return capy_err_set(err, CAPY_ENOMEM, "out of memory for the page table");
+		memset(fb + e->pages_cap / 64, 0, (size_t)(cap - e->pages_cap) / 64 * sizeof(*fb));
+		e->free_bits = fb;
+		e->pages_cap = cap;
+	}
+	e->page_ref[n] = 0;
+	e->free_bits[n / 64] |= 1ull << (n % 64);
+	e->n_free++;
+	if (n / 64 < e->free_lo)
+		e->free_lo = n / 64;
+	e->n_pages = n + 1;
+	return 0;
+}
+
 int engine_page_alloc(struct capy_engine *e, uint32_t *id, struct capy_err *err)
 {
-	if (!e->n_free) {
-		uint32_t n = e->n_pages;
-		int rc;
-		if (n == UINT32_MAX)
-			return capy_err_set(err, CAPY_ENOMEM, "attention cache: out of page ids");
-		if (n + 1 > e->storage_pages) {
-			if ((rc = e->ops->pages_reserve(e, n + 1, err)) < 0)
-				return rc;
-			e->storage_pages = n + 1;
-		}
-		if (n == e->pages_cap) {
-			uint32_t cap = n ? 2 * n : 64;
-			uint32_t *ref = realloc(e->page_ref, (size_t)cap * sizeof(*ref)), *fr;
-			if (ref)
-				e->page_ref = ref;
-			fr = ref ? realloc(e->free_pages, (size_t)cap * sizeof(*fr)) : NULL;
-			if (fr)
-				e->free_pages = fr;
-			if (!ref || !fr)
-				return capy_err_set(err, CAPY_ENOMEM, "out of memory for the page table");
-			e->pages_cap = cap;
-		}
-		e->page_ref[n] = 0;
-		e->free_pages[e->n_free++] = n;
-		e->n_pages = n + 1;
-	}
-	*id = e->free_pages[--e->n_free];
+	int rc;
+
+	if (!e->n_free && (rc = page_grow(e, err)) < 0)
+		return rc;
+	while (!e->free_bits[e->free_lo]) /* n_free > 0: a set bit lies ahead */
+		e->free_lo++;
+	const uint64_t w = e->free_bits[e->free_lo];
+	*id = e->free_lo * 64 + (uint32_t)__builtin_ctzll(w);
+	e->free_bits[e->free_lo] = w & (w - 1);
+	e->n_free--;
 	e->page_ref[*id] = 1;
 	e->pages_used++;
 	return 0;
@@ -280,10 +314,32 @@ void engine_page_drop(struct capy_engine *e, uint32_t id)
 {
 	if (!e->page_ref[id])
 		CAPY_BUG("page %" PRIu32 " released twice", id);
-	if (--e->page_ref[id] == 0) {
-		e->free_pages[e->n_free++] = id;
-		e->pages_used--;
+	if (--e->page_ref[id])
+		return;
+	e->pages_used--;
+	e->free_bits[id / 64] |= 1ull << (id % 64);
+	e->n_free++;
+	if (id / 64 < e->free_lo)
+		e->free_lo = id / 64;
+	/* free ids at the top leave the pool */
+	while (e->n_pages && !e->page_ref[e->n_pages - 1]) {
+		const uint32_t t = e->n_pages - 1;
+		e->free_bits[t / 64] &= ~(1ull << (t % 64));
+		e->n_free--;
+		e->n_pages = t;
 	}
+}
+
+/* Only a surplus of 64 pages and a quarter of what stays goes back: a sequence forked and
+ * freed every step (a draft, a probe) must not free and take the same storage each time. */
+#define TRIM_MIN_PAGES 64
+
+void engine_pages_trim(struct capy_engine *e)
+{
+	const uint32_t keep = CAPY_MAX(e->n_pages, e->reserved_pages);
+
+	if (e->ops->pages_release && e->storage_pages >= keep + CAPY_MAX(TRIM_MIN_PAGES, keep / 4))
+		e->storage_pages = e->ops->pages_release(e, keep);
 }
 
 /* --- steps --------------------------------------------------------------------------------- */

@@ -113,9 +113,15 @@ uint64_t capy_engine_page_bytes(const struct capy_engine *e);
 uint64_t capy_engine_pages_used(const struct capy_engine *e);
 uint64_t capy_engine_state_bytes(const struct capy_engine *e);
 /* Storage for the attention cache of `tokens` tokens over `sequences` sequences, taken now
- * rather than as they come (a GPU plans its memory up front); fails with the numbers when
- * the backend cannot hold it. Pages beyond it are still taken on demand. */
+ * rather than as they come (a GPU plans its memory up front) and kept; fails with the
+ * numbers when the backend cannot hold it. Pages beyond it are still taken on demand, and
+ * their storage is given back when the sequences holding the highest ids end, where the
+ * backend can (the CPU's: freed). With an elastic attention cache (expert offload: its
+ * pages and the expert slots share the GPU's budget, docs/offload.md) it only checks that
+ * the plan holds them: the pages are taken from the expert slots as sequences grow. */
 int capy_engine_reserve(struct capy_engine *e, uint64_t tokens, uint64_t sequences, struct capy_err *err);
+/* Page ids the backend holds storage for now. */
+uint64_t capy_engine_pages_held(const struct capy_engine *e);
 /* One line on where the engine runs and what memory it holds (for the tools' logs). */
 void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size);
 /* The memory plan of a GPU backend in one line (offload/plan.h); false (buf empty) for a

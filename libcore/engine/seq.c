@@ -30,6 +30,7 @@ void capy_seq_free(struct capy_seq *s)
 	if (!s)
 		return;
 	drop_pages_from(s, 0);
+	engine_pages_trim(s->e);
 	if (s->state)
 		s->e->ops->state_free(s->e, s->state);
 	capy_snapshot_free(s->checkpoint);

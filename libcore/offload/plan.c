@@ -388,6 +388,7 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 	if (p->o.max_context)
 		p->pages = capy_kv_pages_needed(p->o.max_seqs * p->o.max_context, p->o.max_seqs, p->page_tokens);
 	p->kv = p->pages * p->page_bytes;
+	p->pages_held = p->pages;
 	p->state_bytes = capy_plan_state_floats(c) * 4;
 	p->states = p->o.max_seqs * p->state_bytes;
 	capy_plan_scratch(&s, a, c, p->o.step_tokens);
@@ -419,7 +420,12 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 	} else {
 		p->offload_dev = capy_plan_offload_dev(a, c, p->o.step_tokens);
 		p->fixed += p->offload_dev;
-		const uint64_t fixed = p->fixed;
+		const uint64_t held = capy_kv_pages_needed(p->o.max_seqs * CAPY_MIN(p->o.max_context, CAPY_PLAN_KV_HELD),
+							   p->o.max_seqs, p->page_tokens);
+		p->elastic = held < p->pages;
+		p->pages_held = p->elastic ? held : p->pages;
+		/* the slots count from the fixed parts with only the held pages */
+		const uint64_t grown = (p->pages - p->pages_held) * p->page_bytes, fixed = p->fixed - grown;
 		p->slots = p->experts;
 		if (p->o.gpu_mem)
 			p->slots = fixed < p->o.gpu_mem && p->slot_bytes ? CAPY_MIN(p->experts, (p->o.gpu_mem - fixed) / p->slot_bytes)
@@ -428,7 +434,10 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 			p->slots = 0;
 		else if (p->o.expert_slots > 0)
 			p->slots = CAPY_MIN(p->slots, (uint64_t)p->o.expert_slots);
-		p->device = fixed + p->slots * p->slot_bytes;
+		p->pool = p->slots * p->slot_bytes;
+		if (p->elastic)
+			p->pool = p->pages_held * p->page_bytes + CAPY_MAX(p->pool, grown);
+		p->device = (p->elastic ? fixed - p->pages_held * p->page_bytes : fixed) + p->pool;
 		p->host_experts = p->expert_bytes;
 		p->host_staging += capy_plan_offload_host(a, c, p->o.step_tokens);
 	}
@@ -509,8 +518,14 @@ void capy_plan_format(const struct capy_plan *p, const char *what, struct capy_b
 	capy_buf_printf(b, "device memory                 MiB          bytes\n");
 	row(b, "weights (non-expert)", p->weights, "%s", "");
 	row(b, "small vectors", p->small, "%s", "");
-	row(b, "attention cache", p->kv, "%" PRIu64 " pages of %" PRIu64 " tokens, %" PRIu64 " bytes each", p->pages,
-	    p->page_tokens, p->page_bytes);
+	if (p->elastic)
+		row(b, "attention cache", p->kv,
+		    "%" PRIu64 " pages of %" PRIu64 " tokens, %" PRIu64 " bytes each; elastic: %" PRIu64
+		    " held, the rest taken from the slots as contexts grow",
+		    p->pages, p->page_tokens, p->page_bytes, p->pages_held);
+	else
+		row(b, "attention cache", p->kv, "%" PRIu64 " pages of %" PRIu64 " tokens, %" PRIu64 " bytes each", p->pages,
+		    p->page_tokens, p->page_bytes);
 	row(b, "recurrent states", p->states, "%" PRIu64 " x %" PRIu64 " bytes", p->o.max_seqs, p->state_bytes);
 	row(b, "step buffers", p->scratch, "%" PRIu64 " tokens; token masks %" PRIu64 " x %" PRIu64 " bytes",
 	    p->o.step_tokens, p->mask_rows, p->mask_rows ? p->masks / p->mask_rows : 0);
@@ -527,6 +542,9 @@ void capy_plan_format(const struct capy_plan *p, const char *what, struct capy_b
 		row(b, "routed-expert slots", p->slots * p->slot_bytes,
 		    "%" PRIu64 " slots of %" PRIu64 " bytes: %" PRIu64 " of %" PRIu64 " experts resident", p->slots,
 		    p->slot_bytes, p->slots, p->experts);
+		if (p->elastic) /* the rows above count the whole cache in the fixed parts */
+			row(b, "KV shared with slots", p->kv - p->pages_held * p->page_bytes,
+			    "the attention cache beyond the held pages (not counted again in the total)");
 	}
 	if (p->o.gpu_mem)
 		row(b, "total", p->device, "of %.1f MiB", mib(p->o.gpu_mem));
@@ -564,9 +582,12 @@ void capy_plan_summary(const struct capy_plan *p, char *buf, size_t size)
 			 "%" PRIu64 " expert slots of %.3f MiB: %" PRIu64 " of %" PRIu64 " experts resident, the rest %s",
 			 p->slots, mib(p->slot_bytes), p->slots, p->experts,
 			 p->pinned ? "page-locked in host RAM" : "in the mapped artifact (not page-locked, slower)");
+	char kv[96] = "";
+	if (p->elastic)
+		snprintf(kv, sizeof(kv), ", elastic: %" PRIu64 " held, the rest shared with the slots", p->pages_held);
 	snprintf(buf, size,
-		 "plan: %.1f MiB fixed (weights %.1f, attention cache %.1f = %" PRIu64 " pages, states %.1f, step "
+		 "plan: %.1f MiB fixed (weights %.1f, attention cache %.1f = %" PRIu64 " pages%s, states %.1f, step "
 		 "buffers %.1f, attention workspace %.1f) + %s; %.1f MiB in all",
-		 mib(p->fixed), mib(p->weights + p->small), mib(p->kv), p->pages, mib(p->states),
+		 mib(p->fixed), mib(p->weights + p->small), mib(p->kv), p->pages, kv, mib(p->states),
 		 mib(p->scratch), mib(p->context), experts, mib(p->device));
 }

@@ -21,6 +21,14 @@
  * artifact's device tensors in one piece, exactly as without a plan. Experts that are not all
  * resident are held in host RAM, all of them in one page-locked allocation when
  * RLIMIT_MEMLOCK allows it, else read from the mapped artifact (not page-locked, slower).
+ *
+ * Elastic attention cache (offloading with a max_context beyond CAPY_PLAN_KV_HELD tokens):
+ * only the pages of max_seqs sequences of CAPY_PLAN_KV_HELD tokens are held from the start;
+ * the slots are counted as if the rest of the attention cache were not there, and the pages
+ * beyond the held ones are taken from the slot pool as contexts grow (the expert cache gives
+ * up its coldest experts) and given back when they end. The budget still has to hold every
+ * sequence at max_context with no slots at all: that is what capy_plan_check checks.
+ *
  * capy_plan_check refuses a plan whose fixed parts do not fit gpu_mem, or that needs more
  * host RAM than is available (the RAM guard), with the numbers.
  *
@@ -47,6 +55,8 @@
 
 /* Every device allocation of the backend is a multiple of this (the kernels' alignment). */
 #define CAPY_PLAN_ALIGN 256
+/* An elastic attention cache holds this many tokens per sequence from the start. */
+#define CAPY_PLAN_KV_HELD 4096
 
 /* --- the sizes the CUDA backend allocates -------------------------------------------------- */
 
@@ -177,6 +187,8 @@ struct capy_plan {
 	uint64_t weights;                 /* the non-expert device tensors, as uploaded */
 	uint64_t small;                   /* the fp32 vectors and the RoPE table */
 	uint64_t page_tokens, page_bytes, pages, kv; /* the attention cache: pages x page_bytes */
+	bool elastic;                     /* its pages beyond pages_held come from the slot pool */
+	uint64_t pages_held;              /* elastic: the pages held from the start (else pages) */
 	uint64_t state_bytes, states;     /* one sequence's recurrent state; max_seqs of them */
 	uint64_t scratch;                 /* the step's buffers (struct capy_plan_scratch) */
 	uint64_t mask_rows, masks;        /* of which the token masks: rows of them, their bytes
@@ -189,6 +201,9 @@ struct capy_plan {
 	uint64_t slot_bytes, slots;       /* a slot holds the largest expert record; slots gpu_mem holds */
 	uint64_t offload_dev;             /* offloading: the slot maps and the step's slot ids (a
 					   * fixed part then, counted in fixed) */
+	uint64_t pool;                    /* offloading: the slot pool's allocation; elastic: the held
+					   * pages, then room for the slots or for every page beyond
+					   * the held ones, whichever is more */
 	bool all_resident;
 	uint64_t weights_all;             /* the upload when all are resident: every device tensor */
 	uint64_t device;                  /* device memory the engine takes */

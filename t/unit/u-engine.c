@@ -377,6 +377,71 @@ static void test_reserve_describe(void)
 	free(l);
 }
 
+/* The page pool takes the lowest free id, and the storage above the highest id in use goes
+ * back to the backend when the sequences holding the top end (64 pages and a quarter of the
+ * rest at least), never below what capy_engine_reserve took. */
+static struct capy_seq *import_pages(struct capy_engine *e, uint64_t pages)
+{
+	struct capy_err err = { 0 };
+	const uint64_t P = capy_engine_page_tokens(e), n = pages * P;
+	int32_t *ids = calloc(n, sizeof(*ids));
+	void *pg = calloc(pages, capy_engine_page_bytes(e)), *st = calloc(1, capy_engine_state_io_bytes(e));
+	struct capy_seq *s = NULL;
+
+	for (uint64_t i = 0; i < n; i++)
+		ids[i] = (int32_t)(i % 200) + 3;
+	CHECK_MSG(capy_seq_import(e, ids, n, pg, st, &s, &err) == 0, "%s", err.msg);
+	free(ids);
+	free(pg);
+	free(st);
+	return s;
+}
+
+static void test_page_reuse(void)
+{
+	struct capy_err err = { 0 };
+	struct capy_engine *e;
+	struct capy_seq *a, *b, *c;
+	const uint32_t *ids;
+	uint64_t n;
+
+	CHECK_EQ_INT(capy_engine_new(&e, art, &(struct capy_engine_opts){ .threads = 1 }, &err), 0);
+	if (!e)
+		return;
+	a = import_pages(e, 100);
+	b = import_pages(e, 2);
+	ids = capy_seq_page_ids(b, &n);
+	CHECK_EQ_U64(n, 2);
+	CHECK_EQ_U64(ids[0], 100);
+	CHECK_EQ_U64(capy_engine_pages_held(e), 102);
+	capy_seq_free(a); /* the top is still held: nothing goes back */
+	CHECK_EQ_U64(capy_engine_pages_held(e), 102);
+	c = import_pages(e, 3);
+	ids = capy_seq_page_ids(c, &n);
+	CHECK_EQ_U64(ids[0], 0);
+	CHECK_EQ_U64(ids[1], 1);
+	CHECK_EQ_U64(ids[2], 2);
+	capy_seq_free(b); /* ids 3..101 free at the top: their storage goes back */
+	CHECK_EQ_U64(capy_engine_pages_held(e), 3);
+	CHECK_EQ_U64(capy_engine_pages_used(e), 3);
+	a = import_pages(e, 40); /* below the surplus that goes back: kept */
+	ids = capy_seq_page_ids(a, &n);
+	CHECK_EQ_U64(ids[0], 3);
+	capy_seq_free(a);
+	CHECK_EQ_U64(capy_engine_pages_held(e), 43);
+	capy_seq_free(c);
+	CHECK_EQ_U64(capy_engine_pages_used(e), 0);
+	/* what capy_engine_reserve took stays */
+	CHECK_EQ_INT(capy_engine_reserve(e, 100 * capy_engine_page_tokens(e), 1, &err), 0);
+	CHECK(capy_engine_pages_held(e) >= 100);
+	const uint64_t held = capy_engine_pages_held(e);
+	a = import_pages(e, 300);
+	CHECK_EQ_U64(capy_engine_pages_held(e), 300);
+	capy_seq_free(a);
+	CHECK_EQ_U64(capy_engine_pages_held(e), held);
+	capy_engine_free(e);
+}
+
 int main(void)
 {
 	RUN(setup);
@@ -388,6 +453,7 @@ int main(void)
 		RUN(test_step_errors);
 		RUN(test_step_samples);
 		RUN(test_reserve_describe);
+		RUN(test_page_reuse);
 	}
 	RUN(test_batch_invariance);
 	capy_engine_free(eng);

@@ -169,6 +169,7 @@ const struct capy_backend_ops capy_backend_cpu = {
 	.weight_bytes = cpu_weight_bytes,
 	.page_bytes = cpu_page_bytes,
 	.pages_reserve = cpu_pages_reserve,
+	.pages_release = cpu_pages_give_back,
 	.page_copy = cpu_page_copy,
 	.state_bytes = cpu_state_bytes,
 	.state_new = cpu_state_new,

@@ -188,6 +188,7 @@ void cpu_pages_release(struct cpu_engine *e);
 int cpu_attn_reserve(struct cpu_engine *e, uint64_t n, struct capy_err *err);
 uint64_t cpu_page_bytes(const struct capy_engine *core);
 int cpu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err);
+uint32_t cpu_pages_give_back(struct capy_engine *core, uint32_t n);
 void cpu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src);
 uint64_t cpu_state_bytes(const struct capy_engine *core);
 int cpu_state_new(struct capy_engine *core, void **out, struct capy_err *err);

@@ -68,6 +68,16 @@ int cpu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err
 	return 0;
 }
 
+/* The pages above n go back to the allocator (a long conversation's cache, once it ended). */
+uint32_t cpu_pages_give_back(struct capy_engine *core, uint32_t n)
+{
+	struct cpu_engine *e = core->be;
+
+	while (e->pages_have > n)
+		free(e->pages[--e->pages_have]);
+	return e->pages_have;
+}
+
 void cpu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src)
 {
 	struct cpu_engine *e = core->be;
