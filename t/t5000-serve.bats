@@ -415,7 +415,7 @@ human_mib() {
 	grep -qx 'capy_queue_depth 0' "$m"
 	grep -qx 'capy_engine_failed 0' "$m"
 	for name in capy_prefill_tokens_per_second capy_decode_tokens_per_second capy_cache_bytes \
-		capy_cache_hit_ratio capy_kv_pages; do
+		capy_cache_hit_ratio capy_kv_pages capy_kv_pages_held; do
 		grep -q "^$name [0-9.e+-]*$" "$m" || { echo "no $name"; return 1; }
 	done
 	# the text format: HELP and TYPE before each family, then samples "name{labels} value"

@@ -85,7 +85,8 @@ struct capy_engine_opts {
  * or was computed on the CPU (misses; prefill chunks read a non-resident expert from host
  * memory instead: streamed); experts copied into slots and evicted; the CPU threads. */
 struct capy_offload_stats {
-	uint64_t experts, slots, resident;
+	uint64_t experts, slots, resident; /* slots: those the experts have now */
+	uint64_t slots_lent;               /* elastic attention cache: slots its pages took */
 	uint64_t steps, hits, misses, streamed;
 	uint64_t loads, evictions;
 	int cpu_threads;

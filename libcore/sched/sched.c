@@ -915,6 +915,7 @@ static void update_stats(struct capy_sched *s)
 	s->st.cache_entries = ps.entries;
 	s->st.cache_snapshots = ps.snapshots;
 	s->st.kv_pages = capy_engine_pages_used(s->e);
+	s->st.kv_pages_held = capy_engine_pages_held(s->e);
 	s->st.kv_leased_pages = leased_pages(s);
 	pthread_mutex_unlock(&s->mu);
 }

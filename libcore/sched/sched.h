@@ -181,6 +181,7 @@ struct capy_sched_stats {
 	uint64_t cache_bytes, cache_entries, cache_snapshots;
 	uint64_t cache_lookups, cache_hits;  /* requests that looked, that found a prefix */
 	uint64_t kv_pages, page_bytes;       /* attention-cache pages in use, bytes each */
+	uint64_t kv_pages_held;              /* pages the backend holds storage for */
 	/* hits and the prompt tokens they served, by tier (enum capy_kv_tier; device = the
 	 * prefix cache itself), and the lower tiers' own counts (with kvstore set) */
 	uint64_t tier_hits[4], tier_cached_tokens[4];

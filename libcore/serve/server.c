@@ -182,6 +182,9 @@ static void tier_metrics(struct capy_buf *b, const struct capy_sched_stats *st)
 static void offload_metrics(struct capy_buf *b, const struct capy_offload_stats *o)
 {
 	metric(b, "capy_expert_slots", "gauge", "Routed-expert slots on the GPU.", (double)o->slots);
+	metric(b, "capy_expert_slots_lent", "gauge",
+	       "Expert slots an elastic attention cache holds pages in now (given back when its contexts end).",
+	       (double)o->slots_lent);
 	metric(b, "capy_expert_resident", "gauge", "Routed experts resident in those slots.", (double)o->resident);
 	metric(b, "capy_expert_hits_total", "counter", "Routed (token, expert) pairs whose expert was resident.",
 	       (double)o->hits);
@@ -267,6 +270,9 @@ static void metrics(struct capy_http_exchange *x, void *arg)
 	       st.prompt_tokens ? (double)st.cached_tokens / (double)st.prompt_tokens : 0);
 	tier_metrics(&b, &st);
 	metric(&b, "capy_kv_pages", "gauge", "Attention-cache pages in use.", (double)st.kv_pages);
+	metric(&b, "capy_kv_pages_held", "gauge",
+	       "Attention-cache pages the engine holds storage for (an elastic cache: some from the expert slots).",
+	       (double)st.kv_pages_held);
 	metric(&b, "capy_kv_page_bytes", "gauge", "Bytes of one attention-cache page.", (double)st.page_bytes);
 	metric(&b, "capy_kv_leased_pages", "gauge", "Attention-cache pages the running requests' KV leases reserve.",
 	       (double)st.kv_leased_pages);

@@ -9,7 +9,8 @@
  * sampled on the GPU (no logits to the host), through both ways of waking the CPU
  * (CAPY_CUDA_OFFLOAD_WAKE: a host node that posts each layer's job, or the GPU's own request
  * with a wake-up node beside it). The offload counts add up: hits + misses = the exact rows'
- * routed slots, no hits without slots, loads into slots.
+ * routed slots, no hits without slots, loads into slots. An elastic attention cache lends
+ * slots to a long sequence and takes them back, with the same logits.
  * make test-cuda; the first GPU (CAPY_GPU picks another). */
 #include "test.h"
 #include "test-fixture.h"
@@ -264,6 +265,85 @@ static void test_models(void)
 			model(names[i]);
 }
 
+/* The elastic attention cache (offload/plan.h): a sequence that grows past the held pages
+ * takes slots from the expert cache (its coldest experts leave, the kept ones in the lent
+ * slots move), gives them back when it ends, and the logits stay bitwise those of an engine
+ * with every expert resident, twice over (the second time into slots the first one left). */
+#define ELONG 4500
+#define EDEC 8
+static void test_elastic(void)
+{
+	struct capy_artifact *a = open_quantized("qwen3_5_moe");
+	struct capy_err err = { 0 };
+	int32_t *p = malloc(ELONG * sizeof(*p));
+	float *ref = NULL, *got = NULL;
+	uint64_t V = 0, experts = 0;
+
+	if (!a || !p)
+		goto out;
+	for (size_t i = 0; i < a->nstacks; i++)
+		experts += a->stacks[i].count;
+	for (int i = 0; i < ELONG; i++)
+		p[i] = (int32_t)((i * 53 + 7) % 500) + 3;
+	for (int round = 0; round < 2; round++) {
+		struct capy_engine_opts o = { .threads = 2, .device = "cuda", .step_tokens = 512, .max_seqs = 1,
+					      .max_context = 8192, .expert_threads = 2,
+					      .expert_slots = round ? (int64_t)experts / 2 : 0 };
+		struct capy_engine *e = NULL;
+		setenv("CAPY_CUDA_OFFLOAD_WAKE", "host", 1);
+		CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s", err.msg);
+		if (!e)
+			goto out;
+		V = capy_engine_config(e)->vocab_size;
+		if (!ref) {
+			ref = calloc(2 * (EDEC + 1) * V, sizeof(float));
+			got = calloc(2 * (EDEC + 1) * V, sizeof(float));
+		}
+		float *dst = round ? got : ref;
+		for (int pass = 0; pass < 2; pass++) {
+			struct capy_seq *s = NULL;
+			float *l = malloc(V * sizeof(float));
+			float *row = dst + (uint64_t)pass * (EDEC + 1) * V;
+			capy_seq_new(e, &s, &err);
+			CHECK_MSG(capy_engine_forward(e, s, p, ELONG, l, false, &err) == 0, "%s", err.msg);
+			memcpy(row, l, V * sizeof(float));
+			for (int i = 0; i < EDEC; i++) {
+				int32_t tok = argmax(row + (uint64_t)i * V, V);
+				CHECK_MSG(capy_engine_forward(e, s, &tok, 1, row + (uint64_t)(i + 1) * V, false, &err) == 0, "%s",
+					  err.msg);
+			}
+			struct capy_offload_stats st;
+			if (round && capy_engine_offload_stats(e, &st)) {
+				printf("elastic, pass %d: %" PRIu64 " slots, %" PRIu64 " lent to the attention cache (%" PRIu64
+				       " pages held), %" PRIu64 " resident, hits %" PRIu64 " misses %" PRIu64 " evictions %" PRIu64 "\n",
+				       pass, st.slots, st.slots_lent, capy_engine_pages_held(e), st.resident, st.hits, st.misses,
+				       st.evictions);
+				CHECK(st.slots_lent > 0);
+				CHECK_EQ_U64(st.slots + st.slots_lent, experts / 2);
+				CHECK(st.resident <= st.slots);
+			}
+			capy_seq_free(s);
+			free(l);
+			if (round && capy_engine_offload_stats(e, &st)) { /* the sequence ended: the slots are back */
+				CHECK_EQ_U64(st.slots_lent, 0);
+				CHECK_EQ_U64(st.slots, experts / 2);
+			}
+		}
+		CHECK_MSG(round || !capy_engine_offload_stats(e, NULL), "all resident, yet offloading");
+		capy_engine_free(e);
+	}
+	if (ref && got) {
+		size_t bad = bits_differ(got, ref, 2 * (EDEC + 1) * V);
+		printf("elastic: %zu of %" PRIu64 " logits differ from all resident\n", bad, 2 * (EDEC + 1) * V);
+		CHECK_MSG(bad == 0, "elastic: logits not bitwise equal to all resident");
+	}
+out:
+	free(p);
+	free(ref);
+	free(got);
+	capy_artifact_close(a);
+}
+
 /* Offload refuses BF16 routed experts (the CPU's exact kernels are W4A4), in one line. */
 static void test_bf16_refused(void)
 {
@@ -285,5 +365,6 @@ int main(void)
 		return 1;
 	RUN(test_bf16_refused);
 	RUN(test_models);
+	RUN(test_elastic);
 	return test_summary();
 }

@@ -261,7 +261,7 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	 * plan printed at start is what this engine allocates). */
 	const uint64_t planned = e->plan.small + e->plan.scratch +
 				 (e->plan.all_resident ? e->plan.weights_all
-						       : e->plan.weights + e->plan.offload_dev + e->plan.slots * e->plan.slot_bytes);
+						       : e->plan.weights + e->plan.offload_dev + e->plan.pool);
 	if (e->device_bytes != planned) {
 		rc = capy_err_set(err, CAPY_EUNSUPPORTED,
 				  "cuda: %" PRIu64 " bytes allocated, the memory plan says %" PRIu64
@@ -364,6 +364,8 @@ const struct capy_backend_ops capy_backend_cuda = {
 	.weight_bytes = cu_weight_bytes,
 	.page_bytes = cu_page_bytes,
 	.pages_reserve = cu_pages_reserve,
+	.pages_release = cu_pages_release,
+	.pages_elastic = cu_pages_elastic,
 	.page_copy = cu_page_copy,
 	.state_bytes = cu_state_bytes,
 	.state_new = cu_state_new,

@@ -224,6 +224,8 @@ void cu_weights_release(struct cuda_engine *e);
 int cu_pages_layout(struct cuda_engine *e, struct capy_err *err);
 uint64_t cu_page_bytes(const struct capy_engine *core);
 int cu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err);
+uint32_t cu_pages_release(struct capy_engine *core, uint32_t n);
+uint32_t cu_pages_elastic(const struct capy_engine *core);
 void cu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src);
 uint64_t cu_state_bytes(const struct capy_engine *core);
 int cu_state_new(struct capy_engine *core, void **out, struct capy_err *err);
@@ -263,6 +265,13 @@ bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats 
 /* The end of a step's layers on the stream (inside a captured graph too): the branch of the
  * CPU's wake-up nodes (CAPY_CUDA_OFFLOAD_WAKE=kick) joins it. */
 int cu_offload_layers_end(struct cuda_engine *e, struct capy_err *err);
+/* The elastic attention cache (offload/plan.h): whether the pages share the slot pool, the
+ * most pages it holds, storage for ids [0, n) (slots lent to the cache as needed), and the
+ * slots above the storage of ids [0, n) given back (returns the ids with storage). */
+bool cu_offload_elastic(const struct cuda_engine *e);
+uint32_t cu_offload_pages_max(const struct cuda_engine *e);
+int cu_offload_pages(struct cuda_engine *e, uint32_t n, struct capy_err *err);
+uint32_t cu_offload_pages_release(struct cuda_engine *e, uint32_t n);
 
 /* forward.c */
 int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);

@@ -56,6 +56,11 @@ struct cu_offload {
 	uint64_t E, n_moe, k, S;          /* experts per layer, MoE layers, k, slots of a step (tmax * k) */
 	uint64_t slots, slot_bytes;
 	uint8_t *pool;                    /* device: slots x slot_bytes */
+	/* elastic attention cache (offload/plan.h): one allocation holds the held pages, then
+	 * the pool; the cache's pages beyond the held ones take the pool's lowest slots */
+	uint8_t *arena;                   /* NULL: not elastic */
+	uint64_t lent;                    /* slots [0, lent) are the attention cache's now */
+	uint32_t pages_held, pages_max;   /* the plan's held pages, and all it holds */
 	uint8_t *host, *host_dev;         /* the page-locked copy of every expert stack, its device address */
 	uint64_t *host_off, *stride;      /* [n_moe]: each stack's place in it, its record stride */
 	int32_t *map_dev, *map_host;      /* [n_moe][E]: the expert's slot, or -1 (host: pinned mirror) */
@@ -276,10 +281,23 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	o->sids = (int32_t *)(dev + map_b);
 	o->gids = (int32_t *)(dev + map_b + ids_b);
 	e->device_bytes += map_b + 2 * ids_b;
-	if ((r = cudaMalloc((void **)&o->pool, o->slots ? o->slots * o->slot_bytes : 256)) != cudaSuccess)
-		return capy_err_set(err, CAPY_ENOMEM, "cuda: %" PRIu64 " expert slots of %.3f MiB: %s", o->slots,
-				    (double)o->slot_bytes / 1048576.0, cudaGetErrorString(r));
-	e->device_bytes += o->slots * o->slot_bytes;
+	if (p->elastic) { /* the held pages, then the pool, which the cache's growth shares */
+		if ((r = cudaMalloc((void **)&o->arena, p->pool)) != cudaSuccess)
+			return capy_err_set(err, CAPY_ENOMEM,
+					    "cuda: %" PRIu64 " attention-cache pages and %" PRIu64 " expert slots (%.1f MiB): %s",
+					    p->pages_held, o->slots, (double)p->pool / 1048576.0, cudaGetErrorString(r));
+		o->pool = o->arena + p->pages_held * p->page_bytes;
+		o->pages_held = (uint32_t)p->pages_held;
+		o->pages_max = (uint32_t)p->pages;
+		e->pages = o->arena; /* cu_pages_reserve takes pages from here on (cu_offload_pages) */
+		e->pages_cap = o->pages_held;
+		e->device_bytes += p->pool;
+	} else {
+		if ((r = cudaMalloc((void **)&o->pool, o->slots ? o->slots * o->slot_bytes : 256)) != cudaSuccess)
+			return capy_err_set(err, CAPY_ENOMEM, "cuda: %" PRIu64 " expert slots of %.3f MiB: %s", o->slots,
+					    (double)o->slot_bytes / 1048576.0, cudaGetErrorString(r));
+		e->device_bytes += o->slots * o->slot_bytes;
+	}
 	if ((r = cudaMallocHost((void **)&o->map_host, o->n_moe * o->E * 4)) != cudaSuccess)
 		return cu_err(err, r, "allocating the expert slot map");
 	for (uint64_t i = 0; i < o->n_moe * o->E; i++)
@@ -396,7 +414,13 @@ void cu_offload_close(struct cuda_engine *e)
 		cudaStreamDestroy(o->kick);
 	if (o->ev_kick_join)
 		cudaEventDestroy(o->ev_kick_join);
-	cudaFree(o->pool);
+	if (o->arena) { /* the pages are in it too */
+		cudaFree(o->arena);
+		e->pages = NULL;
+		e->pages_cap = 0;
+	} else {
+		cudaFree(o->pool);
+	}
 	cudaFree(o->map_dev);
 	cudaFreeHost(o->map_host);
 	cudaFreeHost(o->hand);
@@ -469,9 +493,8 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 
 /* Loads whose copy has finished enter the slot map (in the order they were issued); the map
  * goes up before the step when it changed. Never waits for a copy. */
-int cu_offload_before_step(struct cuda_engine *e, struct capy_err *err)
+static int drain_loads(struct cu_offload *o, struct capy_err *err)
 {
-	struct cu_offload *o = e->off;
 	uint64_t done = 0;
 	cudaError_t r;
 
@@ -493,6 +516,17 @@ int cu_offload_before_step(struct cuda_engine *e, struct capy_err *err)
 		memmove(o->pend, o->pend + done, (o->n_pend - done) * sizeof(*o->pend));
 		o->n_pend -= done;
 	}
+	return 0;
+}
+
+int cu_offload_before_step(struct cuda_engine *e, struct capy_err *err)
+{
+	struct cu_offload *o = e->off;
+	cudaError_t r;
+	int rc;
+
+	if ((rc = drain_loads(o, err)) < 0)
+		return rc;
 	if (o->map_dirty) {
 		if ((r = cudaMemcpyAsync(o->map_dev, o->map_host, o->n_moe * o->E * 4, cudaMemcpyHostToDevice, e->stream)) !=
 		    cudaSuccess)
@@ -514,6 +548,22 @@ static int pend_push(struct cu_offload *o, uint32_t key, uint32_t slot, struct c
 	}
 	o->pend[o->n_pend++] = (struct off_pending){ key, slot, o->seq };
 	return 0;
+}
+
+/* The expert in slot s leaves it: out of the slot map (if its copy had landed) and the
+ * owner tables. The caller reuses or frees the slot. */
+static void unmap_slot(struct cu_offload *o, uint64_t s)
+{
+	const int32_t key = o->owner[s];
+
+	if (o->map_host[key] >= 0) {
+		o->map_host[key] = -1;
+		o->resident--;
+		o->map_dirty = true;
+	}
+	o->slot_at[key] = -1;
+	o->owner[s] = -1;
+	o->evictions++;
 }
 
 /* The step is over (its stream synchronized): its CPU job's status, its counts, the expert
@@ -561,14 +611,7 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 			if (o->slot_at[ke] < 0)
 				CAPY_BUG("cuda: evicting expert %d of MoE layer %u, which holds no slot", sw->evict, sw->layer_evict);
 			slot = (uint32_t)o->slot_at[ke];
-			if (o->map_host[ke] >= 0) {
-				o->map_host[ke] = -1;
-				o->resident--;
-				o->map_dirty = true;
-			}
-			o->slot_at[ke] = -1;
-			o->owner[slot] = -1;
-			o->evictions++;
+			unmap_slot(o, slot);
 		} else {
 			if (!o->n_free)
 				CAPY_BUG("cuda: the expert cache loads into a free slot, and none is free");
@@ -617,7 +660,8 @@ bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats 
 		return false;
 	const uint64_t misses = o->misses;
 	s->experts = o->n_used * o->E;
-	s->slots = o->slots;
+	s->slots = o->slots - o->lent;
+	s->slots_lent = o->lent;
 	s->resident = o->resident;
 	s->steps = o->steps;
 	s->misses = misses;
@@ -627,4 +671,137 @@ bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats 
 	s->evictions = o->evictions;
 	s->cpu_threads = o->threads;
 	return true;
+}
+
+/* --- the elastic attention cache ------------------------------------------------------------ */
+
+bool cu_offload_elastic(const struct cuda_engine *e)
+{
+	return e->off && e->off->arena;
+}
+
+uint32_t cu_offload_pages_max(const struct cuda_engine *e)
+{
+	return cu_offload_elastic(e) ? e->off->pages_max : 0;
+}
+
+/* Slots the cache's first n pages reach into, and the pages that many lent slots hold (all
+ * of them once every slot is lent: the pool is as large as the pages beyond the held ones). */
+static uint64_t lent_for(const struct cuda_engine *e, uint32_t n)
+{
+	const struct cu_offload *o = e->off;
+
+	if (n <= o->pages_held || !o->slots)
+		return 0;
+	return CAPY_MIN(o->slots, ((n - o->pages_held) * e->page_bytes + o->slot_bytes - 1) / o->slot_bytes);
+}
+
+static uint32_t pages_for(const struct cuda_engine *e, uint64_t lent)
+{
+	const struct cu_offload *o = e->off;
+
+	if (lent >= o->slots)
+		return o->pages_max;
+	return (uint32_t)CAPY_MIN(o->pages_max, o->pages_held + lent * o->slot_bytes / e->page_bytes);
+}
+
+/* An expert leaves slot s (the expert cache gave it up), which goes on the free list. */
+static void evict_slot(struct cu_offload *o, uint64_t s)
+{
+	unmap_slot(o, s);
+	o->free_slots[o->n_free++] = (uint32_t)s;
+}
+
+/* Lend slots [lent, to) to the attention cache: the expert cache shrinks to the slots left
+ * (its coldest experts go), and the experts it keeps that sit in the lent slots move to free
+ * ones, by copies on the step stream ahead of the step that writes pages there. Loads still
+ * in flight finish first: none may land in a lent slot. */
+static int lend_slots(struct cuda_engine *e, uint64_t to, struct capy_err *err)
+{
+	struct cu_offload *o = e->off;
+	cudaError_t r;
+	int rc;
+
+	if ((r = cudaStreamSynchronize(o->copy)) != cudaSuccess)
+		return cu_err(err, r, "copying experts into their slots");
+	if ((rc = drain_loads(o, err)) < 0)
+		return rc;
+	if (o->n_pend)
+		CAPY_BUG("cuda: %" PRIu64 " expert loads pending after their stream finished", o->n_pend);
+	if (o->cache)
+		capy_expert_cache_resize(o->cache, o->slots - to);
+	for (uint64_t s = 0; s < o->slots; s++) {
+		const int32_t key = o->owner[s];
+		if (key >= 0 && !capy_expert_cache_resident(o->cache, (uint32_t)((uint64_t)key / o->E),
+							    (uint32_t)((uint64_t)key % o->E)))
+			evict_slot(o, s);
+	}
+	uint64_t n = 0;
+	for (uint64_t i = 0; i < o->n_free; i++) /* the free list keeps the slots not lent */
+		if (o->free_slots[i] >= to)
+			o->free_slots[n++] = o->free_slots[i];
+	o->n_free = n;
+	for (uint64_t s = o->lent; s < to; s++) {
+		const int32_t key = o->owner[s];
+		if (key < 0)
+			continue;
+		if (!o->n_free)
+			CAPY_BUG("cuda: no free slot for an expert the cache keeps (%" PRIu64 " slots lent)", to);
+		const uint32_t t = o->free_slots[--o->n_free];
+		if ((r = cudaMemcpyAsync(o->pool + t * o->slot_bytes, o->pool + s * o->slot_bytes, o->slot_bytes,
+					 cudaMemcpyDeviceToDevice, e->stream)) != cudaSuccess)
+			return cu_err(err, r, "moving an expert out of a slot the attention cache takes");
+		o->owner[t] = key;
+		o->owner[s] = -1;
+		o->slot_at[key] = (int32_t)t;
+		if (o->map_host[key] == (int32_t)s) {
+			o->map_host[key] = (int32_t)t;
+			o->map_dirty = true;
+		}
+	}
+	o->lent = to;
+	return 0;
+}
+
+/* Slots [to, lent) come back to the expert cache, free. */
+static void return_slots(struct cuda_engine *e, uint64_t to)
+{
+	struct cu_offload *o = e->off;
+
+	for (uint64_t s = to; s < o->lent; s++)
+		o->free_slots[o->n_free++] = (uint32_t)s;
+	o->lent = to;
+	if (o->cache)
+		capy_expert_cache_resize(o->cache, o->slots - to);
+}
+
+int cu_offload_pages(struct cuda_engine *e, uint32_t n, struct capy_err *err)
+{
+	struct cu_offload *o = e->off;
+	int rc;
+
+	if (n <= e->pages_cap)
+		return 0;
+	if (n > o->pages_max)
+		return capy_err_set(err, CAPY_ENOMEM,
+				    "cuda: %" PRIu32 " attention-cache pages, and the memory plan holds %" PRIu32
+				    " (--max-context x --max-concurrency)",
+				    n, o->pages_max);
+	const uint64_t to = lent_for(e, n);
+	if (to > o->lent && (rc = lend_slots(e, to, err)) < 0)
+		return rc;
+	e->pages_cap = pages_for(e, o->lent);
+	return 0;
+}
+
+uint32_t cu_offload_pages_release(struct cuda_engine *e, uint32_t n)
+{
+	struct cu_offload *o = e->off;
+	const uint64_t to = lent_for(e, n);
+
+	if (to < o->lent) {
+		return_slots(e, to);
+		e->pages_cap = pages_for(e, o->lent);
+	}
+	return e->pages_cap;
 }

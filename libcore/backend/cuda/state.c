@@ -34,6 +34,11 @@ int cu_pages_layout(struct cuda_engine *e, struct capy_err *err)
 	}
 	free(f);
 	e->core->page_tokens = e->P;
+	if (rc == 0 && cu_offload_elastic(e) && (e->page_bytes != e->plan.page_bytes || e->P != e->plan.page_tokens))
+		rc = capy_err_set(err, CAPY_EUNSUPPORTED,
+				  "cuda: attention-cache pages of %" PRIu64 " bytes, the memory plan's of %" PRIu64
+				  " (libcore/offload/plan.c and the backend disagree)",
+				  e->page_bytes, e->plan.page_bytes);
 	return rc;
 }
 
@@ -52,6 +57,8 @@ int cu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err)
 	cudaError_t rc;
 
 	cu_use_device(e);
+	if (cu_offload_elastic(e))
+		return cu_offload_pages(e, n, err);
 	if (n <= e->pages_cap)
 		return 0;
 	while (cap < n)
@@ -77,6 +84,21 @@ int cu_pages_reserve(struct capy_engine *core, uint32_t n, struct capy_err *err)
 	e->pages = p;
 	e->pages_cap = cap;
 	return 0;
+}
+
+/* Only an elastic cache gives storage back (its slots return to the expert cache); the
+ * others keep what they took, as capy_engine_reserve promised. */
+uint32_t cu_pages_release(struct capy_engine *core, uint32_t n)
+{
+	struct cuda_engine *e = core->be;
+
+	cu_use_device(e);
+	return cu_offload_elastic(e) ? cu_offload_pages_release(e, n) : e->pages_cap;
+}
+
+uint32_t cu_pages_elastic(const struct capy_engine *core)
+{
+	return cu_offload_pages_max(core->be);
 }
 
 void cu_page_copy(struct capy_engine *core, uint32_t dst, uint32_t src)
