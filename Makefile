@@ -171,6 +171,7 @@ LIBCORE_OBJS += libcore/tool/main.o
 LIBCORE_OBJS += libcore/tool/opt.o
 LIBCORE_OBJS += libcore/tool/progress.o
 LIBCORE_OBJS += libcore/tool/report.o
+LIBCORE_OBJS += libcore/tp/tp.o
 LIBCORE_OBJS += libcore/util/buf.o
 LIBCORE_OBJS += libcore/util/err.o
 LIBCORE_OBJS += libcore/util/file.o
@@ -221,6 +222,7 @@ UNIT_TESTS += u-stats
 UNIT_TESTS += u-template
 UNIT_TESTS += u-tokenizer
 UNIT_TESTS += u-toolcall-grammar
+UNIT_TESTS += u-tp
 UNIT_TESTS += u-util
 
 TEST_HELPERS += capy-gen-scripted
@@ -256,6 +258,7 @@ BENCHES += mask-bench
 BENCHES += spec-bench
 BENCHES += step-bench
 BENCHES += tokenizer-bench
+BENCHES += tp-rounding-bench
 
 LIB = $(O)/libcore.a
 OBJS = $(addprefix $(O)/,$(LIBCORE_OBJS))
