@@ -64,6 +64,7 @@ LIBCORE_OBJS += libcore/backend/cpu/mtp.o
 LIBCORE_OBJS += libcore/backend/cpu/ops.o
 LIBCORE_OBJS += libcore/backend/cpu/ple.o
 LIBCORE_OBJS += libcore/backend/cpu/state.o
+LIBCORE_OBJS += libcore/backend/cpu/tp.o
 LIBCORE_OBJS += libcore/ckpt/checkpoint.o
 LIBCORE_OBJS += libcore/ckpt/safetensors.o
 LIBCORE_OBJS += libcore/convert/convert.o
@@ -223,6 +224,7 @@ UNIT_TESTS += u-template
 UNIT_TESTS += u-tokenizer
 UNIT_TESTS += u-toolcall-grammar
 UNIT_TESTS += u-tp
+UNIT_TESTS += u-tp-sim
 UNIT_TESTS += u-util
 
 TEST_HELPERS += capy-gen-scripted

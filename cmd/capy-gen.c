@@ -6,6 +6,7 @@
 #include "constrain/mask.h"
 #include "constrain/mask-ahead.h"
 #include "engine/engine.h"
+#include "tp/tp.h"
 #include "model/assets.h"
 #include "offload/plan.h"
 #include "sample/sample.h"
@@ -36,6 +37,8 @@ static bool opt_chat, opt_no_think, opt_ids, opt_tokenize, opt_detokenize, opt_r
 static int64_t opt_draft_tokens = 4, opt_ngram_min = 2;
 static int64_t opt_n = 128, opt_top_k = -1, opt_threads, opt_seed = -1, opt_gpu, opt_max_context, opt_mask_threads = 1;
 static int64_t opt_expert_slots = -1; /* -1: not given (the option takes 0 and up) */
+static int64_t opt_tp;
+static const char *opt_tp_payload;
 static uint64_t opt_gpu_mem;
 static double opt_temp = NAN, opt_top_p = NAN, opt_min_p = NAN, opt_rep = NAN, opt_presence, opt_frequency;
 
@@ -82,6 +85,11 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "expert-cpu-threads", &opt_expert_threads, "n",
 			"cuda: CPU threads for the experts not on the GPU (default auto)"),
 	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
+	CAPY_OPT_INT(0, "tp", &opt_tp, "n",
+		     "tensor parallelism over n ranks (cpu: simulated in one process, for tests; docs/tp.md)", 1,
+		     CAPY_TP_MAX_RANKS),
+	CAPY_OPT_STRING(0, "tp-payload", &opt_tp_payload, "fp32|fp16-shift|bf16",
+			"--tp's all-reduce payload (default fp32; docs/tp.md)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
 	CAPY_OPT_GROUP("Text utilities"),
@@ -639,6 +647,7 @@ static int generate(const char *model)
 	eo.max_context = opt_max_context ? (uint64_t)opt_max_context : prompt.n + (uint64_t)opt_n;
 	eo.max_seqs = 1;
 	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
+	capy_tp_opts(usage, opts, opt_tp, opt_tp_payload, &eo);
 	if (opt_plan) {
 		int rc = capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
 					 .max_context = eo.max_context, .max_seqs = 1, .kv = eo.kv,

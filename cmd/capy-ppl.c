@@ -2,6 +2,7 @@
 #include "tool/tool.h"
 #include "artifact/artifact.h"
 #include "engine/engine.h"
+#include "tp/tp.h"
 #include "model/assets.h"
 #include "offload/plan.h"
 #include "ppl/ppl.h"
@@ -21,6 +22,8 @@ static const char *const usage[] = {
 static bool opt_ids, opt_json, opt_per_token, opt_quiet, opt_plan;
 static int64_t opt_ctx = 2048, opt_stride, opt_threads, opt_gpu;
 static int64_t opt_expert_slots = -1; /* -1: not given (the option takes 0 and up) */
+static int64_t opt_tp;
+static const char *opt_tp_payload;
 static uint64_t opt_gpu_mem;
 static const char *opt_argmax, *opt_kv = "bf16", *opt_device = "cpu", *opt_expert_threads;
 
@@ -41,6 +44,11 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "expert-cpu-threads", &opt_expert_threads, "n",
 			"cuda: CPU threads for the experts not on the GPU (default auto)"),
 	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
+	CAPY_OPT_INT(0, "tp", &opt_tp, "n",
+		     "tensor parallelism over n ranks (cpu: simulated in one process, for tests; docs/tp.md)", 1,
+		     CAPY_TP_MAX_RANKS),
+	CAPY_OPT_STRING(0, "tp-payload", &opt_tp_payload, "fp32|fp16-shift|bf16",
+			"--tp's all-reduce payload (default fp32; docs/tp.md)"),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "KV cache type (default bf16)"),
 	CAPY_OPT_FLAG('q', "quiet", &opt_quiet, "no progress or timing on stderr"),
 	CAPY_OPT_END(),
@@ -116,6 +124,7 @@ int cmd_main(int argc, char **argv)
 	int n = capy_opt_parse(argc, argv, usage, opts);
 
 	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
+	capy_tp_opts(usage, opts, opt_tp, opt_tp_payload, &eo);
 	if (opt_plan && n == 1) {
 		if ((kv_type = capy_kv_dtype_parse(opt_kv)) < 0)
 			capy_usage_error(usage, opts, "--kv: '%s' is not bf16, f32 or int8", opt_kv);

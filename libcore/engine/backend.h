@@ -150,6 +150,8 @@ struct capy_backend_ops {
 	 * exist and belong to r->seq alone, and checked the tokens and ids. Backends with it also
 	 * fill step items' hidden. */
 	int (*mtp)(struct capy_engine *e, const struct capy_mtp_rows *r, struct capy_err *err);
+	/* Whether the backend runs opts.tp > 1 (the CPU: as a simulation). */
+	bool tp;
 };
 
 /* Where one attention layer's rows are inside an attention-cache page (byte offsets): K and V

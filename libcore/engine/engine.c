@@ -115,6 +115,14 @@ int capy_engine_new(struct capy_engine **out, const struct capy_artifact *a,
 		free(e);
 		return rc;
 	}
+	if (e->opts.tp > 1 && !e->ops->tp) {
+		rc = capy_err_set(err, CAPY_EUNSUPPORTED,
+				  "--tp %d: tensor parallelism on the %s backend is not built yet (docs/tp.md; the CPU "
+				  "simulates it)",
+				  e->opts.tp, e->ops->name);
+		free(e);
+		return rc;
+	}
 	if (e->opts.mtp && !e->ops->mtp) {
 		rc = capy_err_set(err, CAPY_EUNSUPPORTED, "the %s backend has no MTP head yet (--spec mtp: use the CPU)",
 				  e->ops->name);

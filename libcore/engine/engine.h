@@ -75,6 +75,14 @@ struct capy_engine_opts {
 	 * none, every routed expert in host RAM). Zeroed options mean the defaults. */
 	int expert_threads;
 	int64_t expert_slots;
+	/* Tensor parallelism over tp ranks (libcore/tp/tp.h, docs/tp.md; 0 or 1: off). The CPU
+	 * backend simulates it in one process: the arithmetic tp GPUs would do (each rank's
+	 * partial sums of the row-parallel layers, the all-reduce's payload), for tests; it is
+	 * no faster. Other backends refuse it (not built yet). The all-reduce payload: with
+	 * tp_payload_set, tp_payload (enum capy_tp_payload) for every row; else fp32. */
+	int tp;
+	bool tp_payload_set;
+	int tp_payload;
 };
 
 #define CAPY_EXPERT_SLOTS_NONE (-1)

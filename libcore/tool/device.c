@@ -1,10 +1,11 @@
 /* device.c - the device options of the tools that run a model (--device, --gpu, --gpu-mem,
- * --expert-slots, --expert-cpu-threads), their memory plan (--plan, and the plan line at
+ * --expert-slots, --expert-cpu-threads, --tp, --tp-payload), their memory plan (--plan, and the plan line at
  * start) and expert offload's counts after a run. */
 #include "tool.h"
 #include "../engine/engine.h"
 #include "../offload/cpu-topology.h"
 #include "../offload/plan.h"
+#include "../tp/tp.h"
 
 void capy_device_opts(const char *const *usage, const struct capy_opt *opts, const char *device, int64_t gpu,
 		      uint64_t gpu_mem, struct capy_engine_opts *eo)
@@ -27,6 +28,18 @@ void capy_expert_opts(const char *const *usage, const struct capy_opt *opts, int
 	eo->expert_threads = 0;
 	if (threads && capy_expert_threads_parse(threads, &eo->expert_threads, &err) < 0)
 		capy_usage_error(usage, opts, "%s", err.msg);
+}
+
+void capy_tp_opts(const char *const *usage, const struct capy_opt *opts, int64_t tp, const char *payload,
+		  struct capy_engine_opts *eo)
+{
+	int p = payload ? capy_tp_payload_parse(payload) : 0;
+
+	if (p < 0)
+		capy_usage_error(usage, opts, "--tp-payload: '%s' is not fp32, fp16-shift or bf16", payload);
+	eo->tp = (int)tp;
+	eo->tp_payload_set = payload != NULL;
+	eo->tp_payload = p;
 }
 
 int capy_plan_print(const char *model, const struct capy_plan_opts *po)

@@ -123,6 +123,11 @@ void capy_device_opts(const char *const *usage, const struct capy_opt *opts, con
 void capy_expert_opts(const char *const *usage, const struct capy_opt *opts, int64_t slots, const char *threads,
 		      struct capy_engine_opts *eo);
 
+/* --tp N and --tp-payload NAME (tensor parallelism, docs/tp.md; tp 0: not given, payload
+ * NULL: fp32) into eo; a bad payload is a usage error naming it. */
+void capy_tp_opts(const char *const *usage, const struct capy_opt *opts, int64_t tp, const char *payload,
+		  struct capy_engine_opts *eo);
+
 /* --plan: the memory plan of the CUDA backend for the artifact at model (offload/plan.h),
  * computed without a GPU, printed to stdout; then the refusal, if the plan cannot start, on
  * stderr. Returns the exit status (0, or 1 with the refusal). Exits 1 on an unreadable model. */

@@ -65,16 +65,6 @@ static void make_prompt(int32_t *p, uint64_t n, uint64_t vocab, int seed)
 		p[i] = (int32_t)(((uint64_t)seed * 131 + i * 17 + 3) % vocab);
 }
 
-static int32_t argmax(const float *l, uint64_t n)
-{
-	uint64_t b = 0;
-
-	for (uint64_t i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return (int32_t)b;
-}
-
 /* Prefill logits at every position: relative error, and the argmax agreement. */
 static void prefill_logits(const struct fixture *fx, const char *kvn, struct capy_engine *cpu, struct capy_engine *gpu,
 			   uint64_t V)
@@ -92,7 +82,7 @@ static void prefill_logits(const struct fixture *fx, const char *kvn, struct cap
 	CHECK_MSG(capy_engine_forward(gpu, b, prompt, PROMPT, lg, true, &err) == 0, "%s", err.msg);
 	double re = rel_err(lg, lc, PROMPT * V);
 	for (int t = 0; t < PROMPT; t++)
-		same += argmax(lc + t * V, V) == argmax(lg + t * V, V);
+		same += test_argmax(lc + t * V, V) == test_argmax(lg + t * V, V);
 	printf("%-18s kv %-4s prefill logits: rel err %.2e, argmax equal at %d/%d positions\n", fx->name, kvn, re, same,
 	       PROMPT);
 	CHECK_MSG(re < fx->prefill_rel, "%s kv %s: prefill logits rel err %.3e", fx->name, kvn, re);
@@ -120,7 +110,7 @@ static void greedy(const struct fixture *fx, const char *kvn, struct capy_engine
 		capy_seq_new(es[k], &s, &err);
 		CHECK_MSG(capy_engine_forward(es[k], s, prompt, PROMPT, l, false, &err) == 0, "%s", err.msg);
 		for (int i = 0; i < GREEDY; i++) {
-			ids[k][i] = argmax(l, V);
+			ids[k][i] = test_argmax(l, V);
 			CHECK_MSG(capy_engine_forward(es[k], s, &ids[k][i], 1, l, false, &err) == 0, "%s", err.msg);
 		}
 		capy_seq_free(s);

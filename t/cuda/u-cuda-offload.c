@@ -92,16 +92,6 @@ static uint64_t moe_layers(const struct capy_model_config *c)
 	return n;
 }
 
-static int32_t argmax(const float *l, uint64_t n)
-{
-	uint64_t b = 0;
-
-	for (uint64_t i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return (int32_t)b;
-}
-
 /* Rows of logits the script writes. */
 static uint64_t script_rows(void)
 {
@@ -122,10 +112,10 @@ static uint64_t script(struct capy_engine *e, float *out, int32_t *gtok, uint64_
 	capy_seq_new(e, &s, &err);
 	CHECK_MSG(capy_engine_forward(e, s, p, PROMPT, out, true, &err) == 0, "%s", err.msg);
 	row += PROMPT;
-	tok = argmax(out + (row - 1) * V, V);
+	tok = test_argmax(out + (row - 1) * V, V);
 	for (int i = 0; i < DECODE; i++) {
 		CHECK_MSG(capy_engine_forward(e, s, &tok, 1, out + row * V, false, &err) == 0, "%s", err.msg);
-		tok = argmax(out + row * V, V);
+		tok = test_argmax(out + row * V, V);
 		row++;
 		exact += k;
 	}
@@ -154,14 +144,14 @@ static uint64_t script(struct capy_engine *e, float *out, int32_t *gtok, uint64_
 		}
 		CHECK_MSG(capy_engine_step(e, it, NB, &err) == 0, "%s", err.msg);
 		for (int q = 0; q < NB; q++)
-			next[q] = argmax(out + (row + q) * V, V);
+			next[q] = test_argmax(out + (row + q) * V, V);
 		row += NB;
 		for (int st = 0; st < BSTEPS; st++) {
 			for (int q = 0; q < NB; q++)
 				it[q] = (struct capy_step_item){ .seq = b[q], .tokens = &next[q], .n = 1, .logits = out + (row + q) * V };
 			CHECK_MSG(capy_engine_step(e, it, NB, &err) == 0, "%s", err.msg);
 			for (int q = 0; q < NB; q++)
-				next[q] = argmax(out + (row + q) * V, V);
+				next[q] = test_argmax(out + (row + q) * V, V);
 			row += NB;
 			exact += NB * k;
 		}
@@ -308,7 +298,7 @@ static void test_elastic(void)
 			CHECK_MSG(capy_engine_forward(e, s, p, ELONG, l, false, &err) == 0, "%s", err.msg);
 			memcpy(row, l, V * sizeof(float));
 			for (int i = 0; i < EDEC; i++) {
-				int32_t tok = argmax(row + (uint64_t)i * V, V);
+				int32_t tok = test_argmax(row + (uint64_t)i * V, V);
 				CHECK_MSG(capy_engine_forward(e, s, &tok, 1, row + (uint64_t)(i + 1) * V, false, &err) == 0, "%s",
 					  err.msg);
 			}

@@ -56,6 +56,17 @@ static const char *test_current = "";
 		fn();                                                                              \
 	} while (0)
 
+/* The first index of the largest of n logits (greedy decoding in tests). */
+static inline int32_t test_argmax(const float *l, uint64_t n)
+{
+	uint64_t b = 0;
+
+	for (uint64_t i = 1; i < n; i++)
+		if (l[i] > l[b])
+			b = i;
+	return (int32_t)b;
+}
+
 static inline int test_summary(void)
 {
 	printf("%d passed, %d failed\n", test_passed, test_failed);

@@ -39,16 +39,6 @@ static int64_t *json_ids(const cJSON *arr, uint64_t *n)
 	return v;
 }
 
-static int32_t argmax(const float *l, uint64_t n)
-{
-	uint64_t b = 0;
-
-	for (uint64_t i = 1; i < n; i++)
-		if (l[i] > l[b])
-			b = i;
-	return (int32_t)b;
-}
-
 struct model {
 	struct capy_artifact *a;
 	struct capy_engine *e;
@@ -117,7 +107,7 @@ static void check_teacher_forced(const char *name)
 				  &err) == 0, "%s", err.msg);
 	uint64_t bad = 0;
 	for (uint64_t t = 0; t + 1 < T; t++)
-		bad += argmax(rows + t * m.V, m.V) != (int32_t)want[t];
+		bad += test_argmax(rows + t * m.V, m.V) != (int32_t)want[t];
 	CHECK_MSG(bad == 0, "%s: %" PRIu64 " of %" PRIu64 " teacher-forced MTP argmaxes differ", name, bad, T - 1);
 	double worst = 0;
 	const cJSON *v;
@@ -314,7 +304,7 @@ static void check_rollback(const char *name, uint64_t K, bool other)
 	CHECK_EQ_INT(capy_engine_forward(m.e, c, prompt, N, l, false, &err), 0);
 	bool same = true;
 	for (uint64_t i = 0; i < ng; i++) {
-		want = argmax(l, m.V);
+		want = test_argmax(l, m.V);
 		same &= want == gen[i];
 		feed[0] = gen[i];
 		if (i + 1 < ng)

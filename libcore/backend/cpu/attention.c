@@ -321,6 +321,9 @@ int attention_forward(struct cpu_engine *e, const struct capy_layer_w *l, const 
 	for (uint64_t t = 0; t < T; t++)
 		work += (e->s.pos[t] + 1) * 2 * nq * hd;
 	par_for_work(e, T * nkv, work, attn_heads, &job);
-	par_linear(e, &a->o, att, T, out);
+	if (e->tp.ranks > 1)
+		tp_linear(e, &a->o, att, T, out, &e->tp.heads, e->c.head_dim);
+	else
+		par_linear(e, &a->o, att, T, out);
 	return 0;
 }

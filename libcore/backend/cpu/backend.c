@@ -96,6 +96,9 @@ static void free_scratch(struct scratch *s, int nth)
 	free(s->moe_act_th);
 	free(s->moe_x_th);
 	free(s->lin_ws_th);
+	free(s->tp_x);
+	for (int r = 0; r < CAPY_TP_MAX_RANKS; r++)
+		free(s->tp_part[r]);
 }
 
 static void cpu_close(struct capy_engine *core);
@@ -119,7 +122,7 @@ static int cpu_open(struct capy_engine *core, struct capy_err *err)
 	e->s.tmax = core->step_tokens;
 	if ((rc = capy_weights_bind(&e->w, e->a, &e->c, err)) < 0 ||
 	    (e->opts.mtp && (rc = capy_weights_bind_mtp(&e->w, e->a, &e->c, err)) < 0) ||
-	    (rc = alloc_scratch(e, err)) < 0 || (rc = cpu_pages_layout(e, err)) < 0)
+	    (rc = alloc_scratch(e, err)) < 0 || (rc = cpu_pages_layout(e, err)) < 0 || (rc = tp_open(e, err)) < 0)
 		goto fail;
 	e->rot = capy_rope_dims(&e->c);
 	e->rope_inv_freq = calloc(e->rot / 2 + 1, sizeof(float));
@@ -170,6 +173,7 @@ const struct capy_backend_ops capy_backend_cpu = {
 	.page_bytes = cpu_page_bytes,
 	.pages_reserve = cpu_pages_reserve,
 	.pages_release = cpu_pages_give_back,
+	.tp = true,
 	.page_copy = cpu_page_copy,
 	.state_bytes = cpu_state_bytes,
 	.state_new = cpu_state_new,

@@ -8,6 +8,7 @@
 #include "../../model/weights.h"
 #include "../../cpu/linear.h"
 #include "../../util/thread.h"
+#include "../../tp/tp.h"
 
 /* --- engine ------------------------------------------------------------------------ */
 
@@ -47,6 +48,8 @@ struct scratch {
 	uint64_t logits_rows_cap;
 	float *mtp_cat;                   /* MTP head: [tmax][2H] the normed embedding and hidden state */
 	float *mtp_row;                   /* [V] one row of lm_head outputs, of which the draft ids are read */
+	float *tp_x;                      /* tensor-parallel simulation: [tmax][wide] a rank's input */
+	float *tp_part[CAPY_TP_MAX_RANKS]; /* [tmax][H] each rank's partial sums */
 };
 
 struct cpu_engine {
@@ -70,6 +73,7 @@ struct cpu_engine {
 	uint8_t **pages;                  /* [pages_cap] */
 	uint32_t pages_cap, pages_have;
 	const struct capy_batch *batch;   /* the step being run */
+	struct capy_tp_split tp;          /* opts.tp > 1: the simulated ranks (tp.c); else ranks 1 */
 };
 
 /* --- sequence state ------------------------------------------------------------------- */
@@ -171,6 +175,17 @@ int attention_forward(struct cpu_engine *e, const struct capy_layer_w *l, const 
 void gdn_forward(struct cpu_engine *e, const struct capy_layer_w *l, const float *xn, uint64_t T, float *out);
 void mlp_forward(struct cpu_engine *e, const struct capy_mlp_w *m, const float *xn, uint64_t T, float *out,
 		 float *act);
+
+/* tp.c: the tensor-parallel simulation (e->tp.ranks > 1). The ranks' partial sums of a
+ * row-parallel linear into s.tp_part (rank r: the input columns of its units of the split
+ * range, unit_cols each, the others zero); their all-reduce into y [T][n] with each row's
+ * payload; both (tp_linear). tp_open checks the model against the split. */
+int tp_open(struct cpu_engine *e, struct capy_err *err);
+void tp_partials(struct cpu_engine *e, const struct capy_linear *w, const float *x, uint64_t T,
+		 const struct capy_tp_range *units, uint64_t unit_cols);
+void tp_reduce(struct cpu_engine *e, uint64_t T, uint64_t n, float *y);
+void tp_linear(struct cpu_engine *e, const struct capy_linear *w, const float *x, uint64_t T, float *y,
+	       const struct capy_tp_range *units, uint64_t unit_cols);
 void moe_forward(struct cpu_engine *e, const struct capy_moe_w *m, const float *xn, uint64_t T, float *out);
 /* Hyper-connection mixer: from the streams X [T][hc*H] the block input mixed [T][H] and,
  * with inject, the per-stream injection weights inj [T][hc]. */

@@ -331,5 +331,8 @@ void gdn_forward(struct cpu_engine *e, const struct capy_layer_w *l, const float
 	}
 	par_for_work(e, bt->n_items * nv, T * nv * c->linear_key_head_dim * dv * 4, gdn_heads, &job);
 	gated_norm(e, w, o, z, T);
-	par_linear(e, &w->out, o, T, out);
+	if (e->tp.ranks > 1)
+		tp_linear(e, &w->out, o, T, out, &e->tp.gdn_v_heads, e->c.linear_value_head_dim);
+	else
+		par_linear(e, &w->out, o, T, out);
 }

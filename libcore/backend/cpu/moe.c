@@ -12,7 +12,43 @@ void mlp_forward(struct cpu_engine *e, const struct capy_mlp_w *m, const float *
 {
 	par_linear(e, &m->gate_up, xn, T, act);
 	capy_swiglu_rows(act, T, m->gate_up.n / 2);
-	par_linear(e, &m->down, act, T, out);
+	if (e->tp.ranks > 1) /* the dense MLP's intermediate columns split over the ranks */
+		tp_linear(e, &m->down, act, T, out, &e->tp.mlp, 1);
+	else
+		par_linear(e, &m->down, act, T, out);
+}
+
+/* The combine as N ranks compute it (tp.c): rank r adds the token's routed experts it holds
+ * (by id, ascending, as below), weighted, then the gated slice of the shared expert it holds;
+ * the all-reduce adds the ranks. */
+static void tp_combine(struct cpu_engine *e, const struct capy_moe_w *m, const float *xn, uint64_t T, float *out,
+		       const float *gate)
+{
+	const uint64_t k = e->c.n_experts_per_tok, H = e->c.hidden_size;
+	struct scratch *s = &e->s;
+	float *acc = s->tp_x; /* free again once the partials are in */
+
+	par_linear(e, &m->shared.gate_up, xn, T, s->big3);
+	capy_swiglu_rows(s->big3, T, m->shared.gate_up.n / 2);
+	tp_partials(e, &m->shared.down, s->big3, T, &e->tp.shared, 1);
+	for (uint64_t t = 0; t < T; t++) {
+		const float g = sigmoidf_(gate[t]);
+		for (int r = 0; r < e->tp.ranks; r++) {
+			float *sh = s->tp_part[r] + t * H;
+			memset(acc, 0, H * sizeof(float));
+			for (uint64_t j = 0; j < k; j++) {
+				if (capy_tp_expert_rank(&e->tp, (uint64_t)s->moe_ids[t * k + j]) != r)
+					continue;
+				const float *d = s->moe_out + (t * k + j) * H;
+				const float wt = s->moe_w[t * k + j];
+				for (uint64_t i = 0; i < H; i++)
+					acc[i] += d[i] * wt;
+			}
+			for (uint64_t i = 0; i < H; i++)
+				sh[i] = acc[i] + g * sh[i];
+		}
+	}
+	tp_reduce(e, T, H, out);
 }
 
 /* Router: per token the chosen experts (ascending id) and their weights. */
@@ -136,8 +172,12 @@ void moe_forward(struct cpu_engine *e, const struct capy_moe_w *m, const float *
 	else
 		capy_pool_run(e->pool, expert_worker, &job);
 
-	mlp_forward(e, &m->shared, xn, T, shared, s->big3);
 	par_linear(e, &m->shared_gate, xn, T, gate);
+	if (e->tp.ranks > 1) {
+		tp_combine(e, m, xn, T, out, gate);
+		return;
+	}
+	mlp_forward(e, &m->shared, xn, T, shared, s->big3);
 	for (uint64_t t = 0; t < T; t++) {
 		float g = sigmoidf_(gate[t]), *o = out + t * H;
 		memset(o, 0, H * sizeof(float));
