@@ -3,6 +3,7 @@
 #include "tool/tool.h"
 #include "artifact/artifact.h"
 #include "engine/engine.h"
+#include "tp/tp.h"
 #include "model/assets.h"
 #include "offload/plan.h"
 #include "sched/sched.h"
@@ -43,6 +44,8 @@ static int64_t opt_port = 8080, opt_max_context = 32768, opt_concurrency = 8, op
 	       opt_snapshot = 4096, opt_threads, opt_connections = 64, opt_max_messages, opt_max_tools,
 	       opt_max_tokens, opt_gpu, opt_mask_threads = 2;
 static int64_t opt_expert_slots = -1; /* -1: not given (the option takes 0 and up) */
+static int64_t opt_tp;
+static const char *opt_tp_payload;
 static uint64_t opt_gpu_mem;
 static double opt_host_cache_mib, opt_disk_cache_gib = 16, opt_kv_budget_mib;
 static int64_t opt_lease_window = 512, opt_draft_tokens = 4, opt_ngram_min = 2;
@@ -109,6 +112,11 @@ static const struct capy_opt opts[] = {
 	CAPY_OPT_STRING(0, "expert-cpu-threads", &opt_expert_threads, "n",
 			"cuda: CPU threads for the experts not on the GPU (default auto)"),
 	CAPY_OPT_FLAG(0, "plan", &opt_plan, "print the memory plan for a GPU of --gpu-mem and exit (no GPU needed)"),
+	CAPY_OPT_INT(0, "tp", &opt_tp, "n",
+		     "tensor parallelism over n ranks (cpu: simulated in one process, for tests; docs/tp.md)", 1,
+		     CAPY_TP_MAX_RANKS),
+	CAPY_OPT_STRING(0, "tp-payload", &opt_tp_payload, "fp32|fp16-shift|bf16",
+			"--tp's all-reduce payload (default fp32; docs/tp.md)"),
 	CAPY_OPT_INT('t', "threads", &opt_threads, "n", "CPU threads (default: one per CPU)", 0, 1024),
 	CAPY_OPT_STRING(0, "kv", &opt_kv, "bf16|f32|int8", "attention cache type (default bf16)"),
 	CAPY_OPT_INT(0, "mask-threads", &opt_mask_threads, "n",
@@ -283,6 +291,7 @@ int cmd_main(int argc, char **argv)
 	if (n != 1)
 		capy_usage_error(usage, opts, n ? "unexpected argument '%s'" : "no model given", n ? args[1] : "");
 	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
+	capy_tp_opts(usage, opts, opt_tp, opt_tp_payload, &eo);
 	if (opt_plan)
 		return capy_plan_print(args[0], &(struct capy_plan_opts){
 			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,

@@ -1,11 +1,12 @@
 #!/usr/bin/env bats
-# --tp and --tp-payload of capy-gen and capy-ppl (docs/tp.md): on the CPU the engine simulates
+# --tp and --tp-payload of capy-gen, capy-ppl and capy-serve (docs/tp.md): on the CPU the engine simulates
 # N ranks in one process; with the default fp32 payload every fixture's greedy ids and
 # perplexity are those of one rank; the bf16 and fp16-shift payloads run; bad counts and
 # payloads are refused naming the option or the dimension; other backends refuse --tp.
 # (t/unit/u-tp-sim.c compares the logits themselves.)
 
 load lib
+load helper/serve
 
 setup_file() {
 	for m in $FAMILIES; do
@@ -43,6 +44,25 @@ setup_file() {
 		awk -v a="$one" -v b="$two" 'BEGIN { d = (a - b) / a; exit !(a > 0 && d < 1e-5 && d > -1e-5) }'
 		awk -v a="$b16" 'BEGIN { exit !(a > 0) }'
 	done
+}
+
+teardown() {
+	serve_kill_all "$(serve_dir)"
+}
+
+@test "capy-serve --tp 2: the greedy answer of one rank, through chat completions" {
+	local art=$BATS_FILE_TMPDIR/qwen3_5_moe.capy body='{"max_tokens":24,"temperature":0,"messages":[{"role":"user","content":"count the brown foxes"}]}'
+	serve_start capy-serve "$art" --threads 1 --tp 2
+	api POST /v1/chat/completions "$body"
+	[ "$CODE" = 200 ]
+	local two=$(jv '.choices[0].message.content')
+	[ "$(jv '.usage.completion_tokens')" -gt 0 ]
+	serve_stop
+	serve_start capy-serve "$art" --threads 1
+	api POST /v1/chat/completions "$body"
+	[ "$CODE" = 200 ]
+	[ "$(jv '.choices[0].message.content')" = "$two" ]
+	serve_stop
 }
 
 @test "--tp refusals: a count that does not divide a dimension (exit 1, naming it), out of range or a bad payload (usage, exit 2)" {
