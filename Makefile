@@ -258,6 +258,7 @@ BENCHES += kvstore-bench
 BENCHES += linear-bench
 BENCHES += mask-bench
 BENCHES += spec-bench
+BENCHES += spec-oracle-bench
 BENCHES += step-bench
 BENCHES += tokenizer-bench
 BENCHES += tp-rounding-bench
