@@ -799,7 +799,7 @@ static int generate(const char *model)
 			"(%.1f tok/s), stopped by %s; %d threads, seed %" PRIu64 ", peak RSS %s\n",
 			capy_tool_name, prompt.n, t1 - t0, (double)prompt.n / (t1 - t0), produced, t2 - t1,
 			produced > 1 ? (double)(produced - 1) / (t2 - t1) : 0.0, why, capy_engine_threads(e), sp.seed, rss);
-		if (strcmp(opt_device, "cpu")) {
+		if (strcmp(opt_device, "cpu") || opt_tp > 1) {
 			char d[512];
 			capy_engine_describe(e, d, sizeof(d));
 			fprintf(stderr, "%s: %s\n", capy_tool_name, d);

@@ -462,7 +462,7 @@ int cmd_main(int argc, char **argv)
 			opt_disk_cache_dir ? opt_disk_cache_dir : "off", opt_disk_cache_dir ? " up to " : "",
 			opt_disk_cache_dir ? disk : "", ks.disk_entries, ks.disk_bytes);
 	}
-	if (strcmp(opt_device, "cpu")) {
+	if (strcmp(opt_device, "cpu") || opt_tp > 1) {
 		char d[512];
 		capy_engine_describe(e, d, sizeof(d));
 		fprintf(stderr, "%s: %s\n", capy_tool_name, d);

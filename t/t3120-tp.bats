@@ -24,6 +24,9 @@ setup_file() {
 		[ "$one" = "$two" ] || { echo "$m: tp 1: $one"; echo "$m: tp 2: $two"; return 1; }
 		two=$(capy-gen "$art" --prompt-ids "$ids" -n 32 --temp 0 --ignore-eos --ids --tp 2 --tp-payload fp32 2>/dev/null)
 		[ "$one" = "$two" ]
+		# the start-up report says what runs
+		run --separate-stderr capy-gen "$art" --prompt-ids "$ids" -n 2 --temp 0 --tp 2
+		[[ "$stderr" == *"capy-gen: cpu, "*" threads, 2 tensor-parallel ranks simulated (fp32 payloads)"* ]]
 		# the other payloads run (their ids may part: docs/tp.md)
 		for p in fp16-shift bf16; do
 			run --separate-stderr capy-gen "$art" --prompt-ids "$ids" -n 32 --temp 0 --ignore-eos --ids --tp 2 --tp-payload $p
@@ -57,6 +60,7 @@ teardown() {
 	[ "$CODE" = 200 ]
 	local two=$(jv '.choices[0].message.content')
 	[ "$(jv '.usage.completion_tokens')" -gt 0 ]
+	grep -q 'tensor-parallel ranks simulated (fp32 payloads)' "$SERVER_LOG"
 	serve_stop
 	serve_start capy-serve "$art" --threads 1
 	api POST /v1/chat/completions "$body"

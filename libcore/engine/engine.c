@@ -3,6 +3,7 @@
  * sequences advanced). */
 #include "engine-impl.h"
 #include "../sample/sample.h"
+#include "../tp/tp.h"
 
 #define DEFAULT_STEP_TOKENS 512
 #define DEFAULT_PAGE_TOKENS 64
@@ -231,10 +232,16 @@ uint64_t capy_engine_pages_held(const struct capy_engine *e)
 
 void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size)
 {
+	size_t n;
+
 	if (e->ops->describe)
 		e->ops->describe(e, buf, size);
 	else
 		snprintf(buf, size, "%s, %d threads", e->ops->name, e->ops->threads(e));
+	n = strlen(buf);
+	if (e->opts.tp > 1 && n < size)
+		snprintf(buf + n, size - n, ", %d tensor-parallel ranks simulated (%s payloads)", e->opts.tp,
+			 capy_tp_payload_name(e->opts.tp_payload_set ? (enum capy_tp_payload)e->opts.tp_payload : CAPY_TP_FP32));
 }
 
 bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size)
