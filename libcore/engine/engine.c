@@ -241,7 +241,7 @@ void capy_engine_describe(const struct capy_engine *e, char *buf, size_t size)
 	n = strlen(buf);
 	if (e->opts.tp > 1 && n < size)
 		snprintf(buf + n, size - n, ", %d tensor-parallel ranks simulated (%s payloads)", e->opts.tp,
-			 capy_tp_payload_name(e->opts.tp_payload_set ? (enum capy_tp_payload)e->opts.tp_payload : CAPY_TP_FP32));
+			 capy_tp_payload_name((enum capy_tp_payload)e->opts.tp_payload));
 }
 
 bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size)
@@ -268,8 +268,17 @@ bool capy_engine_offload_stats(const struct capy_engine *e, struct capy_offload_
 
 /* --- the page pool ------------------------------------------------------------------------ */
 
-/* A new id at the top of the pool (none is free): storage for it, room in the tables. */
-static int page_grow(struct capy_engine *e, struct capy_err *err)
+static void mark_free(struct capy_engine *e, uint32_t id)
+{
+	e->free_bits[id / 64] |= 1ull << (id % 64);
+	e->n_free++;
+	if (id / 64 < e->free_lo)
+		e->free_lo = id / 64;
+}
+
+/* A new id at the top of the pool (none is free) into *id: storage for it, room in the
+ * tables. */
+static int page_grow(struct capy_engine *e, uint32_t *id, struct capy_err *err)
 {
 	uint32_t n = e->n_pages;
 	int rc;
@@ -294,12 +303,8 @@ static int page_grow(struct capy_engine *e, struct capy_err *err)
 		e->free_bits = fb;
 		e->pages_cap = cap;
 	}
-	e->page_ref[n] = 0;
-	e->free_bits[n / 64] |= 1ull << (n % 64);
-	e->n_free++;
-	if (n / 64 < e->free_lo)
-		e->free_lo = n / 64;
 	e->n_pages = n + 1;
+	*id = n;
 	return 0;
 }
 
@@ -307,14 +312,17 @@ int engine_page_alloc(struct capy_engine *e, uint32_t *id, struct capy_err *err)
 {
 	int rc;
 
-	if (!e->n_free && (rc = page_grow(e, err)) < 0)
-		return rc;
-	while (!e->free_bits[e->free_lo]) /* n_free > 0: a set bit lies ahead */
-		e->free_lo++;
-	const uint64_t w = e->free_bits[e->free_lo];
-	*id = e->free_lo * 64 + (uint32_t)__builtin_ctzll(w);
-	e->free_bits[e->free_lo] = w & (w - 1);
-	e->n_free--;
+	if (!e->n_free) {
+		if ((rc = page_grow(e, id, err)) < 0)
+			return rc;
+	} else {
+		while (!e->free_bits[e->free_lo]) /* n_free > 0: a set bit lies ahead */
+			e->free_lo++;
+		const uint64_t w = e->free_bits[e->free_lo];
+		*id = e->free_lo * 64 + (uint32_t)__builtin_ctzll(w);
+		e->free_bits[e->free_lo] = w & (w - 1);
+		e->n_free--;
+	}
 	e->page_ref[*id] = 1;
 	e->pages_used++;
 	return 0;
@@ -332,10 +340,7 @@ void engine_page_drop(struct capy_engine *e, uint32_t id)
 	if (--e->page_ref[id])
 		return;
 	e->pages_used--;
-	e->free_bits[id / 64] |= 1ull << (id % 64);
-	e->n_free++;
-	if (id / 64 < e->free_lo)
-		e->free_lo = id / 64;
+	mark_free(e, id);
 	/* free ids at the top leave the pool */
 	while (e->n_pages && !e->page_ref[e->n_pages - 1]) {
 		const uint32_t t = e->n_pages - 1;

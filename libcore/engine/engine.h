@@ -78,10 +78,9 @@ struct capy_engine_opts {
 	/* Tensor parallelism over tp ranks (libcore/tp/tp.h, docs/tp.md; 0 or 1: off). The CPU
 	 * backend simulates it in one process: the arithmetic tp GPUs would do (each rank's
 	 * partial sums of the row-parallel layers, the all-reduce's payload), for tests; it is
-	 * no faster. Other backends refuse it (not built yet). The all-reduce payload: with
-	 * tp_payload_set, tp_payload (enum capy_tp_payload) for every row; else fp32. */
+	 * no faster. Other backends refuse it (not built yet). tp_payload: the all-reduce payload
+	 * of every row (enum capy_tp_payload; 0, the default, is fp32). */
 	int tp;
-	bool tp_payload_set;
 	int tp_payload;
 };
 

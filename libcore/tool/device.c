@@ -33,13 +33,12 @@ void capy_expert_opts(const char *const *usage, const struct capy_opt *opts, int
 void capy_tp_opts(const char *const *usage, const struct capy_opt *opts, int64_t tp, const char *payload,
 		  struct capy_engine_opts *eo)
 {
-	int p = payload ? capy_tp_payload_parse(payload) : 0;
+	int p = payload ? capy_tp_payload_parse(payload) : CAPY_TP_FP32;
 
 	if (p < 0)
 		capy_usage_error(usage, opts, "--tp-payload: '%s' is not fp32, fp16-shift or bf16", payload);
 	eo->tp = (int)tp;
-	eo->tp_payload_set = payload != NULL;
-	eo->tp_payload = p;
+	eo->tp_payload = p; /* not given: 0, fp32 */
 }
 
 int capy_plan_print(const char *model, const struct capy_plan_opts *po)

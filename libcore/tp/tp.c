@@ -9,7 +9,7 @@ static const char *const payload_names[] = { "fp32", "fp16-shift", "bf16" };
 
 int capy_tp_payload_parse(const char *name)
 {
-	for (int i = 0; i < 3; i++)
+	for (int i = 0; i < (int)ARRAY_SIZE(payload_names); i++)
 		if (name && !strcmp(name, payload_names[i]))
 			return i;
 	return -1;
@@ -17,7 +17,7 @@ int capy_tp_payload_parse(const char *name)
 
 const char *capy_tp_payload_name(enum capy_tp_payload p)
 {
-	return (unsigned)p < 3 ? payload_names[p] : "?";
+	return (unsigned)p < ARRAY_SIZE(payload_names) ? payload_names[p] : "?";
 }
 
 /* n over ranks in equal parts, or fail naming it. */

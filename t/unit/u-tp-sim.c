@@ -26,8 +26,7 @@ struct run {
 
 static bool generate(const struct capy_artifact *a, int tp, int payload, struct run *out, uint64_t *V)
 {
-	struct capy_engine_opts o = { .threads = 2, .tp = tp, .tp_payload_set = payload >= 0,
-				      .tp_payload = payload < 0 ? 0 : payload };
+	struct capy_engine_opts o = { .threads = 2, .tp = tp, .tp_payload = payload < 0 ? CAPY_TP_FP32 : payload };
 	struct capy_engine *e = NULL;
 	struct capy_seq *s = NULL;
 	struct capy_err err = { 0 };

@@ -18,13 +18,31 @@ void mlp_forward(struct cpu_engine *e, const struct capy_mlp_w *m, const float *
 		par_linear(e, &m->down, act, T, out);
 }
 
+/* Token t's routed experts, weighted, into o (zeroed here) in ascending expert order (the
+ * reference's); rank >= 0: only those the tensor-parallel rank holds (tp.c). */
+static void routed_sum(const struct cpu_engine *e, uint64_t t, int rank, float *o)
+{
+	const uint64_t k = e->c.n_experts_per_tok, H = e->c.hidden_size;
+	const struct scratch *s = &e->s;
+
+	memset(o, 0, H * sizeof(float));
+	for (uint64_t j = 0; j < k; j++) {
+		if (rank >= 0 && capy_tp_expert_rank(&e->tp, (uint64_t)s->moe_ids[t * k + j]) != rank)
+			continue;
+		const float *d = s->moe_out + (t * k + j) * H;
+		const float wt = s->moe_w[t * k + j];
+		for (uint64_t i = 0; i < H; i++)
+			o[i] += d[i] * wt;
+	}
+}
+
 /* The combine as N ranks compute it (tp.c): rank r adds the token's routed experts it holds
  * (by id, ascending, as below), weighted, then the gated slice of the shared expert it holds;
  * the all-reduce adds the ranks. */
 static void tp_combine(struct cpu_engine *e, const struct capy_moe_w *m, const float *xn, uint64_t T, float *out,
 		       const float *gate)
 {
-	const uint64_t k = e->c.n_experts_per_tok, H = e->c.hidden_size;
+	const uint64_t H = e->c.hidden_size;
 	struct scratch *s = &e->s;
 	float *acc = s->tp_x; /* free again once the partials are in */
 
@@ -35,15 +53,7 @@ static void tp_combine(struct cpu_engine *e, const struct capy_moe_w *m, const f
 		const float g = sigmoidf_(gate[t]);
 		for (int r = 0; r < e->tp.ranks; r++) {
 			float *sh = s->tp_part[r] + t * H;
-			memset(acc, 0, H * sizeof(float));
-			for (uint64_t j = 0; j < k; j++) {
-				if (capy_tp_expert_rank(&e->tp, (uint64_t)s->moe_ids[t * k + j]) != r)
-					continue;
-				const float *d = s->moe_out + (t * k + j) * H;
-				const float wt = s->moe_w[t * k + j];
-				for (uint64_t i = 0; i < H; i++)
-					acc[i] += d[i] * wt;
-			}
+			routed_sum(e, t, r, acc);
 			for (uint64_t i = 0; i < H; i++)
 				sh[i] = acc[i] + g * sh[i];
 		}
@@ -180,13 +190,7 @@ void moe_forward(struct cpu_engine *e, const struct capy_moe_w *m, const float *
 	mlp_forward(e, &m->shared, xn, T, shared, s->big3);
 	for (uint64_t t = 0; t < T; t++) {
 		float g = sigmoidf_(gate[t]), *o = out + t * H;
-		memset(o, 0, H * sizeof(float));
-		for (uint64_t j = 0; j < k; j++) {
-			const float *d = s->moe_out + (t * k + j) * H;
-			float wt = s->moe_w[t * k + j];
-			for (uint64_t i = 0; i < H; i++)
-				o[i] += d[i] * wt;
-		}
+		routed_sum(e, t, -1, o);
 		for (uint64_t i = 0; i < H; i++)
 			o[i] = o[i] + g * shared[t * H + i];
 	}

@@ -35,7 +35,7 @@ int tp_open(struct cpu_engine *e, struct capy_err *err)
 	}
 	if ((rc = capy_tp_split(&e->tp, c, e->opts.tp, err)) < 0)
 		return rc;
-	if (e->opts.tp_payload_set && capy_tp_payload_parse(capy_tp_payload_name(e->opts.tp_payload)) < 0)
+	if (e->opts.tp_payload < CAPY_TP_FP32 || e->opts.tp_payload > CAPY_TP_BF16)
 		return capy_err_set(err, CAPY_EINVAL, "--tp-payload: payload %d", e->opts.tp_payload);
 	for (uint64_t li = 0; li < c->n_layers; li++) {
 		const struct capy_layer_w *l = &e->w.layers[li];
@@ -59,13 +59,6 @@ int tp_open(struct cpu_engine *e, struct capy_err *err)
 	return 0;
 }
 
-/* fp32 unless told: fp16-shift prompt rows changed greedy continuations of the NVFP4 models
- * (docs/tp.md), whose activation quantization turns a small difference into a code's. */
-static enum capy_tp_payload row_payload(const struct cpu_engine *e)
-{
-	return e->opts.tp_payload_set ? (enum capy_tp_payload)e->opts.tp_payload : CAPY_TP_FP32;
-}
-
 void tp_partials(struct cpu_engine *e, const struct capy_linear *w, const float *x, uint64_t T,
 		 const struct capy_tp_range *units, uint64_t unit_cols)
 {
@@ -87,7 +80,9 @@ void tp_reduce(struct cpu_engine *e, uint64_t T, uint64_t n, float *y)
 		const float *p[CAPY_TP_MAX_RANKS];
 		for (int r = 0; r < e->tp.ranks; r++)
 			p[r] = e->s.tp_part[r] + t * n;
-		capy_tp_reduce_row(row_payload(e), p, e->tp.ranks, n, y + t * n);
+		/* fp32 unless told (opts.tp_payload 0): fp16-shift prompt rows changed greedy
+		 * continuations of the NVFP4 models (docs/tp.md) */
+		capy_tp_reduce_row((enum capy_tp_payload)e->opts.tp_payload, p, e->tp.ranks, n, y + t * n);
 	}
 }
 
