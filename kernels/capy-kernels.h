@@ -31,6 +31,26 @@ extern "C" {
  * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
  * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
 void ck_set_dependent_launch(int on);
+
+/* The kernel trace, a measurement knob (CAPY_CUDA_TRACE, docs/cuda.md): after
+ * ck_trace_start(cap), thread 0 of block 0 of every kernel records, for the first cap kernels
+ * to run, the device's global timer (ns) when it started and when its wait for the kernel
+ * before it returned (ck_grid_enter), its launch shape and its name; in a captured graph too.
+ * ck_trace_stop copies up to cap of them to host recs, says how many ran (*n, possibly more
+ * than cap) and turns the trace off. Each returns 0 or a negative cudaError_t. */
+struct ck_trace_rec {
+	unsigned long long t_start, t_ready;
+	unsigned grid, block;
+	char name[48];
+};
+struct ck_trace_buf {
+	unsigned n, cap;
+	struct ck_trace_rec rec[];
+};
+int ck_trace_start(uint32_t cap);
+int ck_trace_stop(struct ck_trace_rec *recs, uint32_t cap, uint32_t *n);
+/* For kernels/ck-common.cuh: each kernel file registers its setter of the trace buffer. */
+int ck_trace_register(int (*set)(struct ck_trace_buf *b));
 /* Prefill attention's shared memory a block, at most (0: what the GPU allows): the flash
  * kernel's tile shape follows it (the same bits at every shape; for tests and measurement, e.g.
  * 101376 runs sm_120's 99 KiB shape on a Hopper). */

@@ -38,11 +38,63 @@ static inline int ck_launched(void)
 // ck_set_dependent_launch(0) turns it off (launches as plain <<<>>>), for measurement.
 extern int ck_dependent_launch;
 
-__device__ __forceinline__ void ck_grid_enter(void)
+// The kernel trace (ck_trace_start, a measurement knob): the buffer, NULL while off. Each .cu
+// file has its own copy of the variable (no relocatable device code), set by the setter it
+// registers with ops.cu at load time.
+static __device__ struct ck_trace_buf *ck_trace_dev;
+
+static int ck_trace_set_here(struct ck_trace_buf *b)
+{
+	return cudaMemcpyToSymbol(ck_trace_dev, &b, sizeof(b)) == cudaSuccess ? 0 : -1;
+}
+
+static const int ck_trace_registered __attribute__((used)) = ck_trace_register(ck_trace_set_here);
+
+__device__ __forceinline__ unsigned long long ck_globaltimer(void)
+{
+	unsigned long long t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
+// Thread 0 of block 0, tracing: one record of when it started, when its wait returned, the
+// launch shape and the kernel's name.
+static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsigned long long t0, const char *name)
+{
+	unsigned long long t1 = ck_globaltimer();
+	unsigned i = atomicAdd(&tb->n, 1u);
+
+	if (i >= tb->cap)
+		return;
+	struct ck_trace_rec *r = &tb->rec[i];
+	r->t_start = t0;
+	r->t_ready = t1;
+	r->grid = gridDim.x * gridDim.y * gridDim.z;
+	r->block = blockDim.x * blockDim.y * blockDim.z;
+	int j = 0;
+	for (; j < (int)sizeof(r->name) - 1 && name[j]; j++)
+		r->name[j] = name[j];
+	r->name[j] = 0;
+}
+
+// Every kernel calls ck_grid_enter() (a macro, for the kernel's name in the trace).
+#define ck_grid_enter() ck_grid_enter_named(__func__)
+
+__device__ __forceinline__ void ck_grid_enter_named(const char *name)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+	struct ck_trace_buf *tb = NULL;
+	unsigned long long t0 = 0;
+
+	if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0 && (tb = ck_trace_dev))
+		t0 = ck_globaltimer();
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+	if (tb)
+		ck_trace_note(tb, t0, name);
+#else
+	(void)name;
 #endif
 }
 

@@ -249,6 +249,67 @@ void ck_set_dependent_launch(int on)
 	ck_dependent_launch = on;
 }
 
+/* The kernel files' setters of their trace buffer (ck-common.cuh), registered while the
+ * program loads; the trace buffer while on. */
+static int (*trace_setters[32])(struct ck_trace_buf *);
+static int trace_nsetters;
+static struct ck_trace_buf *trace_buf;
+
+int ck_trace_register(int (*set)(struct ck_trace_buf *b))
+{
+	if (trace_nsetters < (int)(sizeof(trace_setters) / sizeof(trace_setters[0])))
+		trace_setters[trace_nsetters++] = set;
+	return 0;
+}
+
+static int trace_set_all(struct ck_trace_buf *b)
+{
+	for (int i = 0; i < trace_nsetters; i++)
+		if (trace_setters[i](b) < 0)
+			return ck_launched() ? ck_launched() : -(int)cudaErrorInvalidSymbol;
+	return 0;
+}
+
+int ck_trace_start(uint32_t cap)
+{
+	struct ck_trace_buf h = { 0, cap };
+	cudaError_t rc;
+
+	if (trace_buf)
+		return 0;
+	if ((rc = cudaMalloc((void **)&trace_buf, sizeof(h) + (size_t)cap * sizeof(struct ck_trace_rec))) != cudaSuccess ||
+	    (rc = cudaMemcpy(trace_buf, &h, sizeof(h), cudaMemcpyHostToDevice)) != cudaSuccess) {
+		cudaFree(trace_buf);
+		trace_buf = NULL;
+		return -(int)rc;
+	}
+	return trace_set_all(trace_buf);
+}
+
+int ck_trace_stop(struct ck_trace_rec *recs, uint32_t cap, uint32_t *n)
+{
+	struct ck_trace_buf h;
+	cudaError_t rc;
+	int r;
+
+	*n = 0;
+	if (!trace_buf)
+		return 0;
+	if ((rc = cudaDeviceSynchronize()) != cudaSuccess ||
+	    (rc = cudaMemcpy(&h, trace_buf, sizeof(h), cudaMemcpyDeviceToHost)) != cudaSuccess)
+		return -(int)rc;
+	*n = h.n;
+	uint32_t got = h.n < h.cap ? h.n : h.cap;
+	if (got > cap)
+		got = cap;
+	if (got && (rc = cudaMemcpy(recs, trace_buf->rec, got * sizeof(*recs), cudaMemcpyDeviceToHost)) != cudaSuccess)
+		return -(int)rc;
+	r = trace_set_all(NULL);
+	cudaFree(trace_buf);
+	trace_buf = NULL;
+	return r;
+}
+
 int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T, uint64_t H, uint64_t hc, float *x,
 	     void *stream)
 {

@@ -4,6 +4,7 @@
 #include "cuda-impl.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -139,6 +140,37 @@ static void free_scratch(struct cu_scratch *s)
 
 static void cu_close(struct capy_engine *core);
 
+/* CAPY_CUDA_TRACE=FILE (a measurement knob, docs/cuda.md): the kernel trace of the engine's
+ * life, written as a table when it closes (bench/trace-summary.py reads it). */
+static int trace_open(struct cuda_engine *e, struct capy_err *err)
+{
+	const char *f = getenv("CAPY_CUDA_TRACE"), *cap = getenv("CAPY_CUDA_TRACE_CAP");
+
+	if (!f || !*f)
+		return 0;
+	e->trace_cap = cap ? (uint32_t)strtoul(cap, NULL, 10) : 1u << 20;
+	e->trace_file = f;
+	return cu_check(err, ck_trace_start(e->trace_cap), "starting the kernel trace");
+}
+
+static void trace_close(struct cuda_engine *e)
+{
+	struct ck_trace_rec *r;
+	uint32_t n = 0;
+	FILE *fp;
+
+	if (!e->trace_file || !(r = malloc((size_t)e->trace_cap * sizeof(*r))))
+		return;
+	if (!ck_trace_stop(r, e->trace_cap, &n) && (fp = fopen(e->trace_file, "w"))) {
+		fprintf(fp, "# kernels %" PRIu32 " (%" PRIu32 " recorded)\nname\tgrid\tblock\tstart_ns\tready_ns\n", n,
+			CAPY_MIN(n, e->trace_cap));
+		for (uint32_t i = 0; i < n && i < e->trace_cap; i++)
+			fprintf(fp, "%s\t%u\t%u\t%llu\t%llu\n", r[i].name, r[i].grid, r[i].block, r[i].t_start, r[i].t_ready);
+		fclose(fp);
+	}
+	free(r);
+}
+
 /* The memory plan (offload/plan.h) on this device's budget: --gpu-mem, or the memory free on
  * the device when none is given or less is free. Refuses, with the numbers, what does not
  * fit and what the RAM guard stops; a plan with routed experts left in host RAM offloads (offload.c). */
@@ -215,7 +247,7 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		rc = cu_err(err, r, "opening the device");
 		goto fail;
 	}
-	if ((rc = cu_plan(e, err)) < 0 || (rc = capy_weights_bind(&e->hw, e->a, c, err)) < 0 ||
+	if ((rc = trace_open(e, err)) < 0 || (rc = cu_plan(e, err)) < 0 || (rc = capy_weights_bind(&e->hw, e->a, c, err)) < 0 ||
 	    (rc = cu_weights_upload(e, err)) < 0 || (rc = cu_offload_open(e, err)) < 0 ||
 	    (rc = alloc_scratch(e, err)) < 0 || (rc = cu_pages_layout(e, err)) < 0)
 		goto fail;
@@ -291,6 +323,7 @@ static void cu_close(struct capy_engine *core)
 	cu_use_device(e);
 	if (e->stream)
 		cudaStreamSynchronize(e->stream);
+	trace_close(e);
 	for (int i = 0; i < CU_GRAPHS; i++)
 		if (e->graphs[i].exec)
 			cudaGraphExecDestroy(e->graphs[i].exec);

@@ -172,6 +172,8 @@ struct cuda_engine {
 	bool no_graphs;                   /* CAPY_CUDA_GRAPHS=0: every step launched eagerly */
 	unsigned skip;                    /* CAPY_CUDA_SKIP: parts left out, for timing (cu_skip_parse) */
 	struct cu_offload *off;           /* expert offload (offload.c), NULL with every expert resident */
+	const char *trace_file;           /* CAPY_CUDA_TRACE: the kernel trace's file, or NULL */
+	uint32_t trace_cap;
 };
 
 /* A sequence's recurrent state: one device block (GDN slots, then PLE windows) and, on the
