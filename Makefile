@@ -43,6 +43,11 @@ endif
 # sm_90: Hopper (H100/H200, tested); sm_120a: RTX 50 (compiled, not run here).
 NVCC_ARCHS ?= -gencode arch=compute_90,code=sm_90 -gencode arch=compute_120a,code=sm_120a
 NVCCFLAGS ?= -O3 -std=c++17 $(NVCC_ARCHS) -Xcompiler -Wall,-Wextra,-fPIC
+# TRACE=1: kernels that record the kernel trace (CAPY_CUDA_TRACE, docs/cuda.md); a
+# measurement build of its own, since the check costs every kernel a little.
+ifeq ($(TRACE),1)
+  NVCCFLAGS += -DCK_TRACE
+endif
 ifeq ($(CUDA),1)
   CPPFLAGS += -DCAPY_HAVE_CUDA=1 -I$(CUDA_HOME)/include
   # -lstdc++: nvcc's host stubs are C++ (static-init guards, EH personality) and cc links

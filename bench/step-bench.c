@@ -2,7 +2,7 @@
  *
  *	step-bench MODEL.capy [--device cpu|cuda] [--prefill N,N,...] [--batch B,B,...]
  *	           [--decode M] [--step-tokens S] [--kv bf16|int8|f32] [--threads T]
- *	           [--sample logits|greedy|topk] [--mask none|all]
+ *	           [--sample logits|greedy|topk] [--mask none|all] [--digest]
  *
  * Prefill: one sequence of N tokens through capy_engine_forward (steps of S tokens), timed
  * from the first token to the last logits (the time to first token of an N-token prompt).
@@ -17,7 +17,9 @@
  * With cuda, the device's copy bandwidth is measured first in the same run (a 2 GiB
  * device-to-device copy, bytes read + written), and decode is put against its floor:
  * the weight bytes one decode token reads (capy_engine_weight_bytes: every matrix once,
- * k experts per MoE layer, one token's PLE rows) over that bandwidth.
+ * k experts per MoE layer, one token's PLE rows) over that bandwidth. --digest: a hash of
+ * every decode step's logits (or picked tokens) per batch size, to check that two builds give
+ * the same bits (the inputs are fixed ids, never sampled ones; the hashing is timed too).
  * Prints one line per measurement on stdout. Benchmarks live in bench/, never in tests. */
 #include "core.h"
 #include "engine/engine.h"
@@ -106,6 +108,16 @@ static void offload_line(const struct capy_engine *e, struct capy_offload_stats 
 	*prev = st;
 }
 
+/* FNV-1a over n bytes, continuing from h. */
+static uint64_t fnv(uint64_t h, const void *p, size_t n)
+{
+	const unsigned char *b = p;
+
+	for (size_t i = 0; i < n; i++)
+		h = (h ^ b[i]) * 0x100000001b3ull;
+	return h;
+}
+
 static uint64_t *list(const char *s, size_t *n)
 {
 	uint64_t *v = calloc(64, sizeof(*v));
@@ -123,7 +135,7 @@ int main(int argc, char **argv)
 	const char *model = NULL, *device = "cpu", *prefill = "512,4096", *batch = "1,8", *kv = "bf16", *sample = "logits",
 		   *mask = "none";
 	uint64_t decode = 64, step_tokens = 2048, prompt = 16, gpu_mem = 0;
-	int threads = 0, expert_threads = 0;
+	int threads = 0, expert_threads = 0, digest = 0;
 	int64_t expert_slots = 0;
 	struct capy_err err = { 0 };
 
@@ -147,6 +159,8 @@ int main(int argc, char **argv)
 			sample = argv[++i];
 		else if (!strcmp(a, "--mask") && v)
 			mask = argv[++i];
+		else if (!strcmp(a, "--digest"))
+			digest = 1;
 		else if (!strcmp(a, "--threads") && v)
 			threads = (int)strtol(argv[++i], NULL, 10);
 		else if (!strcmp(a, "--gpu-mem") && v) {
@@ -163,7 +177,7 @@ int main(int argc, char **argv)
 		else {
 			fprintf(stderr, "usage: step-bench MODEL [--device d] [--prefill N,..] [--batch B,..] [--decode M] "
 					"[--step-tokens S] [--prompt P] [--kv t] [--sample logits|greedy|topk] [--mask none|all] "
-					"[--threads T] [--gpu-mem SIZE] [--expert-slots N (0: none)] [--expert-threads N]\n");
+					"[--threads T] [--gpu-mem SIZE] [--expert-slots N (0: none)] [--expert-threads N] [--digest]\n");
 			return 2;
 		}
 	}
@@ -209,7 +223,7 @@ int main(int argc, char **argv)
 	uint32_t *all_bits = malloc((V + 31) / 32 * 4);
 	memset(all_bits, 0xff, (V + 31) / 32 * 4);
 	for (uint64_t i = 0; i < maxp + 64; i++)
-		ids[i] = (int32_t)((i * 7919 + 13) % (V - 1000) + 500);
+		ids[i] = (int32_t)(V > 2000 ? (i * 7919 + 13) % (V - 1000) + 500 : (i * 7919 + 13) % V); /* fixtures: small V */
 	if (np) { /* what a process pays once: the first prompt chunk of each matrix shape */
 		struct capy_seq *s = NULL;
 		if (capy_seq_new(e, &s, &err) < 0)
@@ -231,6 +245,9 @@ int main(int argc, char **argv)
 		double d = now() - a;
 		printf("prefill %6" PRIu64 " tokens: %.3f s, %.0f tok/s (time to first token)\n", pre[i], d,
 		       (double)pre[i] / d);
+		if (digest)
+			printf("digest prefill %" PRIu64 ": last logits %016" PRIx64 "\n", pre[i],
+			       fnv(0xcbf29ce484222325ull, logits, V * sizeof(*logits)));
 		offload_line(e, &off0);
 		capy_seq_free(s);
 	}
@@ -259,6 +276,7 @@ int main(int argc, char **argv)
 			next[q] = ids[q + prompt];
 		}
 		double a = 0;
+		uint64_t h = 0xcbf29ce484222325ull;
 		for (uint64_t step = 0; step < decode + 2; step++) {
 			if (step == 2)
 				a = now();
@@ -272,6 +290,8 @@ int main(int argc, char **argv)
 			}
 			if (capy_engine_step(e, it, B, &err) < 0)
 				die("decode", &err);
+			if (digest)
+				h = smp ? fnv(h, picked, B * sizeof(*picked)) : fnv(h, lg, B * V * sizeof(*lg));
 			for (uint64_t q = 0; q < B; q++)
 				next[q] = ids[(step * 31 + q) % maxp];
 		}
@@ -282,6 +302,9 @@ int main(int argc, char **argv)
 		if (bw > 0 && B == 1)
 			printf(" (%.0f %% of the floor)", 100.0 * ((double)wb / bw) / (d / (double)decode));
 		printf("\n");
+		if (digest)
+			printf("digest batch %3" PRIu64 ": %s of %" PRIu64 " steps %016" PRIx64 "\n", B, smp ? "tokens" : "logits",
+			       decode + 2, h);
 		offload_line(e, &off0);
 		for (uint64_t q = 0; q < B; q++)
 			capy_seq_free(s[q]);

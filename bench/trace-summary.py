@@ -7,7 +7,9 @@
 The trace has one record per kernel run (kernels/ck-common.cuh): when its first block
 started and when that block's wait for the kernel before it returned (the device's global
 timer). On one stream (CAPY_CUDA_FORK=0) a kernel's share of the critical path is the time
-from its own 'ready' to the next kernel's: its work, its tail and the next one's wake-up. A
+from its own 'ready' to the next kernel's: its work, its tail and the next one's wake-up. The
+SM clock (clock64 against the global timer while block 0 waited) says whether the GPU ran
+at its boost clock. A
 step starts at its embedding kernel; steps with the same sequence of kernels are one shape
 (a batch size of decode, say), and each shape with at least 4 steps gets a table: per kernel
 name, how many run a step and their median time a step (the median over the steps of the
@@ -27,9 +29,10 @@ def load(path):
             if line.startswith("#") or line.startswith("name\t"):
                 continue
             p = line.rstrip("\n").split("\t")
-            if len(p) != 5:
+            if len(p) < 5:
                 continue
-            recs.append((p[0], int(p[1]), int(p[2]), int(p[3]), int(p[4])))
+            clk = (int(p[5]), int(p[6])) if len(p) >= 7 else (0, 0)
+            recs.append((p[0], int(p[1]), int(p[2]), int(p[3]), int(p[4])) + clk)
     recs.sort(key=lambda r: r[4])
     return recs
 
@@ -65,10 +68,14 @@ def main():
         if len(runs) < 4:
             continue
         walls = [nxt - s[0][4] for s, nxt in runs]
+        # the SM clock where a kernel's block 0 waited long enough to tell (clock64 / globaltimer)
+        mhz = [1e3 * (r[6] - r[5]) / (r[4] - r[3]) for s, _ in runs for r in s if len(r) > 5 and r[5] and r[4] - r[3] > 2000]
         ends = [s[-1][4] - s[0][4] for s, nxt in runs]
         print("# shape: %d kernels a step, %d steps; step %.1f us (median; ready of the first to the next "
               "step's first), last kernel ready at %.1f us" % (len(key), len(runs), statistics.median(walls) / 1e3,
                                                             statistics.median(ends) / 1e3))
+        if mhz:
+            print("# SM clock while waiting: median %.0f MHz (%.0f-%.0f)" % (statistics.median(mhz), min(mhz), max(mhz)))
         per = {}
         for s, nxt in runs:
             sums, leads = {}, {}

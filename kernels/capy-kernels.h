@@ -32,14 +32,17 @@ extern "C" {
  * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
 void ck_set_dependent_launch(int on);
 
-/* The kernel trace, a measurement knob (CAPY_CUDA_TRACE, docs/cuda.md): after
+/* The kernel trace, a measurement knob of TRACE=1 builds (CAPY_CUDA_TRACE, docs/cuda.md;
+ * elsewhere ck_trace_start fails with cudaErrorNotSupported): after
  * ck_trace_start(cap), thread 0 of block 0 of every kernel records, for the first cap kernels
- * to run, the device's global timer (ns) when it started and when its wait for the kernel
- * before it returned (ck_grid_enter), its launch shape and its name; in a captured graph too.
+ * to run, the device's global timer (ns) and its SM's clock when it started and when its wait
+ * for the kernel before it returned (ck_grid_enter), its launch shape and its name; in a
+ * captured graph too.
  * ck_trace_stop copies up to cap of them to host recs, says how many ran (*n, possibly more
  * than cap) and turns the trace off. Each returns 0 or a negative cudaError_t. */
 struct ck_trace_rec {
 	unsigned long long t_start, t_ready;
+	long long clk_start, clk_ready; /* the SM's clock at the same two points (its frequency) */
 	unsigned grid, block;
 	char name[48];
 };
@@ -234,7 +237,9 @@ int ck_embed(const void *table, enum ck_dtype dt, const int32_t *ids, uint64_t T
 /* Zero-centred RMSNorm over `rows` rows of n values (x row stride xs, y row stride ys), in
  * groups of `group` values (group == n: the whole row): y = (x * r) * w1p[i % wn] with
  * r = 1 / sqrtf(sum(x^2) / group + eps), i the index in the row (wn = n: a weight per value
- * of the row; wn = group: the same weights for every group). x and y may alias. */
+ * of the row; wn = group: the same weights for every group). x and y may alias. w1p (in every
+ * norm below too) must be a weight no kernel writes: it is read before the kernel waits for
+ * the one before it. */
 int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float *y, uint64_t ys, uint64_t rows,
 	       uint64_t n, uint64_t group, float eps, void *stream);
 

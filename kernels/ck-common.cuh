@@ -38,9 +38,10 @@ static inline int ck_launched(void)
 // ck_set_dependent_launch(0) turns it off (launches as plain <<<>>>), for measurement.
 extern int ck_dependent_launch;
 
-// The kernel trace (ck_trace_start, a measurement knob): the buffer, NULL while off. Each .cu
-// file has its own copy of the variable (no relocatable device code), set by the setter it
-// registers with ops.cu at load time.
+// The kernel trace (ck_trace_start, a measurement knob of TRACE=1 builds: CK_TRACE): the
+// buffer, NULL while off. Each .cu file has its own copy of the variable (no relocatable
+// device code), set by the setter it registers with ops.cu at load time.
+#ifdef CK_TRACE
 static __device__ struct ck_trace_buf *ck_trace_dev;
 
 static int ck_trace_set_here(struct ck_trace_buf *b)
@@ -60,9 +61,10 @@ __device__ __forceinline__ unsigned long long ck_globaltimer(void)
 
 // Thread 0 of block 0, tracing: one record of when it started, when its wait returned, the
 // launch shape and the kernel's name.
-static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsigned long long t0, const char *name)
+static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsigned long long t0, long long c0,
+						  const char *name)
 {
-	unsigned long long t1 = ck_globaltimer();
+	unsigned long long t1 = ck_globaltimer(), c1 = clock64();
 	unsigned i = atomicAdd(&tb->n, 1u);
 
 	if (i >= tb->cap)
@@ -70,6 +72,8 @@ static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsig
 	struct ck_trace_rec *r = &tb->rec[i];
 	r->t_start = t0;
 	r->t_ready = t1;
+	r->clk_start = c0;
+	r->clk_ready = c1;
 	r->grid = gridDim.x * gridDim.y * gridDim.z;
 	r->block = blockDim.x * blockDim.y * blockDim.z;
 	int j = 0;
@@ -77,6 +81,7 @@ static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsig
 		r->name[j] = name[j];
 	r->name[j] = 0;
 }
+#endif
 
 // Every kernel calls ck_grid_enter() (a macro, for the kernel's name in the trace).
 #define ck_grid_enter() ck_grid_enter_named(__func__)
@@ -84,18 +89,24 @@ static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsig
 __device__ __forceinline__ void ck_grid_enter_named(const char *name)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#ifdef CK_TRACE
 	struct ck_trace_buf *tb = NULL;
 	unsigned long long t0 = 0;
+	long long c0 = 0;
 
-	if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0 && (tb = ck_trace_dev))
+	if ((blockIdx.x | blockIdx.y | blockIdx.z | threadIdx.x | threadIdx.y | threadIdx.z) == 0 && (tb = ck_trace_dev)) {
 		t0 = ck_globaltimer();
+		c0 = clock64();
+	}
+#endif
 	asm volatile("griddepcontrol.wait;" ::: "memory");
 	asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#ifdef CK_TRACE
 	if (tb)
-		ck_trace_note(tb, t0, name);
-#else
-	(void)name;
+		ck_trace_note(tb, t0, c0, name);
 #endif
+#endif
+	(void)name;
 }
 
 template <typename... KernelArgs, typename... Args>

@@ -131,6 +131,7 @@ extern "C" int ck_gdn_gates(const float *b, const float *a, const float *neg_a, 
  * l2norm_scaled), q also times 1 / sqrtf(dk): the recurrence then reads them as it uses them.
  * One block of 4 warps per (row, key head), the sum of squares as per-thread strided partials,
  * an xor butterfly per warp, then the 4 warps in order. */
+#define GDN_NORM_REG 2 /* values a thread keeps in registers (dk, dv <= 256: every model) */
 static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_t C, uint32_t nk, uint32_t dk)
 {
 	ck_grid_enter();
@@ -140,6 +141,40 @@ static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_
 	float *q = conv + t * C + (uint64_t)kh * dk, *k = conv + t * C + (uint64_t)(nk + kh) * dk;
 	float sq = 0, sk = 0;
 
+	if (dk <= GDN_NORM_REG * 128) { /* one round trip: the values stay in registers */
+		float qv[GDN_NORM_REG], kv[GDN_NORM_REG];
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dk) {
+				qv[j] = q[threadIdx.x + 128 * j];
+				kv[j] = k[threadIdx.x + 128 * j];
+			}
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dk) {
+				sq += qv[j] * qv[j];
+				sk += kv[j] * kv[j];
+			}
+		for (int off = 16; off; off >>= 1) {
+			sq += __shfl_xor_sync(0xffffffffu, sq, off);
+			sk += __shfl_xor_sync(0xffffffffu, sk, off);
+		}
+		if (lane == 0) {
+			red[0][w] = sq;
+			red[1][w] = sk;
+		}
+		__syncthreads();
+		const float rq = 1.0f / sqrtf(((red[0][0] + red[0][1]) + red[0][2]) + red[0][3] + 1e-6f);
+		const float rk = 1.0f / sqrtf(((red[1][0] + red[1][1]) + red[1][2]) + red[1][3] + 1e-6f);
+		const float qscale = 1.0f / sqrtf((float)dk);
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dk) {
+				q[threadIdx.x + 128 * j] = (qv[j] * rq) * qscale;
+				k[threadIdx.x + 128 * j] = kv[j] * rk;
+			}
+		return;
+	}
 	for (uint32_t i = threadIdx.x; i < dk; i += 128) {
 		sq += q[i] * q[i];
 		sk += k[i] * k[i];
@@ -392,12 +427,44 @@ extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_sh
 static __global__ __launch_bounds__(128) void gdn_gated_norm_k(float *o, const float *z, const float *norm_w,
 							       uint32_t dv, float eps, bool gate_sigmoid)
 {
-	ck_grid_enter();
 	__shared__ float red[4];
 	float *xr = o + (uint64_t)blockIdx.x * dv;
 	const float *zr = z + (uint64_t)blockIdx.x * dv;
 	float ss = 0, r;
 
+	if (dv <= GDN_NORM_REG * 128) { /* one round trip, the weights read under the wait */
+		float xv[GDN_NORM_REG], zv[GDN_NORM_REG], nw[GDN_NORM_REG];
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dv)
+				nw[j] = norm_w[threadIdx.x + 128 * j];
+		ck_grid_enter();
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dv) {
+				xv[j] = xr[threadIdx.x + 128 * j];
+				zv[j] = zr[threadIdx.x + 128 * j];
+			}
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dv)
+				ss += xv[j] * xv[j];
+		for (int off = 16; off; off >>= 1)
+			ss += __shfl_xor_sync(0xffffffffu, ss, off);
+		if (threadIdx.x % 32 == 0)
+			red[threadIdx.x / 32] = ss;
+		__syncthreads();
+		ss = ((red[0] + red[1]) + red[2]) + red[3];
+		r = 1.0f / sqrtf(ss / (float)dv + eps);
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dv) {
+				float act = gate_sigmoid ? sigmoid_(zv[j]) : silu_(zv[j]);
+				xr[threadIdx.x + 128 * j] = (nw[j] * (xv[j] * r)) * act;
+			}
+		return;
+	}
+	ck_grid_enter();
 	for (uint32_t i = threadIdx.x; i < dv; i += 128)
 		ss += xr[i] * xr[i];
 	for (int off = 16; off; off >>= 1)

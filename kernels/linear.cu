@@ -133,112 +133,203 @@ static __device__ __forceinline__ int e2m1_a(float x)
 
 /* Element j of the row to quantize: x itself, or (swiglu) silu(gate) * up of a [gate | up] row
  * of 2k values, exactly as moe.cu's k_swiglu computes it (so fusing the two changes no bits). */
+static __device__ __forceinline__ float swiglu_of(float g, float u)
+{
+	return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, cpu_expf(-g))), u);
+}
+
 static __device__ __forceinline__ float quant_in(const float *xr, uint64_t j, uint64_t k, bool swiglu)
 {
 	if (!swiglu)
 		return xr[j];
-	const float g = xr[j], u = xr[k + j];
-	return __fmul_rn(__fdiv_rn(g, __fadd_rn(1.0f, cpu_expf(-g))), u);
+	return swiglu_of(xr[j], xr[k + j]);
+}
+
+/* The 16 values of block b of the row (quant_in's), in 16-byte loads where xr allows (vec). */
+static __device__ __forceinline__ void quant_load16(const float *xr, uint64_t b, uint64_t k, bool swiglu, bool vec,
+						    float *v)
+{
+	if (!vec) {
+#pragma unroll
+		for (int e = 0; e < 16; e++)
+			v[e] = quant_in(xr, b * 16 + e, k, swiglu);
+		return;
+	}
+	float4 g[4];
+#pragma unroll
+	for (int q = 0; q < 4; q++)
+		g[q] = ((const float4 *)(xr + b * 16))[q];
+	if (!swiglu) {
+#pragma unroll
+		for (int q = 0; q < 4; q++) {
+			v[4 * q] = g[q].x;
+			v[4 * q + 1] = g[q].y;
+			v[4 * q + 2] = g[q].z;
+			v[4 * q + 3] = g[q].w;
+		}
+		return;
+	}
+	float4 u[4];
+#pragma unroll
+	for (int q = 0; q < 4; q++)
+		u[q] = ((const float4 *)(xr + k + b * 16))[q];
+#pragma unroll
+	for (int q = 0; q < 4; q++) {
+		v[4 * q] = swiglu_of(g[q].x, u[q].x);
+		v[4 * q + 1] = swiglu_of(g[q].y, u[q].y);
+		v[4 * q + 2] = swiglu_of(g[q].z, u[q].z);
+		v[4 * q + 3] = swiglu_of(g[q].w, u[q].w);
+	}
 }
 
 #define QTHREADS 128
-#define QSWIGLU_MAX 2048 /* SwiGLU rows up to this long keep their values in shared memory */
+#define QREG 2           /* 16-blocks a thread holds in registers: rows up to 16 * QREG * QTHREADS */
 
-/* One block per (row i, part p): the row's amax and Inf/NaN flag (needed for the dynamic
- * scale), then one thread per 16-block. */
-static __global__ void __launch_bounds__(QTHREADS)
-	k_quant(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, struct lin_act a)
+/* Block b of quantization row `row`: its scale and codes from its 16 values v (gs: the row's
+ * global scale, inv_gs its inverse), as capy_nvfp4_quantize_act. */
+static __device__ __forceinline__ void quant_block(const float *v, uint64_t b, uint64_t row, uint64_t k, uint64_t nb,
+						   float gs, float inv_gs, const struct lin_act &a)
 {
-	ck_grid_enter();
-	const uint64_t i = blockIdx.x, k = w.k, nb = k / 16, row = (uint64_t)blockIdx.y * a.m + i;
-	const unsigned p = blockIdx.y, tid = threadIdx.x;
-	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
-		return; /* the whole block: a row of the other kind */
-	if (w.ids && w.ids[i] < 0)
-		return; /* a slot whose expert is not here (expert offload: the CPU computes it) */
-	const float *xr = x + (i / xdiv) * ldx;
-	const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i] * w.stride : 0);
 	const float sixth = (float)(1.0 / 6.0);
+	float bam = 0, s, t, os;
+	uint32_t sc, word[4] = { 0, 0, 0, 0 };
+	int32_t si;
+
+	for (int e = 0; e < 16; e++)
+		bam = fmaxf(bam, fabsf(v[e]));
+	s = __fmul_rn(gs, __fmul_rn(bam, sixth));
+	if (s > 448.0f)
+		s = 448.0f;
+	sc = f32_to_e4m3(s);
+	si = scale_int(sc);
+	/* e4m3_to_f32(sc) is exactly si * 2^-9 wherever the result matters (finite rows
+	 * with a finite gs never give the NaN byte). */
+	t = __fmul_rn(__fmul_rn((float)si, 0x1p-9f), inv_gs);
+	os = t == 0 ? 0.0f : __fdiv_rn(1.0f, t);
+	if (a.xb) { /* 2*e2m1 * Sa: at most 6 significant bits, exact in BF16 */
+		uint32_t pk[8];
+		for (int e = 0; e < 16; e += 2) {
+			const float q0 = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
+			const float q1 = fminf(fmaxf(__fmul_rn(v[e + 1], os), -6.0f), 6.0f);
+			pk[e / 2] = (__float_as_uint(__int2float_rn(e2m1_a(q0) * si)) >> 16) |
+				    (__float_as_uint(__int2float_rn(e2m1_a(q1) * si)) & 0xffff0000u);
+		}
+		uint4 *dst = (uint4 *)(a.xb + row * k + b * 16);
+		dst[0] = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+		dst[1] = make_uint4(pk[4], pk[5], pk[6], pk[7]);
+		return;
+	}
+	for (int e = 0; e < 16; e++) {
+		float q = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
+		word[e / 4] |= ((uint32_t)e2m1_a(q) & 0xff) << (8 * (e % 4));
+	}
+	*(uint4 *)(a.qa + row * k + b * 16) = make_uint4(word[0], word[1], word[2], word[3]);
+	a.sa[row * nb + b] = si;
+}
+
+/* The row's amax and Inf/NaN flag over the block's threads (every thread gets them). */
+static __device__ __forceinline__ void quant_row_amax(float *amax, int *bad)
+{
 	__shared__ float s_amax[QTHREADS / 32];
 	__shared__ int s_bad[QTHREADS / 32];
-	float amax = 0, is, gs, inv_gs;
-	int bad = 0;
+	const unsigned tid = threadIdx.x;
 
-	/* SwiGLU rows: each value computed once, kept in shared memory for the blocks below. */
-	__shared__ float s_x[QSWIGLU_MAX];
-	const bool keep = a.swiglu && k <= QSWIGLU_MAX;
-
-	/* fmaxf is exact and ignores NaN, so any order gives the CPU's row amax. */
-	for (uint64_t j = tid; j < k; j += QTHREADS) {
-		float v = quant_in(xr, j, k, a.swiglu);
-		if (keep)
-			s_x[j] = v;
-		bad |= !isfinite(v);
-		amax = fmaxf(amax, fabsf(v));
-	}
 	for (int off = 16; off; off >>= 1) {
-		amax = fmaxf(amax, __shfl_xor_sync(FULL, amax, off));
-		bad |= __shfl_xor_sync(FULL, bad, off);
+		*amax = fmaxf(*amax, __shfl_xor_sync(FULL, *amax, off));
+		*bad |= __shfl_xor_sync(FULL, *bad, off);
 	}
 	if ((tid & 31) == 0) {
-		s_amax[tid / 32] = amax;
-		s_bad[tid / 32] = bad;
+		s_amax[tid / 32] = *amax;
+		s_bad[tid / 32] = *bad;
 	}
 	__syncthreads();
-	amax = s_amax[0];
-	bad = s_bad[0];
+	*amax = s_amax[0];
+	*bad = s_bad[0];
 	for (int q = 1; q < QTHREADS / 32; q++) {
-		amax = fmaxf(amax, s_amax[q]);
-		bad |= s_bad[q];
+		*amax = fmaxf(*amax, s_amax[q]);
+		*bad |= s_bad[q];
 	}
+}
 
-	is = ((const float *)(rec + w.globals_off))[w.nparts + p];
-	if (is == 0) { /* dynamic: capy_nvfp4_weight_scale2(amax) */
+/* The row's global scale from its input scale `is` (0: dynamic, capy_nvfp4_weight_scale2(amax)),
+ * and its inverse; thread 0 records it (NaN for a row with Inf/NaN or an unusable scale). */
+static __device__ __forceinline__ void quant_row_scale(float is, float amax, int bad, uint64_t row,
+						       const struct lin_act &a, float *gs, float *inv_gs)
+{
+	if (is == 0) {
 		is = __fdiv_rn(amax, 2688.0f);
 		if (!(is > 0))
 			is = 1.0f;
 	}
-	gs = __fdiv_rn(1.0f, is);
-	inv_gs = __fdiv_rn(1.0f, gs);
-	if (tid == 0)
-		a.gs[row] = (bad || !isfinite(gs)) ? __uint_as_float(0x7fc00000) : gs;
+	*gs = __fdiv_rn(1.0f, is);
+	*inv_gs = __fdiv_rn(1.0f, *gs);
+	if (threadIdx.x == 0)
+		a.gs[row] = (bad || !isfinite(*gs)) ? __uint_as_float(0x7fc00000) : *gs;
+}
 
+/* One block per (row i, part p): the row's amax and Inf/NaN flag (needed for the dynamic
+ * scale), then one thread per 16-block. A decode step's quantization is one short block per
+ * row whose time is its memory round trips: rows up to 16 * QREG * QTHREADS values keep their
+ * blocks in registers (each thread loads its own blocks, all loads issued at once), and a
+ * matrix's own input scale (no expert ids) is read before the wait for the kernel before.
+ * Longer rows take the loop after it; the arithmetic of both is the same. */
+static __global__ void __launch_bounds__(QTHREADS)
+	k_quant(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, struct lin_act a)
+{
+	const uint64_t i = blockIdx.x, k = w.k, nb = k / 16, row = (uint64_t)blockIdx.y * a.m + i;
+	const unsigned p = blockIdx.y, tid = threadIdx.x;
+	const float *xr = x + (i / xdiv) * ldx;
+	const float is_fixed = w.ids ? 0.0f : ((const float *)(w.data + w.globals_off))[w.nparts + p];
+	float amax = 0, gs, inv_gs;
+	int bad = 0;
+
+	ck_grid_enter();
+	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
+		return; /* the whole block: a row of the other kind */
+	if (nb <= QREG * QTHREADS) {
+		const bool vec = ((uintptr_t)xr & 15) == 0 && (k & 3) == 0;
+		const int32_t id = w.ids ? w.ids[i] : 0;
+		float v[QREG][16];
+#pragma unroll
+		for (int j = 0; j < QREG; j++)
+			if (tid + QTHREADS * j < nb)
+				quant_load16(xr, tid + QTHREADS * j, k, a.swiglu, vec, v[j]);
+		if (id < 0)
+			return; /* a slot whose expert is not here (expert offload: the CPU computes it) */
+		const float is = w.ids ? ((const float *)(w.data + (uint64_t)id * w.stride + w.globals_off))[w.nparts + p]
+				       : is_fixed;
+		/* fmaxf is exact and ignores NaN, so any order gives the CPU's row amax. */
+#pragma unroll
+		for (int j = 0; j < QREG; j++)
+			if (tid + QTHREADS * j < nb)
+				for (int e = 0; e < 16; e++) {
+					bad |= !isfinite(v[j][e]);
+					amax = fmaxf(amax, fabsf(v[j][e]));
+				}
+		quant_row_amax(&amax, &bad);
+		quant_row_scale(is, amax, bad, row, a, &gs, &inv_gs);
+#pragma unroll
+		for (int j = 0; j < QREG; j++)
+			if (tid + QTHREADS * j < nb)
+				quant_block(v[j], tid + QTHREADS * j, row, k, nb, gs, inv_gs, a);
+		return;
+	}
+	if (w.ids && w.ids[i] < 0)
+		return; /* a slot whose expert is not here (expert offload: the CPU computes it) */
+	const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i] * w.stride : 0);
+
+	for (uint64_t j = tid; j < k; j += QTHREADS) {
+		float v = quant_in(xr, j, k, a.swiglu);
+		bad |= !isfinite(v);
+		amax = fmaxf(amax, fabsf(v));
+	}
+	quant_row_amax(&amax, &bad);
+	quant_row_scale(((const float *)(rec + w.globals_off))[w.nparts + p], amax, bad, row, a, &gs, &inv_gs);
 	for (uint64_t b = tid; b < nb; b += QTHREADS) {
-		float v[16], bam = 0, s, t, os;
-		uint32_t sc, word[4] = { 0, 0, 0, 0 };
-		int32_t si;
-		for (int e = 0; e < 16; e++) {
-			v[e] = keep ? s_x[b * 16 + e] : quant_in(xr, b * 16 + e, k, a.swiglu);
-			bam = fmaxf(bam, fabsf(v[e]));
-		}
-		s = __fmul_rn(gs, __fmul_rn(bam, sixth));
-		if (s > 448.0f)
-			s = 448.0f;
-		sc = f32_to_e4m3(s);
-		si = scale_int(sc);
-		/* e4m3_to_f32(sc) is exactly si * 2^-9 wherever the result matters (finite rows
-		 * with a finite gs never give the NaN byte). */
-		t = __fmul_rn(__fmul_rn((float)si, 0x1p-9f), inv_gs);
-		os = t == 0 ? 0.0f : __fdiv_rn(1.0f, t);
-		if (a.xb) { /* 2*e2m1 * Sa: at most 6 significant bits, exact in BF16 */
-			uint32_t pk[8];
-			for (int e = 0; e < 16; e += 2) {
-				const float q0 = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
-				const float q1 = fminf(fmaxf(__fmul_rn(v[e + 1], os), -6.0f), 6.0f);
-				pk[e / 2] = (__float_as_uint(__int2float_rn(e2m1_a(q0) * si)) >> 16) |
-					    (__float_as_uint(__int2float_rn(e2m1_a(q1) * si)) & 0xffff0000u);
-			}
-			uint4 *dst = (uint4 *)(a.xb + row * k + b * 16);
-			dst[0] = make_uint4(pk[0], pk[1], pk[2], pk[3]);
-			dst[1] = make_uint4(pk[4], pk[5], pk[6], pk[7]);
-			continue;
-		}
-		for (int e = 0; e < 16; e++) {
-			float q = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
-			word[e / 4] |= ((uint32_t)e2m1_a(q) & 0xff) << (8 * (e % 4));
-		}
-		*(uint4 *)(a.qa + row * k + b * 16) = make_uint4(word[0], word[1], word[2], word[3]);
-		a.sa[row * nb + b] = si;
+		float v[16];
+		for (int e = 0; e < 16; e++)
+			v[e] = quant_in(xr, b * 16 + e, k, a.swiglu);
+		quant_block(v, b, row, k, nb, gs, inv_gs, a);
 	}
 }
 

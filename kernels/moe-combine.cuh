@@ -14,18 +14,28 @@ struct moe_term {
 	uint64_t k;
 };
 
-// out[t][i] = (0 + sum over j < k of out[t k + j][i] * w[t k + j]) + sigmoid(gate[t]) * shared[t][i]
-__device__ __forceinline__ float moe_term_at(const struct moe_term &m, uint64_t t, uint64_t H, uint64_t i)
+// The shared expert's gate of row t, sigmoid(gate[t]) (0 without a shared expert).
+__device__ __forceinline__ float moe_term_gate(const struct moe_term &m, uint64_t t)
+{
+	return m.shared ? __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-m.gate[t]))) : 0.0f;
+}
+
+// out[t][i] = (0 + sum over j < k of out[t k + j][i] * w[t k + j]) + g * shared[t][i], with g
+// moe_term_gate(m, t) (a row's elements share it: computed once).
+__device__ __forceinline__ float moe_term_with(const struct moe_term &m, uint64_t t, uint64_t H, uint64_t i, float g)
 {
 	float o = 0.0f;
 
 	for (uint64_t j = 0; j < m.k; j++)
 		o = __fadd_rn(o, __fmul_rn(m.out[(t * m.k + j) * H + i], m.w[t * m.k + j]));
-	if (m.shared) {
-		const float g = __fdiv_rn(1.0f, __fadd_rn(1.0f, cpu_expf(-m.gate[t])));
+	if (m.shared)
 		o = __fadd_rn(o, __fmul_rn(g, m.shared[t * H + i]));
-	}
 	return o;
+}
+
+__device__ __forceinline__ float moe_term_at(const struct moe_term &m, uint64_t t, uint64_t H, uint64_t i)
+{
+	return moe_term_with(m, t, H, i, moe_term_gate(m, t));
 }
 
 #endif

@@ -130,6 +130,7 @@ static __global__ void __launch_bounds__(RTHREADS)
  * warp argmax with the CPU's tie rule. Decode routes one row per layer: its latency is the
  * kernel's. */
 #define RW_J 32
+#define RW_KMAX 32 /* a row's choices in shared memory up to this k, written out once at the end */
 template <int NJ>
 static __global__ void __launch_bounds__(32)
 	k_route_warp(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
@@ -137,11 +138,16 @@ static __global__ void __launch_bounds__(32)
 	ck_grid_enter();
 	__shared__ float p[32 * NJ];
 	__shared__ float s_sum;
+	__shared__ int32_t s_id[RW_KMAX];
+	__shared__ float s_w[RW_KMAX];
 	const uint64_t t = blockIdx.x;
 	const unsigned lane = threadIdx.x;
 	const float *l = logits + t * E;
-	int32_t *id = ids + t * k;
-	float *w = wout + t * k, mx = -INFINITY, v[NJ], top = 0;
+	/* The choices and route_finish's sort in shared memory: in global memory every one of
+	 * its dependent steps was a round trip to L2 (most of the kernel's time). */
+	const bool local = k <= RW_KMAX;
+	int32_t *id = local ? s_id : ids + t * k;
+	float *w = local ? s_w : wout + t * k, mx = -INFINITY, v[NJ], top = 0;
 
 #pragma unroll
 	for (int j = 0; j < NJ; j++) {
@@ -201,13 +207,21 @@ static __global__ void __launch_bounds__(32)
 			if ((int)(lane + 32 * j) == best)
 				v[j] = -1.0f; /* taken */
 		if (lane == 0) {
+			const float wn = bx < 0 ? -1.0f : bv;
 			id[n] = best;
-			w[n] = bx < 0 ? -1.0f : bv;
-			top = __fadd_rn(top, w[n]);
+			w[n] = wn;
+			top = __fadd_rn(top, wn);
 		}
 	}
 	if (lane == 0) {
 		route_finish(id, w, k, norm, top);
+	}
+	if (local) {
+		__syncwarp();
+		for (uint64_t j = lane; j < k; j += 32) {
+			ids[t * k + j] = s_id[j];
+			wout[t * k + j] = s_w[j];
+		}
 	}
 }
 

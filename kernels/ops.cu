@@ -44,38 +44,80 @@ struct rope_term {
  * launch gives the bits of ck_add then ck_rmsnorm. MOE: the added term is the MoE block's
  * output (moe-combine.cuh), as moe.cu's combine computes it; y NULL: the add alone. ROPE: each
  * normed group (head vector (row0 + r) * groups + g, of token that / heads) is then rotated as
- * rope_kernel rotates it. Each fusion changes no bits. */
+ * rope_kernel rotates it. Each fusion changes no bits.
+ *
+ * A decode row is one block, and its time is a chain of memory round trips: so a thread's
+ * values (at most NORM_REG of them: every shape the models have) stay in registers between
+ * the sum and the scaling, every load is issued before the first is used, and the weights,
+ * which no kernel writes, are loaded before the wait for the kernel before (under its tail).
+ * Longer groups take the loop below it, with the same order of operations. */
+#define NORM_REG 8
 template <bool ADD, bool MOE = false, bool ROPE = false>
 __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const float *w, bool per_value, float *y,
 			       uint64_t ys, uint32_t group, float eps, struct moe_term moe, struct rope_term rope)
 {
-	ck_grid_enter();
 	__shared__ float red[1024 / 32];
-	uint64_t r = blockIdx.x;
-	uint32_t g0 = blockIdx.y * group;
+	const uint64_t r = blockIdx.x;
+	const uint32_t g0 = blockIdx.y * group, bd = blockDim.x, tid = threadIdx.x;
 	float *xr = x + r * xs + g0;
 	const float *wr = per_value ? w + g0 : w;
 	float *yr = y ? y + r * ys + g0 : NULL;
-	float ss = 0;
+	float ss = 0, rs;
 
-	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x) {
-		float v = xr[i];
-		if (ADD) {
-			v = __fadd_rn(v, MOE ? moe_term_at(moe, r, xs, g0 + i) : add[r * xs + g0 + i]);
-			xr[i] = v;
+	if (group <= NORM_REG * bd) {
+		float v[NORM_REG], wv[NORM_REG];
+#pragma unroll
+		for (int j = 0; j < NORM_REG; j++)
+			if (tid + j * bd < group && y)
+				wv[j] = wr[tid + j * bd];
+		ck_grid_enter();
+		const float g = MOE ? moe_term_gate(moe, r) : 0.0f;
+#pragma unroll
+		for (int j = 0; j < NORM_REG; j++) {
+			const uint32_t i = tid + j * bd;
+			if (i < group)
+				v[j] = xr[i];
+			if (ADD && i < group)
+				v[j] = __fadd_rn(v[j], MOE ? moe_term_with(moe, r, xs, g0 + i, g) : add[r * xs + g0 + i]);
 		}
-		ss = __fadd_rn(ss, __fmul_rn(v, v));
+#pragma unroll
+		for (int j = 0; j < NORM_REG; j++) {
+			const uint32_t i = tid + j * bd;
+			if (i >= group)
+				break;
+			if (ADD)
+				xr[i] = v[j];
+			ss = __fadd_rn(ss, __fmul_rn(v[j], v[j]));
+		}
+		if (!y)
+			return; /* the residual add alone (the last layer's) */
+		ss = ck_block_sum(ss, red);
+		rs = 1.0f / sqrtf(ss / (float)group + eps);
+#pragma unroll
+		for (int j = 0; j < NORM_REG; j++)
+			if (tid + j * bd < group)
+				yr[tid + j * bd] = __fmul_rn(__fmul_rn(v[j], rs), wv[j]);
+	} else {
+		ck_grid_enter();
+		for (uint32_t i = tid; i < group; i += bd) {
+			float v = xr[i];
+			if (ADD) {
+				v = __fadd_rn(v, MOE ? moe_term_at(moe, r, xs, g0 + i) : add[r * xs + g0 + i]);
+				xr[i] = v;
+			}
+			ss = __fadd_rn(ss, __fmul_rn(v, v));
+		}
+		if (!y)
+			return;
+		ss = ck_block_sum(ss, red);
+		rs = 1.0f / sqrtf(ss / (float)group + eps);
+		for (uint32_t i = tid; i < group; i += bd)
+			yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), wr[i]);
 	}
-	if (!y)
-		return; /* the residual add alone (the last layer's) */
-	ss = ck_block_sum(ss, red);
-	float rs = 1.0f / sqrtf(ss / (float)group + eps);
-	for (uint32_t i = threadIdx.x; i < group; i += blockDim.x)
-		yr[i] = __fmul_rn(__fmul_rn(xr[i], rs), wr[i]);
 	if (ROPE) {
 		const uint64_t hv = (rope.row0 + r) * gridDim.y + blockIdx.y, half = rope.rot / 2;
 		__syncthreads(); /* the normed vector, all of it */
-		for (uint64_t i = threadIdx.x; i < half; i += blockDim.x)
+		for (uint64_t i = tid; i < half; i += bd)
 			rope_pair(yr, i, half, rope.pos[hv / rope.heads], rope.inv_freq);
 	}
 }

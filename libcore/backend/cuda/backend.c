@@ -150,7 +150,7 @@ static int trace_open(struct cuda_engine *e, struct capy_err *err)
 		return 0;
 	e->trace_cap = cap ? (uint32_t)strtoul(cap, NULL, 10) : 1u << 20;
 	e->trace_file = f;
-	return cu_check(err, ck_trace_start(e->trace_cap), "starting the kernel trace");
+	return cu_check(err, ck_trace_start(e->trace_cap), "CAPY_CUDA_TRACE (a build with TRACE=1 records the trace)");
 }
 
 static void trace_close(struct cuda_engine *e)
@@ -162,10 +162,11 @@ static void trace_close(struct cuda_engine *e)
 	if (!e->trace_file || !(r = malloc((size_t)e->trace_cap * sizeof(*r))))
 		return;
 	if (!ck_trace_stop(r, e->trace_cap, &n) && (fp = fopen(e->trace_file, "w"))) {
-		fprintf(fp, "# kernels %" PRIu32 " (%" PRIu32 " recorded)\nname\tgrid\tblock\tstart_ns\tready_ns\n", n,
-			CAPY_MIN(n, e->trace_cap));
+		fprintf(fp, "# kernels %" PRIu32 " (%" PRIu32 " recorded)\nname\tgrid\tblock\tstart_ns\tready_ns\tstart_clk\tready_clk\n",
+			n, CAPY_MIN(n, e->trace_cap));
 		for (uint32_t i = 0; i < n && i < e->trace_cap; i++)
-			fprintf(fp, "%s\t%u\t%u\t%llu\t%llu\n", r[i].name, r[i].grid, r[i].block, r[i].t_start, r[i].t_ready);
+			fprintf(fp, "%s\t%u\t%u\t%llu\t%llu\t%lld\t%lld\n", r[i].name, r[i].grid, r[i].block, r[i].t_start,
+				r[i].t_ready, r[i].clk_start, r[i].clk_ready);
 		fclose(fp);
 	}
 	free(r);
