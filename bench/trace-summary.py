@@ -14,10 +14,13 @@ step starts at its embedding kernel; steps with the same sequence of kernels are
 (a batch size of decode, say), and each shape with at least 4 steps gets a table: per kernel
 name, how many run a step and their median time a step (the median over the steps of the
 sum). 'lead' is the median time a kernel's first block waited for the one before it (how
-far programmatic dependent launch started it ahead). --order prints one step of each shape
+far programmatic dependent launch started it ahead); 'block0' how long that block ran after
+its wait (its own work; the rest of a kernel's time is the other blocks and the grid's
+completion). --order prints one step of each shape
 kernel by kernel.
 """
 import argparse
+import bisect
 import statistics
 import sys
 
@@ -35,6 +38,28 @@ def load(path):
             recs.append((p[0], int(p[1]), int(p[2]), int(p[3]), int(p[4])) + clk)
     recs.sort(key=lambda r: r[4])
     return recs
+
+
+def split_leaves(recs):
+    """The kernels' records, and per name the sorted times block 0 left (records of grid 0)."""
+    kernels, leaves = [], {}
+    for r in recs:
+        if r[1] == 0:
+            leaves.setdefault(r[0], []).append(r[4])
+        else:
+            kernels.append(r)
+    for v in leaves.values():
+        v.sort()
+    return kernels, leaves
+
+
+def body(leaves, r):
+    """How long block 0 of kernel record r ran after its wait (None without a leave record)."""
+    v = leaves.get(r[0])
+    if not v:
+        return None
+    i = bisect.bisect_left(v, r[4])
+    return v[i] - r[4] if i < len(v) else None
 
 
 def steps_of(recs):
@@ -55,7 +80,7 @@ def main():
     ap.add_argument("--top", type=int, default=25)
     ap.add_argument("--order", action="store_true")
     a = ap.parse_args()
-    recs = load(a.trace)
+    recs, leaves = split_leaves(load(a.trace))
     if not recs:
         sys.exit("trace-summary: no records in " + a.trace)
     steps = steps_of(recs)
@@ -78,24 +103,30 @@ def main():
             print("# SM clock while waiting: median %.0f MHz (%.0f-%.0f)" % (statistics.median(mhz), min(mhz), max(mhz)))
         per = {}
         for s, nxt in runs:
-            sums, leads = {}, {}
+            sums, leads, bodies = {}, {}, {}
             for j, r in enumerate(s):
                 t = (s[j + 1][4] if j + 1 < len(s) else nxt) - r[4]
                 name = r[0] if j + 1 < len(s) else r[0] + " (+ host until next step)"
                 sums[name] = sums.get(name, 0) + t
                 leads.setdefault(name, []).append(r[4] - r[3])
+                b = body(leaves, r)
+                if b is not None:
+                    bodies.setdefault(name, []).append(b)
             for n in sums:
-                d = per.setdefault(n, {"t": [], "lead": [], "count": 0})
+                d = per.setdefault(n, {"t": [], "lead": [], "body": [], "count": 0})
                 d["t"].append(sums[n])
                 d["lead"].extend(leads[n])
+                d["body"].extend(bodies.get(n, []))
                 d["count"] = len(leads[n])
         rows = sorted(per.items(), key=lambda kv: -statistics.median(kv[1]["t"]))
         total = sum(statistics.median(d["t"]) for _, d in rows)
-        print("%-44s %5s %10s %8s %6s %9s" % ("kernel", "a step", "us a step", "us each", "share", "lead us"))
+        print("%-44s %5s %10s %8s %6s %9s %9s" % ("kernel", "a step", "us a step", "us each", "share", "lead us",
+                                                   "block0 us"))
         for n, d in rows[: a.top]:
             t = statistics.median(d["t"]) / 1e3
-            print("%-44s %5d %10.1f %8.2f %5.1f%% %9.2f" % (n[:44], d["count"], t, t / d["count"],
-                                                          100 * t * 1e3 / total, statistics.median(d["lead"]) / 1e3))
+            b = "%9.2f" % (statistics.median(d["body"]) / 1e3) if d["body"] else "%9s" % "-"
+            print("%-44s %5d %10.1f %8.2f %5.1f%% %9.2f %s" % (n[:44], d["count"], t, t / d["count"],
+                                                             100 * t * 1e3 / total, statistics.median(d["lead"]) / 1e3, b))
         if len(rows) > a.top:
             rest = sum(statistics.median(d["t"]) for _, d in rows[a.top:]) / 1e3
             print("%-44s %5s %10.1f" % ("(the other %d names)" % (len(rows) - a.top), "", rest))
@@ -103,8 +134,9 @@ def main():
             s, nxt = runs[len(runs) // 2]
             for j, r in enumerate(s):
                 t = (s[j + 1][4] if j + 1 < len(s) else nxt) - r[4]
-                print("  %3d %-40s grid %6d x %4d  %7.2f us  lead %6.2f" % (j, r[0][:40], r[1], r[2], t / 1e3,
-                                                                           (r[4] - r[3]) / 1e3))
+                b = body(leaves, r)
+                print("  %3d %-40s grid %6d x %4d  %7.2f us  lead %6.2f  block0 %s" % (
+                    j, r[0][:40], r[1], r[2], t / 1e3, (r[4] - r[3]) / 1e3, "%.2f" % (b / 1e3) if b is not None else "-"))
         print()
 
 

@@ -83,10 +83,39 @@ static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsig
 }
 #endif
 
-// Every kernel calls ck_grid_enter() (a macro, for the kernel's name in the trace).
+// Every kernel calls ck_grid_enter() (a macro, for the kernel's name in the trace). Tracing,
+// it also declares a guard whose destructor records, when block 0's thread 0 leaves the scope
+// ck_grid_enter() was called in (the kernel's end, mostly), a second record (grid 0): the
+// block's own time, apart from the grid's completion that the next kernel waits for.
+#ifdef CK_TRACE
+struct ck_trace_leave {
+	const char *name;
+	struct ck_trace_buf *tb;
+	__device__ ~ck_trace_leave()
+	{
+		if (tb) {
+			unsigned long long t = ck_globaltimer();
+			unsigned i = atomicAdd(&tb->n, 1u);
+			if (i < tb->cap) {
+				struct ck_trace_rec *r = &tb->rec[i];
+				r->t_start = r->t_ready = t;
+				r->clk_start = r->clk_ready = clock64();
+				r->grid = 0;
+				r->block = 0;
+				int j = 0;
+				for (; j < (int)sizeof(r->name) - 1 && name[j]; j++)
+					r->name[j] = name[j];
+				r->name[j] = 0;
+			}
+		}
+	}
+};
+#define ck_grid_enter() struct ck_trace_leave ck_trace_leave_ = { __func__, ck_grid_enter_named(__func__) }
+#else
 #define ck_grid_enter() ck_grid_enter_named(__func__)
+#endif
 
-__device__ __forceinline__ void ck_grid_enter_named(const char *name)
+__device__ __forceinline__ struct ck_trace_buf *ck_grid_enter_named(const char *name)
 {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #ifdef CK_TRACE
@@ -104,9 +133,11 @@ __device__ __forceinline__ void ck_grid_enter_named(const char *name)
 #ifdef CK_TRACE
 	if (tb)
 		ck_trace_note(tb, t0, c0, name);
+	return tb;
 #endif
 #endif
 	(void)name;
+	return NULL;
 }
 
 template <typename... KernelArgs, typename... Args>

@@ -99,19 +99,9 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 	const bool va = live && ra < n, vb = live && rb < n;
 	const uint8_t *wa = w + (va ? ra : 0) * k * 2 + c * 16, *wb = w + (vb ? rb : 0) * k * 2 + c * 16;
 	const uint64_t ngroups = (a.m + 8 * NB - 1) / (8 * NB);
-	uint4 A[SK_STEPS], B[SK_STEPS];
 
-	/* The weights no kernel writes: a warp's first SK_STEPS steps are loaded before the wait
-	 * for the kernel before, so a decode projection's stream (most of its bytes: decode
-	 * slices are one such batch) runs under the norm or gate kernel ahead of it, whose
-	 * own work leaves the memory idle. */
-	const bool pre = KS <= SK_WARPS && live && s0 + SK_STEPS <= s1 && blockIdx.y < ngroups; /* (wider: spills) */
-#pragma unroll
-	for (int u = 0; u < SK_STEPS; u++)
-		if (pre) {
-			A[u] = va ? sk_ldw(wa + (s0 + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
-			B[u] = vb ? sk_ldw(wb + (s0 + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
-		}
+	/* (Loading a warp's first batch of weight steps before this wait was tried: the 248320-row
+	 * lm_head, whose batches then live across the loop, took 564 us a step against 351.) */
 	ck_grid_enter();
 	for (uint64_t tg = blockIdx.y; tg < ngroups; tg += gridDim.y) {
 		float acc[NB][4];
@@ -132,14 +122,13 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 				 * loaded with its weights, so no step waits on an L2 round trip of its own
 				 * (wider blocks cannot spare the registers) */
 				constexpr bool PF0 = NB == 1 && KS <= SK_WARPS;
-				const bool PF = PF0 && !a.swiglu, loaded = pre && tg == blockIdx.y && s == s0;
+				const bool PF = PF0 && !a.swiglu;
+				uint4 A[SK_STEPS], B[SK_STEPS];
 				float4 X[PF0 ? SK_STEPS : 1][2];
 #pragma unroll
 				for (int u = 0; u < SK_STEPS; u++) {
-					if (!loaded) {
-						A[u] = va ? sk_ldw(wa + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
-						B[u] = vb ? sk_ldw(wb + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
-					}
+					A[u] = va ? sk_ldw(wa + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
+					B[u] = vb ? sk_ldw(wb + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
 					if (PF) {
 						const float4 z = make_float4(0, 0, 0, 0);
 						X[PF0 ? u : 0][0] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP) : z;

@@ -273,6 +273,7 @@ static __device__ __forceinline__ void quant_row_scale(float is, float amax, int
  * blocks in registers (each thread loads its own blocks, all loads issued at once), and a
  * matrix's own input scale (no expert ids) is read before the wait for the kernel before.
  * Longer rows take the loop after it; the arithmetic of both is the same. */
+template <bool SWIGLU>
 static __global__ void __launch_bounds__(QTHREADS)
 	k_quant(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, struct lin_act a)
 {
@@ -293,7 +294,7 @@ static __global__ void __launch_bounds__(QTHREADS)
 #pragma unroll
 		for (int j = 0; j < QREG; j++)
 			if (tid + QTHREADS * j < nb)
-				quant_load16(xr, tid + QTHREADS * j, k, a.swiglu, vec, v[j]);
+				quant_load16(xr, tid + QTHREADS * j, k, SWIGLU, vec, v[j]);
 		if (id < 0)
 			return; /* a slot whose expert is not here (expert offload: the CPU computes it) */
 		const float is = w.ids ? ((const float *)(w.data + (uint64_t)id * w.stride + w.globals_off))[w.nparts + p]
@@ -319,7 +320,7 @@ static __global__ void __launch_bounds__(QTHREADS)
 	const uint8_t *rec = w.data + (w.ids ? (uint64_t)w.ids[i] * w.stride : 0);
 
 	for (uint64_t j = tid; j < k; j += QTHREADS) {
-		float v = quant_in(xr, j, k, a.swiglu);
+		float v = quant_in(xr, j, k, SWIGLU);
 		bad |= !isfinite(v);
 		amax = fmaxf(amax, fabsf(v));
 	}
@@ -328,7 +329,7 @@ static __global__ void __launch_bounds__(QTHREADS)
 	for (uint64_t b = tid; b < nb; b += QTHREADS) {
 		float v[16];
 		for (int e = 0; e < 16; e++)
-			v[e] = quant_in(xr, b * 16 + e, k, a.swiglu);
+			v[e] = quant_in(xr, b * 16 + e, k, SWIGLU);
 		quant_block(v, b, row, k, nb, gs, inv_gs, a);
 	}
 }
@@ -338,7 +339,12 @@ int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t
 {
 	if (!a->m)
 		return 0;
-	ck_launch(k_quant, dim3((unsigned)a->m, w->nparts, 1), QTHREADS, 0, st, *w, x, ldx, xdiv, *a);
+	/* SwiGLU inputs in their own instantiation: a decode step runs this kernel's code once,
+	 * so code it does not need (the exp of every value) is instruction fetches it waits for */
+	if (a->swiglu)
+		ck_launch(k_quant<true>, dim3((unsigned)a->m, w->nparts, 1), QTHREADS, 0, st, *w, x, ldx, xdiv, *a);
+	else
+		ck_launch(k_quant<false>, dim3((unsigned)a->m, w->nparts, 1), QTHREADS, 0, st, *w, x, ldx, xdiv, *a);
 	return ck_launched();
 }
 
