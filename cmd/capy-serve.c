@@ -292,15 +292,17 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, n ? "unexpected argument '%s'" : "no model given", n ? args[1] : "");
 	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
 	capy_tp_opts(usage, opts, opt_tp, opt_tp_payload, &eo);
-	if (opt_plan)
-		return capy_plan_print(args[0], &(struct capy_plan_opts){
-			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,
-			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency,
-			.kv = parse_kv(), .expert_slots = eo.expert_slots });
 	if (strcmp(opt_spec, "mtp") && strcmp(opt_spec, "mtp+ngram") && strcmp(opt_spec, "ngram") &&
 	    strcmp(opt_spec, "auto") && strcmp(opt_spec, "off"))
 		capy_usage_error(usage, opts, "--spec: '%s' is not mtp, mtp+ngram, ngram, auto or off", opt_spec);
 	spec = strcmp(opt_spec, "off") != 0;
+	/* With drafts, a decoding request's item is a window of up to --draft-tokens + 1 tokens. */
+	eo.step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency * (spec ? (uint64_t)opt_draft_tokens + 1 : 1);
+	if (opt_plan)
+		return capy_plan_print(args[0], &(struct capy_plan_opts){
+			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,
+			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = eo.step_tokens,
+			.kv = parse_kv(), .expert_slots = eo.expert_slots });
 	/* MTP named on the command line must run; from auto (the agent profile's) it is dropped
 	 * where the model or the backend has none, as drafts are where they cannot be verified. */
 	mtp_asked = spec_asked && !strncmp(opt_spec, "mtp", 3);
@@ -333,8 +335,6 @@ int cmd_main(int argc, char **argv)
 	}
 	eo.threads = (int)opt_threads;
 	eo.kv = parse_kv();
-	/* With drafts, a decoding request's item is a window of up to --draft-tokens + 1 tokens. */
-	eo.step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency * (spec ? (uint64_t)opt_draft_tokens + 1 : 1);
 	eo.max_context = (uint64_t)opt_max_context;
 	eo.max_seqs = (uint64_t)opt_concurrency;
 	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */

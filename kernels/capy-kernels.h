@@ -85,7 +85,14 @@ struct ck_step {
 	uint64_t page_bytes, page_tokens;
 	float *const *gdn_state;    /* [n_items] the item's GDN state block (see ck_gdn_*), or NULL */
 	float *const *ple_state;    /* [n_items] the item's PLE conv windows (see ck_ple_conv), or NULL */
-	const uint8_t *grouped;     /* [T] 1 where the row's item has >= CK_GROUPED_MIN_ROWS rows */
+	/* Speculative verification (keep_states, libcore/engine/backend.h): NULL, or [T] per row
+	 * the blocks, laid out as gdn_state's and ple_state's, that receive the state of the row's
+	 * sequence after that row; NULL entries for rows whose state is not kept (each item's
+	 * last row, whose state is the sequence's own). ck_gdn_conv, ck_gdn_recurrent and
+	 * ck_ple_conv write them. */
+	float *const *gdn_keep, *const *ple_keep;
+	const uint8_t *grouped;     /* [T] 1 where the row's item has >= CK_GROUPED_MIN_ROWS rows
+				     * and keeps no states: a prompt chunk */
 	uint64_t n_grouped;         /* host: how many rows are */
 	uint64_t max_item_n;        /* host: the most rows of one item */
 	int64_t max_pos;            /* the largest pos of the step (for grid sizes) */
@@ -177,9 +184,10 @@ struct ck_expert_stack {
 };
 
 /* Rows of an item with at least this many tokens in the step (a prefill chunk) run their
- * NVFP4 routed experts as grouped GEMMs on the tensor cores; the rest (decode, short chunks)
- * as the exact W4A4 of the CPU. The choice is the row's own item's, so a sequence's results
- * never depend on the other sequences of its step. */
+ * NVFP4 routed experts as grouped GEMMs on the tensor cores; the rest (decode, short chunks,
+ * and verification windows of any length, which must give the bits of one-token steps) as
+ * the exact W4A4 of the CPU: ck_step.grouped says which. The choice is the row's own item's,
+ * so a sequence's results never depend on the other sequences of its step. */
 #define CK_GROUPED_MIN_ROWS 16
 
 /* The routed experts of T rows: for every slot s = t * k + j (the j-th chosen expert of row
@@ -383,7 +391,8 @@ uint64_t ck_gdn_state_floats(const struct ck_gdn_shape *g);
 
 /* Causal depthwise conv over [window | the item's rows of qkv [T][C]] with w [C][K], then
  * silu, into conv [T][C]; each item's window then holds its last K - 1 inputs (as the CPU's
- * conv_rows). slot: the layer's index among the GDN layers. */
+ * conv_rows), and each block of st->gdn_keep the window after its row (the CPU's
+ * keep_windows). slot: the layer's index among the GDN layers. */
 int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const float *qkv, const float *w,
 		float *conv, void *stream);
 /* beta[t][h] = sigmoid(b[t][h]); g[t][h] = neg_a[h] * softplus(a[t][h] + dt_bias[h]), softplus
@@ -395,7 +404,9 @@ int ck_gdn_gates(const float *b, const float *a, const float *neg_a, const float
  * q scaled by 1 / sqrtf(dk); S *= exp(g); mem = S^T k; d = beta (v - mem); S += k d^T;
  * o = S^T q. conv [T][C] holds q | k | v per row (q and k are normalised in place: conv is
  * spent); o [T][nv * dv]. Every item runs this recurrent form token by token, prefill items
- * too (the CPU's chunked prefill agrees to ~1e-6 relative); dk <= 256. */
+ * too (the CPU's chunked prefill agrees to ~1e-6 relative), so a row's bits do not depend on
+ * how its sequence's tokens were cut into steps; dk <= 256. S after each row with a block in
+ * st->gdn_keep is also written there. */
 int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, float *conv,
 		     const float *beta, const float *gg, float *o, void *stream);
 /* Gated RMSNorm per head of dv: o = (norm_w[i] * (o * r)) * act(z), r = 1 / sqrtf(mean(o^2) +
@@ -414,7 +425,8 @@ int ck_ple_gate(float *key, const float *X, const float *val, const float *norm_
 		void *stream);
 /* Dilated causal depthwise conv (kernel K, dilation dil) over [window | gvn rows] per item,
  * X[t][ch] += gv[t][ch] + silu(acc); windows ((K - 1) dil rows of hh, oldest first) in
- * ck_step.ple_state[i] + slot * (K - 1) dil hh move on. As the CPU's ple conv_rows. */
+ * ck_step.ple_state[i] + slot * (K - 1) dil hh move on, and each block of st->ple_keep gets
+ * the window after its row. As the CPU's ple conv_rows and keep_windows. */
 int ck_ple_conv(const struct ck_step *st, int slot, const float *gv, const float *gvn, const float *w, uint64_t hh,
 		uint64_t K, uint64_t dil, float *X, void *stream);
 

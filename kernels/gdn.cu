@@ -50,11 +50,24 @@ static __global__ void gdn_conv_out(const int32_t *item, const int64_t *t0, floa
 	}
 }
 
+/* The window after an item's row t (the last W inputs of [old window | rows 0 .. t]) into dst,
+ * one channel: entry i is row t + 1 - W + i, or (before the item's first row) old entry
+ * t + 1 + i. With dst == old (the window moving on) walking i upwards reads every old entry
+ * before it is overwritten (the CPU's memmove). */
+static __device__ __forceinline__ void gdn_window_after(float *dst, const float *old, const float *rows, int64_t t,
+							 uint32_t W, uint64_t C, uint64_t ch)
+{
+	for (uint32_t i = 0; i < W; i++) {
+		int64_t src = t + 1 - (int64_t)W + (int64_t)i;
+		dst[(uint64_t)i * C + ch] = src >= 0 ? rows[(uint64_t)src * C + ch] : old[(uint64_t)(src + (int64_t)W) * C + ch];
+	}
+}
+
 /* One thread per (item, channel): the window becomes the last K - 1 inputs of [window | rows].
- * Entry i comes from row n - (K - 1) + i, or (n < K - 1) from old entry n + i >= i: walking i
- * upwards reads every old entry before this thread overwrites it (the CPU's memmove). */
-static __global__ void gdn_conv_window(const int64_t *t0, const int64_t *n, float *const *state, uint64_t slot_off,
-				       const float *qkv, uint64_t C, uint32_t K)
+ * keep_states (keep: [T] blocks or NULL entries, ck_step.gdn_keep): first, before the window
+ * moves on, the window after each kept row into that row's block (the CPU's keep_windows). */
+static __global__ void gdn_conv_window(const int64_t *t0, const int64_t *n, float *const *state, float *const *keep,
+				       uint64_t slot_off, const float *qkv, uint64_t C, uint32_t K)
 {
 	ck_grid_enter();
 	const uint32_t it = blockIdx.x;
@@ -62,14 +75,14 @@ static __global__ void gdn_conv_window(const int64_t *t0, const int64_t *n, floa
 	float *win = state[it] + slot_off;
 	const int64_t nn = n[it];
 	const uint64_t first = (uint64_t)t0[it];
+	const float *rows = qkv + first * C;
 
 	if (ch >= C)
 		return;
-	for (uint32_t i = 0; i + 1 < K; i++) {
-		int64_t src = nn - (int64_t)(K - 1) + (int64_t)i;
-		win[(uint64_t)i * C + ch] = src >= 0 ? qkv[(first + (uint64_t)src) * C + ch]
-						     : win[(uint64_t)(src + (int64_t)K - 1) * C + ch];
-	}
+	for (int64_t t = 0; keep && t + 1 < nn; t++)
+		if (keep[first + (uint64_t)t])
+			gdn_window_after(keep[first + (uint64_t)t] + slot_off, win, rows, t, K - 1, C, ch);
+	gdn_window_after(win, win, rows, nn - 1, K - 1, C, ch);
 }
 
 extern "C" int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const float *qkv,
@@ -90,8 +103,8 @@ extern "C" int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *
 		return rc;
 	if (g->K < 2)
 		return 0;
-	ck_launch(gdn_conv_window, dim3(st->n_items, (unsigned)((g->C + threads - 1) / threads)), threads, 0, s, 
-		st->t0, st->n, st->gdn_state, slot_off, qkv, g->C, (uint32_t)g->K);
+	ck_launch(gdn_conv_window, dim3(st->n_items, (unsigned)((g->C + threads - 1) / threads)), threads, 0, s,
+		  st->t0, st->n, st->gdn_state, st->gdn_keep, slot_off, qkv, g->C, (uint32_t)g->K);
 	return ck_launched();
 }
 
@@ -271,9 +284,26 @@ static __device__ __forceinline__ float gdn_sum(const float p[4])
 	return t;
 }
 
-template <int JJ, bool VEC>
+/* A lane's part of a head's S [dk][dv] (the rows and column it holds) to S. */
+template <int JJ>
+static __device__ __forceinline__ void gdn_store_state(float *S, const float (&s)[JJ][4], uint32_t r, uint32_t x, bool act,
+						       uint32_t dk, uint32_t dv)
+{
+#pragma unroll
+	for (int j = 0; j < JJ; j++)
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
+			if (act && y < dk)
+				S[(uint64_t)y * dv + x] = s[j][u];
+		}
+}
+
+/* KEEP (keep_states steps only, so decode steps run the kernel without it): S after each
+ * token with a block in keep (ck_step.gdn_keep) is written there too. */
+template <int JJ, bool VEC, bool KEEP>
 static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
-	const int64_t *t0s, const int64_t *ns, float *const *state, uint64_t s_off, const float *conv,
+	const int64_t *t0s, const int64_t *ns, float *const *state, float *const *keep, uint64_t s_off, const float *conv,
 	const float *beta, const float *gg, float *o, uint32_t nk, uint32_t nv, uint32_t dk, uint32_t dv, uint64_t C)
 {
 	ck_grid_enter();
@@ -355,17 +385,12 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 		const float out = gdn_sum(po);
 		if (r == 0 && act)
 			o[t * nv * dv + (uint64_t)head * dv + x] = out;
+		if (KEEP && keep[t])
+			gdn_store_state<JJ>(keep[t] + s_off + (uint64_t)head * dk * dv, s, r, x, act, dk, dv);
 		__syncwarp(); /* the slot is read by every lane before the next fetch rewrites it */
 	}
 	asm volatile("cp.async.wait_group 0;\n" ::);
-#pragma unroll
-	for (int j = 0; j < JJ; j++)
-#pragma unroll
-		for (int u = 0; u < 4; u++) {
-			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
-			if (act && y < dk)
-				S[(uint64_t)y * dv + x] = s[j][u];
-		}
+	gdn_store_state<JJ>(S, s, r, x, act, dk, dv);
 }
 
 template <int JJ>
@@ -374,17 +399,15 @@ static void gdn_launch_jj(bool vec, dim3 grid, cudaStream_t s, const struct ck_s
 {
 	const uint32_t nk = (uint32_t)g->nk, nv = (uint32_t)g->nv, dk = (uint32_t)g->dk, dv = (uint32_t)g->dv;
 	const size_t smem = (size_t)GDN_WARPS * GDN_STAGES * gdn_slot_floats(dk) * sizeof(float);
+	const bool keep = st->gdn_keep != NULL;
+	decltype(&gdn_recurrent_k<JJ, true, true>) k =
+		vec ? (keep ? gdn_recurrent_k<JJ, true, true> : gdn_recurrent_k<JJ, true, false>)
+		    : (keep ? gdn_recurrent_k<JJ, false, true> : gdn_recurrent_k<JJ, false, false>);
 
-	if (smem > 48 * 1024) { /* dk > 180 */
-		cudaFuncSetAttribute(gdn_recurrent_k<JJ, true>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-		cudaFuncSetAttribute(gdn_recurrent_k<JJ, false>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
-	}
-	if (vec)
-		ck_launch(gdn_recurrent_k<JJ, true>, grid, GDN_WARPS * 32, smem, s, st->t0, st->n, st->gdn_state, s_off,
-			  conv, beta, gg, o, nk, nv, dk, dv, g->C);
-	else
-		ck_launch(gdn_recurrent_k<JJ, false>, grid, GDN_WARPS * 32, smem, s, st->t0, st->n, st->gdn_state, s_off,
-			  conv, beta, gg, o, nk, nv, dk, dv, g->C);
+	if (smem > 48 * 1024) /* dk > 180 */
+		cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
+	ck_launch(k, grid, GDN_WARPS * 32, smem, s, st->t0, st->n, st->gdn_state, st->gdn_keep, s_off, conv, beta, gg, o, nk,
+		  nv, dk, dv, g->C);
 }
 
 extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, float *conv,

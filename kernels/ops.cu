@@ -250,10 +250,25 @@ __global__ void ple_gate_kernel(float *key, const float *X, const float *val, co
 		gvn[off + i] = __fmul_rn(__fmul_rn(gv[off + i], rv), nc[s * H + i]);
 }
 
+// The window after an item's row t (the last win inputs of [old window | rows 0 .. t], oldest
+// first) into dst, one channel: entry i is row t + 1 - win + i, or (before the item's first
+// row) old entry t + 1 + i. With dst == old (the window moving on) entries are moved up in
+// increasing order, so each old entry is read before it is overwritten.
+__device__ __forceinline__ void ple_window_after(float *dst, const float *old, const float *rows, int64_t t, uint64_t win,
+						 uint64_t hh, uint64_t ch)
+{
+	for (uint64_t i = 0; i < win; i++) {
+		int64_t src = t + 1 - (int64_t)win + (int64_t)i;
+		dst[i * hh + ch] = src >= 0 ? rows[(uint64_t)src * hh + ch] : old[(uint64_t)(src + (int64_t)win) * hh + ch];
+	}
+}
+
 // One thread per (item, channel): the item's rows in order, then its window moves on. The
-// window is read for every row before it is rewritten, by the same thread.
-__global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *const *states, int slot, const float *gv,
-				const float *gvn, const float *w, uint64_t hh, uint64_t K, uint64_t dil, float *X)
+// window is read for every row before it is rewritten, by the same thread; keep_states (keep:
+// ck_step.ple_keep) first writes the window after each kept row into that row's block.
+__global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *const *states, float *const *keep,
+				int slot, const float *gv, const float *gvn, const float *w, uint64_t hh, uint64_t K,
+				uint64_t dil, float *X)
 {
 	ck_grid_enter();
 	uint32_t item = blockIdx.y;
@@ -272,12 +287,10 @@ __global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *co
 		uint64_t o = (t0 + t) * hh + ch;
 		X[o] = __fadd_rn(X[o], __fadd_rn(gv[o], ck_silu(acc)));
 	}
-	// The window keeps the last win inputs of [old window | new rows], oldest first; entries
-	// are moved up in increasing order, so each old entry is read before it is overwritten.
-	for (uint64_t i = 0; i < win; i++) {
-		int64_t src = (int64_t)n - (int64_t)win + (int64_t)i;
-		st[i * hh + ch] = src >= 0 ? gvn[(t0 + (uint64_t)src) * hh + ch] : st[(uint64_t)(src + (int64_t)win) * hh + ch];
-	}
+	for (uint64_t t = 0; keep && t + 1 < n; t++)
+		if (keep[t0 + t])
+			ple_window_after(keep[t0 + t] + (uint64_t)slot * win * hh, st, gvn + t0 * hh, (int64_t)t, win, hh, ch);
+	ple_window_after(st, st, gvn + t0 * hh, (int64_t)n - 1, win, hh, ch);
 }
 
 } // namespace
@@ -527,7 +540,7 @@ int ck_ple_conv(const struct ck_step *st, int slot, const float *gv, const float
 	if (!st->n_items)
 		return 0;
 	ck_launch(ple_conv_kernel, dim3((unsigned)((hh + CK_BLOCK - 1) / CK_BLOCK), st->n_items), CK_BLOCK, 0, (cudaStream_t)stream, 
-		st->t0, st->n, st->ple_state, slot, gv, gvn, w, hh, K, dil, X);
+		st->t0, st->n, st->ple_state, st->ple_keep, slot, gv, gvn, w, hh, K, dil, X);
 	return ck_launched();
 }
 

@@ -116,6 +116,13 @@ slot_bytes() { jq '[.expert_stacks[].stride] | max // 0' "$1"; }
 	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --profile test
 	[ "$status" -eq 0 ]
 	[[ "$output" == *"8 sequences of 4096 tokens, steps of 72 tokens"* ]]
+	# With drafts (the agent profile's --spec auto) a request's item is a window of
+	# --draft-tokens + 1 tokens: the step is the engine's, 256 + 4 x 5.
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --profile agent --max-context 4096
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"4 sequences of 4096 tokens, steps of 276 tokens"* ]]
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --profile agent --max-context 4096 --spec off
+	[[ "$output" == *"steps of 260 tokens"* ]]
 }
 
 @test "capy-gen and capy-ppl plan one sequence: capy-gen's --max-context or prompt + -n, capy-ppl's --ctx" {

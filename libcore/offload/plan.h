@@ -39,8 +39,9 @@
  * refuses to run where the kernels would need more than planned.
  *
  * Not counted: the CUDA context itself (a few hundred MiB outside --gpu-mem), the step's
- * metadata block (block tables; under 1 MiB), and the prefix cache's snapshots of recurrent
- * state (capy-serve's --cache-mib).
+ * metadata block (block tables; under 1 MiB), the recurrent states speculative verification
+ * keeps (--draft-tokens per drafting sequence, engine/backend.h's kept states), and the prefix
+ * cache's snapshots of recurrent state (capy-serve's --cache-mib).
  *
  * Thread-safety: pure functions of their arguments, except capy_host_mem_read (reads files
  * and the environment).

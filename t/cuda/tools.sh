@@ -7,6 +7,10 @@
 #     model, the CPU's own bound) and within 1e-3 of the CPU's;
 #   capy-gen --grammar / --json-schema --device cuda: greedy ids equal to --device cpu's;
 #   capy-serve --device cuda: a greedy chat completion equal to the CPU server's;
+#   capy-gen --device cuda --spec ngram, 1 to 4 drafts: greedy ids equal to --spec off on the
+#     GPU and to the CPU's, with drafts accepted, on every model;
+#   capy-serve --device cuda --profile agent: n-gram drafts on (the MTP head dropped with one
+#     line), the answers of the CPU server, four requests at once as alone, drafts accepted;
 #   capy-gen --device cuda --spec mtp: refused in one line (MTP drafts are CPU-only).
 set -u
 cd "$(dirname "$0")/../.."
@@ -108,12 +112,123 @@ PY
 )
 	kill $pid; wait $pid 2>/dev/null
 done
+printf '%s' "${ans[cpu]}" >"$T/answer.cpu.$m"
 [ -n "${ans[cuda]}" ] && [ "${ans[cuda]}" = "${ans[cpu]}" ] && ok "$m: capy-serve --device cuda answers as the CPU server (${#ans[cuda]} chars)" ||
 	{ bad "$m: capy-serve: cuda '${ans[cuda]}' cpu '${ans[cpu]}'"; tail -5 "$T/serve.cuda.log"; }
 if [ $m = capy-tiny ]; then
 	[[ ${ans[cuda]} == *'"arguments": "{\"expression\": \"128 * 46\"}"'* ]] && ok "capy-tiny: the calculator call on the GPU" ||
 		bad "capy-tiny: no calculator call on the GPU: ${ans[cuda]}"
 fi
+done
+
+# Speculative decoding on the GPU: n-gram drafts verified in windows that keep each token's
+# state and are cut back to the accepted drafts (docs/spec.md). Greedy ids with --spec ngram and
+# 1 to 4 drafts must be those of --spec off on the GPU, bit for bit, and the CPU's, for 40
+# tokens. Random weights accept drafts only where their output repeats their prompt: the
+# prompts are P G P and P G P G P, G the model's own continuation of P (on the CPU), on which
+# every fixture accepts some for every draft count (measured on the CPU; the counts depend on
+# the ids alone, so they are the same on the GPU when its ids are); capy-tiny (trained) is asked
+# to repeat a text that repeats itself. Windows must have run and drafts been accepted.
+P="5 6 7 8 9 5 6 7 8 9 5 6 7 8"
+for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp capy-tiny capy-tiny-nvfp4; do
+	[ -f "$T/$m.capy" ] || continue
+	if [[ $m == capy-tiny* ]]; then
+		prompts=("$(printf 'Repeat this exactly: def add(a, b): return a + b. def sub(a, b): return a - b. def mul(a, b): return a * b.' |
+			$B/bin/capy-gen --tokenize "$T/$m.capy")")
+	else
+		G=$($B/bin/capy-gen -q "$T/$m.capy" --device cpu --prompt-ids "$P" -n 32 --temp 0 --ids --ignore-eos)
+		prompts=("$P $G $P" "$P $G $P $G $P")
+	fi
+	declare -A win=() acc=() diff=()
+	for p in "${prompts[@]}"; do
+		for d in cuda cpu; do
+			got[$d]=$($B/bin/capy-gen -q "$T/$m.capy" --device $d --prompt-ids "$p" -n 40 --temp 0 --ids --ignore-eos)
+		done
+		[ -n "${got[cuda]}" ] && [ "${got[cuda]}" = "${got[cpu]}" ] ||
+			bad "$m: --spec off: cuda '${got[cuda]}' cpu '${got[cpu]}' (prompt $p)"
+		for k in 1 2 3 4; do
+			spec=$($B/bin/capy-gen "$T/$m.capy" --device cuda --prompt-ids "$p" -n 40 --temp 0 --ids --ignore-eos \
+				--spec ngram --draft-tokens $k --ngram-min 1 2>"$T/spec.err")
+			if [ "$spec" != "${got[cuda]}" ]; then
+				diff[$k]=1
+				echo "   $m k=$k: --spec ngram '$spec' --spec off '${got[cuda]}' (prompt $p)"
+				tail -2 "$T/spec.err"
+			fi
+			w=$(grep -o '[0-9]* windows of up to' "$T/spec.err" | head -1 | cut -d' ' -f1)
+			a=$(grep -o '[0-9]* accepted' "$T/spec.err" | head -1 | cut -d' ' -f1)
+			win[$k]=$((${win[$k]:-0} + ${w:-0}))
+			acc[$k]=$((${acc[$k]:-0} + ${a:-0}))
+		done
+	done
+	for k in 1 2 3 4; do
+		[ -z "${diff[$k]:-}" ] && [ "${acc[$k]}" -gt 0 ] &&
+			ok "$m: capy-gen --device cuda --spec ngram --draft-tokens $k = --spec off = cpu (${win[$k]} windows, ${acc[$k]} drafts accepted)" ||
+			bad "$m: --spec ngram --draft-tokens $k: ids ${diff[$k]:+not }equal to --spec off, ${win[$k]} windows, ${acc[$k]} accepted"
+	done
+done
+
+# capy-serve on the GPU with the agent profile: --spec auto keeps n-gram drafts (the MTP head is
+# dropped with one line); the first answer is the CPU server's above; each of four requests
+# gives the same answer alone and all four at once (windows beside other requests' rows); the
+# server counts accepted drafts.
+for m in qwen3_5_moe capy-tiny; do
+if [ $m = capy-tiny ]; then
+	body='{"model":"m","messages":[{"role":"user","content":"What is 128 * 46?"}],"max_tokens":96,"temperature":0,"tools":'$tools'}'
+else
+	body='{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":24,"temperature":0}'
+fi
+port=$((18000 + RANDOM % 2000))
+$B/bin/capy-serve "$T/$m.capy" --device cuda --port $port --model-id m --profile agent --max-context 8192 --threads 4 \
+	--ngram-min 1 2>"$T/serve.spec.log" &
+pid=$!
+out=$(python3 - "$port" "$body" <<'PY' 2>&1
+import concurrent.futures, json, re, sys, time, urllib.request
+base = "http://127.0.0.1:%s" % sys.argv[1]
+for _ in range(150):
+    try:
+        urllib.request.urlopen(base + "/health", timeout=2)
+        break
+    except Exception:
+        time.sleep(0.2)
+def ask(body):
+    req = urllib.request.Request(base + "/v1/chat/completions", body.encode(), {"content-type": "application/json"})
+    m = json.load(urllib.request.urlopen(req, timeout=120))["choices"][0]["message"]
+    calls = [c["function"] for c in m.get("tool_calls") or []]
+    return json.dumps([m.get("reasoning_content"), m["content"], calls])
+bodies = [sys.argv[2]] + [json.dumps({"model": "m", "messages": [{"role": "user", "content": c}], "max_tokens": 64,
+                                      "temperature": 0})
+                          for c in ("Write a Python function that returns the square of a number.",
+                                    "Hello! Who are you?", "Explain the for statement in Python.")]
+alone = [ask(b) for b in bodies]
+with concurrent.futures.ThreadPoolExecutor(len(bodies)) as ex:
+    together = list(ex.map(ask, bodies))
+met = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
+num = lambda name: int(float(re.search(r"^%s (\S+)$" % name, met, re.M).group(1)))
+print(alone[0])
+print("together %s; windows %d accepted %d" % ("same" if together == alone else "DIFFERENT %s" % together,
+      num("capy_spec_windows_total"), num("capy_spec_accepted_tokens_total")))
+PY
+)
+kill $pid; wait $pid 2>/dev/null
+first=$(head -1 <<<"$out") rest=$(tail -1 <<<"$out")
+w=$(sed -n 's/.*; windows \([0-9]*\) accepted.*/\1/p' <<<"$rest")
+a=$(sed -n 's/.* accepted \([0-9]*\)$/\1/p' <<<"$rest")
+[ $m = capy-tiny ] && need=$a || need=$w # random weights: windows run (and are cut back); capy-tiny accepts
+grep -q "speculative decoding: n-gram drafts" "$T/serve.spec.log" &&
+	ok "$m: capy-serve --device cuda --profile agent drafts n-grams" || { bad "$m: no n-gram drafts on the GPU"; head -8 "$T/serve.spec.log"; }
+if grep -q "^capy-serve: MTP drafts off: the cuda backend has no MTP head yet" "$T/serve.spec.log"; then
+	ok "$m: the agent profile on the GPU drops the MTP head in one line"
+else
+	grep -q "MTP drafts off" "$T/serve.spec.log" && bad "$m: MTP drafts off, but not in one line" ||
+		echo "   $m: no MTP head in the model: nothing to drop"
+fi
+if [ "$first" = "$(cat "$T/answer.cpu.$m" 2>/dev/null)" ]; then
+	ok "$m: capy-serve --device cuda with n-gram drafts answers as the CPU server (${#first} chars)"
+else
+	bad "$m: capy-serve --device cuda with drafts: '$first' cpu '$(cat "$T/answer.cpu.$m" 2>/dev/null)'"
+fi
+[[ $rest == "together same; "* ]] && [ "${need:-0}" -gt 0 ] &&
+	ok "$m: four requests at once as alone with drafts on the GPU ($rest)" || { bad "$m: capy-serve --spec on the GPU: $rest"; tail -5 "$T/serve.spec.log"; }
 done
 
 # MTP drafts are CPU-only for now: the GPU refuses them in one line, exit 1.

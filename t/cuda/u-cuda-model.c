@@ -2,9 +2,10 @@
  * (share/models, the trained model, BF16 and NVFP4): whole-model
  * logits within tolerance (prefill, all positions), greedy ids equal for 32 tokens, a batch
  * of 8 sequences bitwise equal to the 8 run alone, chunked prefill against token-by-token
- * decode, a context that spans several attention-cache pages in small steps, and decode steps
+ * decode, a context that spans several attention-cache pages in small steps, decode steps
  * with samplers and token masks (structured output) giving the tokens the host's masked
- * sampler picks from the same logits. Runs on
+ * sampler picks from the same logits, and speculative verification (keep_states windows cut
+ * back, alone and beside other items) bitwise equal to one-token decoding. Runs on
  * the first GPU (CAPY_GPU picks another); make test-cuda. */
 #include "test.h"
 #include "test-fixture.h"
@@ -318,6 +319,160 @@ static void chunked_vs_steps(const struct fixture *fx, const char *kvn, struct c
 	free(c);
 }
 
+/* --- speculative verification (keep_states) ----------------------------------------------- */
+
+/* A new sequence of e with the prompt p[0..n) run in one step. */
+static struct capy_seq *seq_after(struct capy_engine *e, const int32_t *p, uint64_t n)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *s = NULL;
+
+	CHECK_MSG(capy_seq_new(e, &s, &err) == 0, "%s", err.msg);
+	CHECK_MSG(capy_engine_forward(e, s, p, n, NULL, false, &err) == 0, "%s", err.msg);
+	return s;
+}
+
+/* One step of s: tokens t[0..n), with all their rows' logits into rows (NULL: none), keeping
+ * states where asked. */
+static void run_item(struct capy_engine *e, struct capy_seq *s, const int32_t *t, uint64_t n, float *rows, bool keep)
+{
+	struct capy_err err = { 0 };
+
+	CHECK_MSG(capy_engine_step(e, &(struct capy_step_item){ .seq = s, .tokens = t, .n = n, .logits = rows,
+				   .all_logits = true, .keep_states = keep }, 1, &err) == 0, "%s", err.msg);
+}
+
+/* Tokens t[0..n) one step each, row i's logits into rows + i V. */
+static void run_one_by_one(struct capy_engine *e, struct capy_seq *s, const int32_t *t, uint64_t n, float *rows,
+			   uint64_t V)
+{
+	for (uint64_t i = 0; i < n; i++)
+		run_item(e, s, t + i, 1, rows ? rows + i * V : NULL, false);
+}
+
+/* Whether the recurrent states of a and b (capy_snapshot_export's host bytes: every GDN
+ * layer's conv window and delta-rule state, every PLE layer's windows and token context) are
+ * bitwise equal. */
+static bool same_state(struct capy_engine *e, struct capy_seq *a, struct capy_seq *b)
+{
+	struct capy_err err = { 0 };
+	uint64_t n = capy_engine_state_io_bytes(e);
+	uint8_t *x = malloc(n ? n : 1), *y = malloc(n ? n : 1);
+	struct capy_snapshot *sa = NULL, *sb = NULL;
+	bool same;
+
+	CHECK_MSG(capy_snapshot_take(a, &sa, &err) == 0 && capy_snapshot_export(sa, x, &err) == 0, "%s", err.msg);
+	CHECK_MSG(capy_snapshot_take(b, &sb, &err) == 0 && capy_snapshot_export(sb, y, &err) == 0, "%s", err.msg);
+	same = n && !memcmp(x, y, n);
+	capy_snapshot_free(sa);
+	capy_snapshot_free(sb);
+	free(x);
+	free(y);
+	return same;
+}
+
+/* Windows of k drafts (k + 1 rows: 1 to 4 as capy-gen runs them, and 19, a window longer than
+ * CK_GROUPED_MIN_ROWS, which must still take the decode paths) after prompts that put them
+ * across an attention-cache page's boundary or not: the rows are the logits of one-token
+ * steps; cut back to each kept length (the drafts after it rejected), the sequence's state is
+ * bitwise that of a sequence that decoded only the kept tokens, and a second window then
+ * gives that sequence's rows and, cut again, its state. */
+static void verify_cut(const char *name, const char *kvn, struct capy_engine *gpu, uint64_t V)
+{
+	enum { KMAX = 19, MORE = 3 };
+	static const uint64_t ks[] = { 1, 2, 3, 4, KMAX }, plens[] = { 5, 61 };
+	int32_t prompt[64], run[KMAX + 1], more[MORE];
+	float *rows = malloc((KMAX + 1) * V * sizeof(float)), *ref = malloc((KMAX + 1) * V * sizeof(float));
+	float *ref_more = malloc(2 * V * sizeof(float));
+	int bad_rows = 0, bad_state = 0, bad_more = 0, cuts = 0;
+	struct capy_err err = { 0 };
+
+	make_prompt(prompt, 64, V, 30);
+	for (size_t pi = 0; pi < ARRAY_SIZE(plens); pi++) {
+		for (size_t ki = 0; ki < ARRAY_SIZE(ks); ki++) {
+			const uint64_t plen = plens[pi], n = ks[ki] + 1;
+			struct capy_seq *r = seq_after(gpu, prompt, plen);
+			for (uint64_t i = 0; i < n; i++)
+				run[i] = (int32_t)((i * 37 + n * 11 + plen) % V);
+			run_one_by_one(gpu, r, run, n, ref, V);
+			capy_seq_free(r);
+			/* keep: the window's first token and keep - 1 accepted drafts */
+			for (uint64_t keep = 1; keep <= n; keep++) {
+				if (n > 5 && keep % 6 != 1 && keep != n)
+					continue;
+				struct capy_seq *w = seq_after(gpu, prompt, plen), *d = seq_after(gpu, prompt, plen);
+				run_item(gpu, w, run, n, rows, true);
+				bad_rows += keep == 1 && bits_differ(rows, ref, n * V) != 0;
+				CHECK_MSG(capy_seq_truncate(w, plen + keep, &err) == 0, "%s", err.msg);
+				run_one_by_one(gpu, d, run, keep, NULL, V);
+				bad_state += !same_state(gpu, w, d);
+				/* a second window on the cut sequence, cut after 2 of its 3 tokens */
+				for (int i = 0; i < MORE; i++)
+					more[i] = (int32_t)((keep * 5 + (uint64_t)i * 101 + 7) % V);
+				run_item(gpu, w, more, MORE, rows, true);
+				run_one_by_one(gpu, d, more, 2, ref_more, V);
+				bad_more += bits_differ(rows, ref_more, 2 * V) != 0;
+				CHECK_MSG(capy_seq_truncate(w, plen + keep + 2, &err) == 0, "%s", err.msg);
+				bad_state += !same_state(gpu, w, d);
+				cuts++;
+				capy_seq_free(w);
+				capy_seq_free(d);
+			}
+		}
+	}
+	printf("%-18s kv %-4s verification: %d cuts (1 to %d drafts): %d windows' rows, %d states, %d second windows "
+	       "differ from one-token decoding\n", name, kvn, cuts, KMAX, bad_rows, bad_state, bad_more);
+	CHECK_MSG(!bad_rows && !bad_state && !bad_more, "%s kv %s: verification not bitwise one-token decoding", name, kvn);
+	free(rows);
+	free(ref);
+	free(ref_more);
+}
+
+/* One step of decode items, two windows (5 rows, and 20: longer than CK_GROUPED_MIN_ROWS)
+ * and a prompt chunk of 24 rows (the prompt paths: grouped experts, flash attention, cuBLASLt),
+ * against each item run alone: every logit bitwise equal, and after the windows are cut
+ * back, every sequence's state. */
+static void verify_batched(const char *name, const char *kvn, struct capy_engine *gpu, uint64_t V)
+{
+	enum { NI = 5 };
+	static const uint64_t plen[NI] = { 9, 30, 61, 3, 17 }, n[NI] = { 1, 5, 1, 24, 20 }, cut[NI] = { 0, 2, 0, 0, 11 };
+	static const bool keep[NI] = { false, true, false, false, true };
+	int32_t prompt[NI][64], toks[NI][24];
+	float *alone = malloc(NI * 24 * V * sizeof(float)), *tog = malloc(NI * 24 * V * sizeof(float));
+	struct capy_seq *a[NI], *b[NI];
+	struct capy_step_item it[NI];
+	struct capy_err err = { 0 };
+	size_t bad = 0;
+	int bad_state = 0;
+
+	for (int q = 0; q < NI; q++) {
+		make_prompt(prompt[q], plen[q], V, 40 + q);
+		for (uint64_t i = 0; i < n[q]; i++)
+			toks[q][i] = (int32_t)(((uint64_t)q * 53 + i * 19 + 2) % V);
+		a[q] = seq_after(gpu, prompt[q], plen[q]);
+		b[q] = seq_after(gpu, prompt[q], plen[q]);
+		run_item(gpu, a[q], toks[q], n[q], alone + q * 24 * V, keep[q]);
+		it[q] = (struct capy_step_item){ .seq = b[q], .tokens = toks[q], .n = n[q], .logits = tog + q * 24 * V,
+						 .all_logits = true, .keep_states = keep[q] };
+	}
+	CHECK_MSG(capy_engine_step(gpu, it, NI, &err) == 0, "%s", err.msg);
+	for (int q = 0; q < NI; q++) {
+		bad += bits_differ(tog + q * 24 * V, alone + q * 24 * V, n[q] * V);
+		if (cut[q]) {
+			CHECK_MSG(capy_seq_truncate(a[q], plen[q] + cut[q], &err) == 0, "%s", err.msg);
+			CHECK_MSG(capy_seq_truncate(b[q], plen[q] + cut[q], &err) == 0, "%s", err.msg);
+		}
+		bad_state += !same_state(gpu, a[q], b[q]);
+		capy_seq_free(a[q]);
+		capy_seq_free(b[q]);
+	}
+	printf("%-18s kv %-4s windows beside decode items and a prompt chunk: %zu logits, %d states differ from the "
+	       "items alone\n", name, kvn, bad, bad_state);
+	CHECK_MSG(!bad && !bad_state, "%s kv %s: a step with windows is not bitwise its items alone", name, kvn);
+	free(alone);
+	free(tog);
+}
+
 static void family(const struct fixture *fx)
 {
 	const char *name = fx->name;
@@ -336,6 +491,8 @@ static void family(const struct fixture *fx)
 			batch8(name, kvn[k], gpu, V);
 			masked_steps(name, kvn[k], gpu, V);
 			chunked_vs_steps(fx, kvn[k], cpu, gpu, V);
+			verify_cut(name, kvn[k], gpu, V);
+			verify_batched(name, kvn[k], gpu, V);
 			CHECK_EQ_U64(capy_engine_pages_used(gpu), 0);
 		}
 		capy_engine_free(cpu);

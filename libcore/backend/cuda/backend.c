@@ -414,4 +414,5 @@ const struct capy_backend_ops capy_backend_cuda = {
 	.state_write = cu_state_write,
 	.step = cu_step,
 	.samples = true,
+	.keeps_states = true, /* ck_step.gdn_keep / ple_keep, and the PLE contexts in ple_rows */
 };

@@ -5,9 +5,9 @@
  * same roles as the CPU's); every kernel runs over all rows of the step at once. */
 #include "cuda-impl.h"
 
-/* Rows of the step by kind: runs of decoding (or short) items through ck_linear(_multi),
- * whose numerics are shared by every row, and each prompt item (CK_GROUPED_MIN_ROWS rows or
- * more) on its own through cuBLASLt's GEMMs where the matrix allows, so no row's result
+/* Rows of the step by kind: runs of decoding (or short, or verification) items through
+ * ck_linear(_multi), whose numerics are shared by every row, and each prompt item
+ * (cu_prompt_item) on its own through cuBLASLt's GEMMs where the matrix allows, so no row's result
  * depends on the other items of its step. Only for linears over all rows of the step. */
 static int by_rows(struct cuda_engine *e, int nw, const struct ck_linear *const *w, const float *x, float *const *y,
 		   struct capy_err *err)
@@ -18,7 +18,7 @@ static int by_rows(struct cuda_engine *e, int nw, const struct ck_linear *const 
 
 	for (size_t i = 0; i <= b->n_items; i++) {
 		const struct capy_batch_item *it = i < b->n_items ? &b->items[i] : NULL;
-		const bool big = it && it->n >= CK_GROUPED_MIN_ROWS;
+		const bool big = it && cu_prompt_item(it);
 		if ((big || !it) && run_n) { /* the run of small items before this one */
 			const float *xr = x + run0 * k;
 			float *yr[4];

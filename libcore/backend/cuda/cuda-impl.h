@@ -183,6 +183,17 @@ struct cu_state {
 	int32_t (*ple_ctx)[16];           /* [n_ple] */
 };
 
+/* Whether an item's rows take the prompt paths (cuBLASLt linears, grouped expert GEMMs, flash
+ * attention): CK_GROUPED_MIN_ROWS rows or more, unless it keeps states. A verification window
+ * (keep_states) must give the bits of one-token steps, so its rows take the decode paths
+ * whatever its length. (The flash kernel looks at an item's length alone: in a step that also
+ * has a prompt chunk, it computes a window of 16 or more rows too, and the exact attention
+ * enqueued after it writes those rows again: wasted work, the same bits.) */
+static inline bool cu_prompt_item(const struct capy_batch_item *it)
+{
+	return it->n >= CK_GROUPED_MIN_ROWS && !it->states;
+}
+
 /* Make the engine's GPU the calling thread's current device: the CUDA runtime's current
  * device is per thread, and capy-serve steps the engine from its own thread (with --gpu 1,
  * that thread would otherwise launch on GPU 0). */

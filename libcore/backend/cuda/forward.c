@@ -22,7 +22,7 @@ static void *carve(struct cuda_engine *e, size_t *off, size_t n, void **dev)
 
 static size_t meta_need(const struct capy_batch *b)
 {
-	size_t n = b->n_tokens * (4 + 8 + 4 + 4 + 1) + b->n_items * (3 * 8 + 4 + 2 * 8) + 64 * 8;
+	size_t n = b->n_tokens * (4 + 8 + 4 + 4 + 1 + 2 * 8) + b->n_items * (3 * 8 + 4 + 2 * 8) + 64 * 8;
 
 	for (size_t i = 0; i < b->n_items; i++)
 		n += (b->items[i].seq->n_pages + 1) * 4;
@@ -51,6 +51,47 @@ static int meta_reserve(struct cuda_engine *e, size_t need, struct capy_err *err
 		return cu_err(err, rc, "allocating the step's metadata");
 	s->meta_bytes = cap;
 	return 0;
+}
+
+/* The PLE part of a state's device block (after every GDN slot), as ck_step.ple_state wants it. */
+static float *ple_part(const struct cuda_engine *e, const struct cu_state *cs)
+{
+	return cs->dev ? cs->dev + (uint64_t)e->hw.n_gdn * e->gdn_floats : NULL;
+}
+
+/* Whether an item keeps states after some of its rows (keep_states, with more than one row). */
+static bool item_keeps(const struct capy_batch_item *it)
+{
+	return it->states && it->n > 1;
+}
+
+/* keep_states: per row of the step, the GDN and PLE parts of the state block that receives
+ * its sequence's state after it (ck_step.gdn_keep, ple_keep); NULL for the other rows. Only
+ * for steps that keep some, so decode steps (and their captured graphs) carry none. */
+static void stage_keep(struct cuda_engine *e, const struct capy_batch *b, size_t *off)
+{
+	struct ck_step *st = &e->step;
+	bool any = false;
+	void *d;
+
+	for (size_t i = 0; i < b->n_items; i++)
+		any |= item_keeps(&b->items[i]);
+	if (!any)
+		return;
+	float **gdn = carve(e, off, b->n_tokens * sizeof(float *), &d);
+	st->gdn_keep = d;
+	float **ple = carve(e, off, b->n_tokens * sizeof(float *), &d);
+	st->ple_keep = d;
+	memset(gdn, 0, b->n_tokens * sizeof(float *));
+	memset(ple, 0, b->n_tokens * sizeof(float *));
+	for (size_t i = 0; i < b->n_items; i++) {
+		const struct capy_batch_item *it = &b->items[i];
+		for (uint64_t t = 0; item_keeps(it) && t + 1 < it->n; t++) {
+			const struct cu_state *ks = it->states[t];
+			gdn[it->t0 + t] = ks->dev;
+			ple[it->t0 + t] = ple_part(e, ks);
+		}
+	}
 }
 
 /* The step's rows and items, block tables and state pointers, in one upload. The previous
@@ -96,7 +137,7 @@ static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_
 	for (size_t i = 0; i < ni; i++) {
 		const struct capy_batch_item *it = &b->items[i];
 		const struct cu_state *cs = it->seq->state;
-		const bool big = it->n >= CK_GROUPED_MIN_ROWS;
+		const bool big = cu_prompt_item(it);
 		st->n_grouped += big ? it->n : 0;
 		st->max_item_n = CAPY_MAX(st->max_item_n, it->n);
 		for (uint64_t t = 0; t < it->n; t++) {
@@ -112,9 +153,10 @@ static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_
 		memcpy(bt + bt_total, it->seq->pages, it->seq->n_pages * 4);
 		bt_total += it->seq->n_pages;
 		gdn[i] = cs->dev;
-		ple[i] = cs->dev ? cs->dev + (uint64_t)e->hw.n_gdn * e->gdn_floats : NULL;
+		ple[i] = ple_part(e, cs);
 		max_pos = CAPY_MAX(max_pos, it->seq->len + it->n - 1);
 	}
+	stage_keep(e, b, &off);
 	if ((rc = cu_context_reserve(e, max_pos + 1, err)) < 0)
 		return rc;
 	st->pages = e->pages;
@@ -195,6 +237,10 @@ static int ple_rows(struct cuda_engine *e, const struct capy_batch *b, struct ca
 			if (j.bad)
 				return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64,
 						    j.bad - 1, l->ple.rows);
+			/* keep_states: the context after row t is the ids hist[t + 1 .. t + ctx] */
+			for (uint64_t t = 0; item_keeps(it) && t + 1 < it->n; t++)
+				memcpy(((struct cu_state *)it->states[t])->ple_ctx[l->ple_slot], hist + t + 1,
+				       ctx * sizeof(int32_t));
 			memcpy(sctx, hist + it->n, ctx * sizeof(int32_t));
 		}
 		cudaError_t r = cudaMemcpyAsync(e->s.ple_emb + (uint64_t)l->ple_slot * e->s.tmax * dim, emb,

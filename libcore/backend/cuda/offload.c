@@ -12,8 +12,8 @@
  *   and a gather kernel puts the results into the slots' rows before the combine. The CPU
  *   computes an expert exactly as the GPU's exact path does (bit for bit), so the output
  *   does not depend on which experts were resident, nor on the CPU's thread count;
- * - prompt rows (items of CK_GROUPED_MIN_ROWS tokens or more, the grouped GEMMs): every expert
- *   read from the host copy through its device mapping (zero-copy over PCIe), so their bits
+ * - prompt rows (cu_prompt_item: items of CK_GROUPED_MIN_ROWS tokens or more that keep no
+ *   states, the grouped GEMMs): every expert read from the host copy through its device mapping (zero-copy over PCIe), so their bits
  *   do not depend on residency either.
  *
  * Between steps the expert cache takes the step's routing, and its replacements are carried
