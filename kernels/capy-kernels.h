@@ -31,11 +31,6 @@ extern "C" {
  * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
  * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
 void ck_set_dependent_launch(int on);
-/* Grids of more than `blocks` blocks launched only once the kernel before them has finished
- * (0: every grid early). A measurement knob (CAPY_CUDA_PDL_MAX): a kernel launched early
- * waits with its blocks resident, and releasing many waiting blocks was seen to take longer
- * than releasing few (docs/perf.md). */
-void ck_set_dependent_launch_max(uint64_t blocks);
 
 /* The kernel trace, a measurement knob of TRACE=1 builds (CAPY_CUDA_TRACE, docs/cuda.md;
  * elsewhere ck_trace_start fails with cudaErrorNotSupported): after

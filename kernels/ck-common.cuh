@@ -37,7 +37,6 @@ static inline int ck_launched(void)
 // ck_launch must call ck_grid_enter() before it reads or writes memory another kernel uses.
 // ck_set_dependent_launch(0) turns it off (launches as plain <<<>>>), for measurement.
 extern int ck_dependent_launch;
-extern uint64_t ck_dependent_launch_max; /* grids of more blocks launch after the one before: 0 none */
 
 // The kernel trace (ck_trace_start, a measurement knob of TRACE=1 builds: CK_TRACE): the
 // buffer, NULL while off. Each .cu file has its own copy of the variable (no relocatable
@@ -147,9 +146,7 @@ static inline void ck_launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 bloc
 {
 	cudaLaunchAttribute attr[1];
 	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-	const uint64_t blocks = (uint64_t)grid.x * grid.y * grid.z;
-	attr[0].val.programmaticStreamSerializationAllowed =
-		ck_dependent_launch && (!ck_dependent_launch_max || blocks <= ck_dependent_launch_max) ? 1 : 0;
+	attr[0].val.programmaticStreamSerializationAllowed = ck_dependent_launch ? 1 : 0;
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = grid;
 	cfg.blockDim = block;

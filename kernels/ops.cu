@@ -296,18 +296,12 @@ __global__ void ple_conv_kernel(const int64_t *t0s, const int64_t *ns, float *co
 } // namespace
 
 int ck_dependent_launch = 1;
-uint64_t ck_dependent_launch_max = 0;
 
 extern "C" {
 
 void ck_set_dependent_launch(int on)
 {
 	ck_dependent_launch = on;
-}
-
-void ck_set_dependent_launch_max(uint64_t blocks)
-{
-	ck_dependent_launch_max = blocks;
 }
 
 /* The kernel files' setters of their trace buffer (ck-common.cuh), registered while the

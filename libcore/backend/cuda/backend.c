@@ -235,8 +235,6 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		e->no_graphs = g && !strcmp(g, "0");
 		const char *p = getenv("CAPY_CUDA_PDL");
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
-		const char *pm = getenv("CAPY_CUDA_PDL_MAX");
-		ck_set_dependent_launch_max(pm ? strtoull(pm, NULL, 10) : 0);
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
 		const char *fs = getenv("CAPY_CUDA_FLASH_SMEM");
 		ck_set_flash_smem(fs ? (size_t)strtoull(fs, NULL, 10) : 0);
