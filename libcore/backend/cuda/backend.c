@@ -244,7 +244,8 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	if ((r = cudaSetDevice(e->device)) != cudaSuccess || (r = cudaStreamCreate(&e->stream)) != cudaSuccess ||
 	    (r = cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (r = cudaEventCreateWithFlags(&e->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
-	    (r = cudaEventCreateWithFlags(&e->ev_join, cudaEventDisableTiming)) != cudaSuccess) {
+	    (r = cudaEventCreateWithFlags(&e->ev_join, cudaEventDisableTiming)) != cudaSuccess ||
+	    (r = cudaEventCreateWithFlags(&e->ev_upload, cudaEventDisableTiming)) != cudaSuccess) {
 		rc = cu_err(err, r, "opening the device");
 		goto fail;
 	}
@@ -339,6 +340,8 @@ static void cu_close(struct capy_engine *core)
 	free(e->kv);
 	if (e->ev_join)
 		cudaEventDestroy(e->ev_join);
+	if (e->ev_upload)
+		cudaEventDestroy(e->ev_upload);
 	if (e->ev_fork)
 		cudaEventDestroy(e->ev_fork);
 	if (e->side)

@@ -134,6 +134,7 @@ struct cuda_engine {
 	 * captured graph, two branches). */
 	cudaStream_t side;
 	cudaEvent_t ev_fork, ev_join;
+	cudaEvent_t ev_upload;            /* the sampling rows and masks uploaded on the side stream */
 	unsigned fork;                    /* what runs there (enum cu_fork; CAPY_CUDA_FORK, 0: none) */
 	struct capy_pool *ple_pool;       /* host threads gathering PLE rows (models with PLE) */
 	struct ck_blas *blas;             /* cuBLASLt for prompt rows' BF16 linears, or NULL */
