@@ -183,7 +183,10 @@ static __device__ __forceinline__ void quant_load16(const float *xr, uint64_t b,
 }
 
 #define QTHREADS 128
-#define QREG 2           /* 16-blocks a thread holds in registers: rows up to 16 * QREG * QTHREADS */
+/* 16-blocks a thread holds in registers: rows up to 16 * QREG * QTHREADS values; one for
+ * SwiGLU inputs (an expert's intermediate rows: 512 on the real shapes), whose exps would
+ * spill a second */
+#define QREG(swiglu) ((swiglu) ? 1 : 2)
 
 /* Block b of quantization row `row`: its scale and codes from its 16 values v (gs: the row's
  * global scale, inv_gs its inverse), as capy_nvfp4_quantize_act. */
@@ -287,12 +290,13 @@ static __global__ void __launch_bounds__(QTHREADS)
 	ck_grid_enter();
 	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
 		return; /* the whole block: a row of the other kind */
-	if (nb <= QREG * QTHREADS) {
+	constexpr int R = QREG(SWIGLU);
+	if (nb <= R * QTHREADS) {
 		const bool vec = ((uintptr_t)xr & 15) == 0 && (k & 3) == 0;
 		const int32_t id = w.ids ? w.ids[i] : 0;
-		float v[QREG][16];
+		float v[R][16];
 #pragma unroll
-		for (int j = 0; j < QREG; j++)
+		for (int j = 0; j < R; j++)
 			if (tid + QTHREADS * j < nb)
 				quant_load16(xr, tid + QTHREADS * j, k, SWIGLU, vec, v[j]);
 		if (id < 0)
@@ -301,7 +305,7 @@ static __global__ void __launch_bounds__(QTHREADS)
 				       : is_fixed;
 		/* fmaxf is exact and ignores NaN, so any order gives the CPU's row amax. */
 #pragma unroll
-		for (int j = 0; j < QREG; j++)
+		for (int j = 0; j < R; j++)
 			if (tid + QTHREADS * j < nb)
 				for (int e = 0; e < 16; e++) {
 					bad |= !isfinite(v[j][e]);
@@ -310,7 +314,7 @@ static __global__ void __launch_bounds__(QTHREADS)
 		quant_row_amax(&amax, &bad);
 		quant_row_scale(is, amax, bad, row, a, &gs, &inv_gs);
 #pragma unroll
-		for (int j = 0; j < QREG; j++)
+		for (int j = 0; j < R; j++)
 			if (tid + QTHREADS * j < nb)
 				quant_block(v[j], tid + QTHREADS * j, row, k, nb, gs, inv_gs, a);
 		return;
