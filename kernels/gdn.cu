@@ -152,10 +152,11 @@ static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_
 	const uint64_t t = blockIdx.x;
 	const uint32_t kh = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32;
 	float *q = conv + t * C + (uint64_t)kh * dk, *k = conv + t * C + (uint64_t)(nk + kh) * dk;
-	float sq = 0, sk = 0;
+	float sq = 0, sk = 0, qv[GDN_NORM_REG], kv[GDN_NORM_REG];
+	/* one round trip: the values stay in registers (longer heads read them twice) */
+	const bool regs = dk <= GDN_NORM_REG * 128;
 
-	if (dk <= GDN_NORM_REG * 128) { /* one round trip: the values stay in registers */
-		float qv[GDN_NORM_REG], kv[GDN_NORM_REG];
+	if (regs) {
 #pragma unroll
 		for (int j = 0; j < GDN_NORM_REG; j++)
 			if (threadIdx.x + 128 * j < dk) {
@@ -168,29 +169,11 @@ static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_
 				sq += qv[j] * qv[j];
 				sk += kv[j] * kv[j];
 			}
-		for (int off = 16; off; off >>= 1) {
-			sq += __shfl_xor_sync(0xffffffffu, sq, off);
-			sk += __shfl_xor_sync(0xffffffffu, sk, off);
+	} else {
+		for (uint32_t i = threadIdx.x; i < dk; i += 128) {
+			sq += q[i] * q[i];
+			sk += k[i] * k[i];
 		}
-		if (lane == 0) {
-			red[0][w] = sq;
-			red[1][w] = sk;
-		}
-		__syncthreads();
-		const float rq = 1.0f / sqrtf(((red[0][0] + red[0][1]) + red[0][2]) + red[0][3] + 1e-6f);
-		const float rk = 1.0f / sqrtf(((red[1][0] + red[1][1]) + red[1][2]) + red[1][3] + 1e-6f);
-		const float qscale = 1.0f / sqrtf((float)dk);
-#pragma unroll
-		for (int j = 0; j < GDN_NORM_REG; j++)
-			if (threadIdx.x + 128 * j < dk) {
-				q[threadIdx.x + 128 * j] = (qv[j] * rq) * qscale;
-				k[threadIdx.x + 128 * j] = kv[j] * rk;
-			}
-		return;
-	}
-	for (uint32_t i = threadIdx.x; i < dk; i += 128) {
-		sq += q[i] * q[i];
-		sk += k[i] * k[i];
 	}
 	for (int off = 16; off; off >>= 1) {
 		sq += __shfl_xor_sync(0xffffffffu, sq, off);
@@ -204,6 +187,15 @@ static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_
 	const float rq = 1.0f / sqrtf(((red[0][0] + red[0][1]) + red[0][2]) + red[0][3] + 1e-6f);
 	const float rk = 1.0f / sqrtf(((red[1][0] + red[1][1]) + red[1][2]) + red[1][3] + 1e-6f);
 	const float qscale = 1.0f / sqrtf((float)dk);
+	if (regs) {
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dk) {
+				q[threadIdx.x + 128 * j] = (qv[j] * rq) * qscale;
+				k[threadIdx.x + 128 * j] = kv[j] * rk;
+			}
+		return;
+	}
 	for (uint32_t i = threadIdx.x; i < dk; i += 128) { /* each thread rewrites what it read */
 		q[i] = (q[i] * rq) * qscale;
 		k[i] = k[i] * rk;
@@ -453,15 +445,16 @@ static __global__ __launch_bounds__(128) void gdn_gated_norm_k(float *o, const f
 	__shared__ float red[4];
 	float *xr = o + (uint64_t)blockIdx.x * dv;
 	const float *zr = z + (uint64_t)blockIdx.x * dv;
-	float ss = 0, r;
+	float ss = 0, r, xv[GDN_NORM_REG], zv[GDN_NORM_REG], nw[GDN_NORM_REG];
+	/* one round trip, the weights read under the wait (longer heads read the values twice) */
+	const bool regs = dv <= GDN_NORM_REG * 128;
 
-	if (dv <= GDN_NORM_REG * 128) { /* one round trip, the weights read under the wait */
-		float xv[GDN_NORM_REG], zv[GDN_NORM_REG], nw[GDN_NORM_REG];
 #pragma unroll
-		for (int j = 0; j < GDN_NORM_REG; j++)
-			if (threadIdx.x + 128 * j < dv)
-				nw[j] = norm_w[threadIdx.x + 128 * j];
-		ck_grid_enter();
+	for (int j = 0; j < GDN_NORM_REG; j++)
+		if (regs && threadIdx.x + 128 * j < dv)
+			nw[j] = norm_w[threadIdx.x + 128 * j];
+	ck_grid_enter();
+	if (regs) {
 #pragma unroll
 		for (int j = 0; j < GDN_NORM_REG; j++)
 			if (threadIdx.x + 128 * j < dv) {
@@ -472,13 +465,18 @@ static __global__ __launch_bounds__(128) void gdn_gated_norm_k(float *o, const f
 		for (int j = 0; j < GDN_NORM_REG; j++)
 			if (threadIdx.x + 128 * j < dv)
 				ss += xv[j] * xv[j];
-		for (int off = 16; off; off >>= 1)
-			ss += __shfl_xor_sync(0xffffffffu, ss, off);
-		if (threadIdx.x % 32 == 0)
-			red[threadIdx.x / 32] = ss;
-		__syncthreads();
-		ss = ((red[0] + red[1]) + red[2]) + red[3];
-		r = 1.0f / sqrtf(ss / (float)dv + eps);
+	} else {
+		for (uint32_t i = threadIdx.x; i < dv; i += 128)
+			ss += xr[i] * xr[i];
+	}
+	for (int off = 16; off; off >>= 1)
+		ss += __shfl_xor_sync(0xffffffffu, ss, off);
+	if (threadIdx.x % 32 == 0)
+		red[threadIdx.x / 32] = ss;
+	__syncthreads();
+	ss = ((red[0] + red[1]) + red[2]) + red[3];
+	r = 1.0f / sqrtf(ss / (float)dv + eps);
+	if (regs) {
 #pragma unroll
 		for (int j = 0; j < GDN_NORM_REG; j++)
 			if (threadIdx.x + 128 * j < dv) {
@@ -487,16 +485,6 @@ static __global__ __launch_bounds__(128) void gdn_gated_norm_k(float *o, const f
 			}
 		return;
 	}
-	ck_grid_enter();
-	for (uint32_t i = threadIdx.x; i < dv; i += 128)
-		ss += xr[i] * xr[i];
-	for (int off = 16; off; off >>= 1)
-		ss += __shfl_xor_sync(0xffffffffu, ss, off);
-	if (threadIdx.x % 32 == 0)
-		red[threadIdx.x / 32] = ss;
-	__syncthreads();
-	ss = ((red[0] + red[1]) + red[2]) + red[3];
-	r = 1.0f / sqrtf(ss / (float)dv + eps);
 	/* each thread rewrites only the elements it read itself */
 	for (uint32_t i = threadIdx.x; i < dv; i += 128) {
 		float act = gate_sigmoid ? sigmoid_(zr[i]) : silu_(zr[i]);
