@@ -292,11 +292,13 @@ int cmd_main(int argc, char **argv)
 		capy_usage_error(usage, opts, n ? "unexpected argument '%s'" : "no model given", n ? args[1] : "");
 	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
 	capy_tp_opts(usage, opts, opt_tp, opt_tp_payload, &eo);
+	/* the MTP head where --spec takes it (auto: where the artifact has one, as the plan counts) */
 	if (opt_plan)
 		return capy_plan_print(args[0], &(struct capy_plan_opts){
 			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,
 			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency,
-			.kv = parse_kv(), .expert_slots = eo.expert_slots });
+			.kv = parse_kv(), .expert_slots = eo.expert_slots,
+			.mtp = !strncmp(opt_spec, "mtp", 3) || !strcmp(opt_spec, "auto") });
 	if (strcmp(opt_spec, "mtp") && strcmp(opt_spec, "mtp+ngram") && strcmp(opt_spec, "ngram") &&
 	    strcmp(opt_spec, "auto") && strcmp(opt_spec, "off"))
 		capy_usage_error(usage, opts, "--spec: '%s' is not mtp, mtp+ngram, ngram, auto or off", opt_spec);

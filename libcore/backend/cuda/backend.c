@@ -64,7 +64,7 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 	cudaError_t rc;
 	int prc;
 
-	capy_plan_scratch(&ps, e->a, c, T);
+	capy_plan_scratch(&ps, e->a, c, T, e->plan.mtp);
 	capy_weights_each_linear(&e->hw, c, lin_ws, &need);
 	if ((prc = ws_agrees(ps.lin_ws, need.bytes, "linears' workspace (bytes)", err)) < 0)
 		return prc;
@@ -196,6 +196,7 @@ static int cu_plan(struct cuda_engine *e, struct capy_err *err)
 	po.step_tokens = e->s.tmax;
 	po.kv = e->opts.kv;
 	po.expert_slots = e->opts.expert_slots;
+	po.mtp = e->opts.mtp;
 	if ((rc = capy_host_mem_read(&h, err)) < 0 || (rc = capy_plan_compute(&e->plan, e->a, &e->c, &po, &h, err)) < 0 ||
 	    (rc = capy_plan_check(&e->plan, err)) < 0)
 		return capy_err_prefix(err, "cuda");

@@ -19,7 +19,8 @@ int cu_check(struct capy_err *err, int rc, const char *what)
 }
 
 /* The byte ranges of the device tensors (offload/plan.h: the memory plan counts the same
- * ranges; the routed experts only when all are resident), copied into one allocation. */
+ * ranges; the routed experts only when all are resident, the MTP head's only with it), copied
+ * into one allocation. */
 static int upload_spans(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_artifact *a = e->a;
@@ -30,7 +31,7 @@ static int upload_spans(struct cuda_engine *e, struct capy_err *err)
 	cudaError_t rc;
 	int prc;
 
-	if ((prc = capy_plan_ranges(a, e->plan.all_resident, &r, &m, &total, err)) < 0)
+	if ((prc = capy_plan_ranges(a, e->plan.all_resident, e->plan.mtp, &r, &m, &total, err)) < 0)
 		return prc;
 	sp = calloc(m + 1, sizeof(*sp));
 	if (!sp) {
