@@ -277,5 +277,13 @@ uint32_t cu_offload_pages_release(struct cuda_engine *e, uint32_t n);
 
 /* forward.c */
 int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);
+/* Stage batch b as the step (e->step), uploaded on the stream: item i's rows at positions
+ * first[i] .. first[i] + n - 1 of its sequence (first NULL: from the sequence's length). The
+ * stream is idle (the last step or head call ended synchronized). */
+int cu_stage(struct cuda_engine *e, const struct capy_batch *b, const uint64_t *first, struct capy_err *err);
+/* A decoder layer of a family without hyper-connections (qwen3_5, qwen3_5_moe, qwen3_next) on
+ * the staged step: its input normed in xn, its mixer and FFN added into the residual x, then x
+ * normed with next_norm into xn (NULL: x alone). */
+int cu_layer_plain(struct cuda_engine *e, const struct cu_layer *l, const float *next_norm, struct capy_err *err);
 
 #endif
