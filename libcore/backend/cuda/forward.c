@@ -421,6 +421,30 @@ static int layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy
 	return 0;
 }
 
+/* The final-normed hidden states of the items that ask (the MTP head's input): the final norm
+ * of their rows into xn (free once the layers are done), the same ck_rmsnorm as the logits
+ * rows' (so lm_head reads these bits), copied to the host; logits_out's synchronization ends
+ * the copies. Nothing for steps where no item asks. */
+static int hidden_out(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
+{
+	const uint64_t H = e->c.hidden_size;
+	float *xn = e->s.xn;
+	cudaError_t r;
+
+	for (size_t i = 0; i < b->n_items; i++) {
+		const struct capy_batch_item *it = &b->items[i];
+		if (!it->hidden)
+			continue;
+		TRY(ck_rmsnorm(e->s.x + it->t0 * H, H, e->final_norm, H, xn + it->t0 * H, H, it->n, H, H,
+			       (float)e->c.rms_norm_eps, e->stream),
+		    "final norm of the hidden states");
+		if ((r = cudaMemcpyAsync(it->hidden, xn + it->t0 * H, it->n * H * sizeof(float), cudaMemcpyDeviceToHost,
+					 e->stream)) != cudaSuccess)
+			return cu_err(err, r, "copying the hidden states");
+	}
+	return 0;
+}
+
 /* Embedding and every layer, enqueued on the stream (no copies, no synchronization: the
  * part of a step a CUDA graph can hold). */
 static int layers(struct cuda_engine *e, struct capy_err *err)
@@ -512,7 +536,7 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 		return rc;
 	if ((rc = cu_stage(e, b, NULL, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
 		return rc;
-	if ((rc = layers_graphed(e, b, err)) < 0 || (rc = logits_out(e, b, err)) < 0)
+	if ((rc = layers_graphed(e, b, err)) < 0 || (rc = hidden_out(e, b, err)) < 0 || (rc = logits_out(e, b, err)) < 0)
 		return rc;
 	return e->off ? cu_offload_after_step(e, err) : 0;
 }

@@ -216,6 +216,21 @@ static void layer_upload(struct cuda_engine *e, struct cu_layer *l, const struct
 	}
 }
 
+/* The MTP head (bound with opts.mtp; its tensors are device tensors then: the plan's mtp). */
+static void mtp_upload(struct cuda_engine *e, struct capy_err *err, int *rc)
+{
+	const struct capy_mtp_w *h = &e->hw.mtp;
+	struct cu_mtp *m = &e->mtp;
+	uint64_t H = e->c.hidden_size;
+
+	m->fc = lin(e, &h->fc);
+	m->norm_emb = vec(e, h->norm_emb, H, err, rc);
+	m->norm_hidden = vec(e, h->norm_hidden, H, err, rc);
+	m->norm = vec(e, h->norm, H, err, rc);
+	layer_upload(e, &m->layer, &h->layer, err, rc);
+	m->present = *rc == 0;
+}
+
 int cu_weights_upload(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
@@ -240,6 +255,8 @@ int cu_weights_upload(struct cuda_engine *e, struct capy_err *err)
 		e->final_norm = vec(e, w->final_norm, c->hidden_size, err, &rc);
 	for (uint64_t i = 0; i < c->n_layers && rc == 0; i++)
 		layer_upload(e, &e->layers[i], &w->layers[i], err, &rc);
+	if (w->mtp.present && rc == 0)
+		mtp_upload(e, err, &rc);
 	return rc;
 }
 
