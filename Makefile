@@ -191,6 +191,7 @@ ifeq ($(CUDA),1)
   LIBCORE_OBJS += libcore/backend/cuda/backend.o
   LIBCORE_OBJS += libcore/backend/cuda/blocks.o
   LIBCORE_OBJS += libcore/backend/cuda/forward.o
+  LIBCORE_OBJS += libcore/backend/cuda/mtp.o
   LIBCORE_OBJS += libcore/backend/cuda/offload.o
   LIBCORE_OBJS += libcore/backend/cuda/state.o
   LIBCORE_OBJS += libcore/backend/cuda/weights.o

@@ -651,7 +651,7 @@ static int generate(const char *model)
 	if (opt_plan) {
 		int rc = capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
 					 .max_context = eo.max_context, .max_seqs = 1, .kv = eo.kv,
-					 .expert_slots = eo.expert_slots });
+					 .expert_slots = eo.expert_slots, .mtp = use_mtp });
 		capy_tokens_release(&prompt);
 		capy_assets_release(&as);
 		capy_artifact_close(a);
@@ -860,7 +860,7 @@ int cmd_main(int argc, char **argv)
 		capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &xo);
 		return capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
 				       .max_context = (uint64_t)opt_max_context, .max_seqs = 1, .kv = parse_kv(),
-				       .expert_slots = xo.expert_slots });
+				       .expert_slots = xo.expert_slots, .mtp = !strncmp(opt_spec, "mtp", 3) });
 	}
 	if (!!opt_prompt + !!opt_prompt_ids + !!opt_messages != 1)
 		capy_usage_error(usage, opts, "give one of -p, --prompt-ids or --messages");

@@ -139,6 +139,16 @@ int ck_linear_swiglu(const struct ck_linear *w, const float *act, uint64_t m, fl
 int ck_linear_multi(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
 		    void *ws, void *stream);
 
+/* Some rows of a matrix (kernels/linear-mma.cu): y[t][i] = (x W^T)[t][rows[i]] for t < m,
+ * i < nr (y row stride ldy, x row stride k), each element the bits ck_linear gives it in the
+ * whole product (the same k slices and chain of tensor-core steps), without computing the
+ * other rows: the MTP head's lm_head over a draft vocabulary. rows: device, each below w->n.
+ * For the matrices (with x) ck_linear_rows_ok accepts: BF16 on the tensor cores, as ck_linear
+ * runs them; others return -cudaErrorInvalidValue (compute the whole product instead). */
+bool ck_linear_rows_ok(const struct ck_linear *w, const float *x);
+int ck_linear_rows(const struct ck_linear *w, const float *x, uint64_t m, const int32_t *rows, uint64_t nr, float *y,
+		   uint64_t ldy, void *stream);
+
 /* Prompt rows of BF16 linears through cuBLASLt (kernels/linear-blas.cu): y[m][ldy] = x[m][k]
  * W^T, x split into BF16 hi + lo halves (as mma.cuh), two GEMMs with fp32 accumulation. Not
  * the bits of ck_linear (within ~1e-6 relative of it and of the CPU): the backend uses it only

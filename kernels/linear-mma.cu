@@ -7,6 +7,8 @@
  *   and are added in slice order.
  * - tiled (mma-tile.cuh), for many rows (prefill): 128 x 128 tiles through shared memory;
  *   the same steps, the same chain of MMAs per element and the same slices folded in order.
+ * - skinny over listed rows (ck_linear_rows, at the end): the skinny kernel's arithmetic for
+ *   the rows of a list only (the MTP head's draft vocabulary of lm_head).
  *
  * KS comes from n and k alone, and which kernel runs changes no bits: an element depends on
  * its own activation row and W only, never on m or on the other rows (batch invariance). */
@@ -341,4 +343,112 @@ int lin_mma_x(const struct lin_mat *w, const float *x, bool swiglu, uint64_t m, 
 		return 0;
 	}
 	return launch_skinny(&a, ks, st);
+}
+
+/* --- some rows of a matrix: the MTP head's draft vocabulary (ck_linear_rows) ------------- */
+
+struct rows_args {
+	const float *x;
+	const uint8_t *w;
+	const int32_t *rows;
+	uint64_t m, k, nr, ldy;
+	float *y;
+};
+
+/* y[t][i] = x[t] . W[rows[i]]: k_skinny's arithmetic for each element, only the weight rows
+ * of a tile come through rows[] instead of one after another. A warp owns 16 of the rows and
+ * one of the KS slices of k the whole matrix has (lin_mma_slices(n, k): so the slices, and
+ * each slice's chain of steps, are the ones k_skinny gives the row), streams them, applies
+ * each step to 8 activation rows at a time (mma_step_split, as k_skinny), and the slices'
+ * sums are added in slice order. An element is then the bits of ck_linear's, wherever its row
+ * sits in the MMA tile (the tensor cores compute each element of a tile alike). */
+template <int KS>
+static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny_rows(struct rows_args a)
+{
+	ck_grid_enter();
+	__shared__ float part[KS > 1 ? SK_BW(KS) : 1][4][32];
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, slice = warp % KS;
+	const uint64_t r0 = ((uint64_t)blockIdx.x * (SK_BW(KS) / KS) + (uint64_t)(warp / KS)) * 16;
+	const uint64_t nsteps = a.k / MMA_STEP, s0 = nsteps * (uint64_t)slice / KS, s1 = nsteps * (uint64_t)(slice + 1) / KS;
+	const uint64_t ia = r0 + g, ib = r0 + g + 8;
+	const bool va = ia < a.nr, vb = ib < a.nr;
+	const uint8_t *wa = a.w + (va ? (uint64_t)a.rows[ia] : 0) * a.k * 2 + c * 16;
+	const uint8_t *wb = a.w + (vb ? (uint64_t)a.rows[ib] : 0) * a.k * 2 + c * 16;
+
+	if (KS == 1 && r0 >= a.nr)
+		return;
+	for (uint64_t tg = blockIdx.y; tg * 8 < a.m; tg += gridDim.y) {
+		const uint64_t tok = tg * 8 + g;
+		const float *xr = a.x + (tok < a.m ? tok : 0) * a.k + c * 8;
+		float acc[4] = { 0.0f, 0.0f, 0.0f, 0.0f };
+		for (uint64_t s = s0; s < s1; s++) {
+			const uint4 A = va ? sk_ldw(wa + s * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
+			const uint4 B = vb ? sk_ldw(wb + s * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
+			uint32_t hi[4], lo[4];
+			sk_load_x(xr, tok < a.m, s, hi, lo);
+			mma_step_split(acc, A, B, hi, lo);
+		}
+		if (KS > 1) {
+			for (int q = 0; q < 4; q++)
+				part[KS > 1 ? warp : 0][q][lane] = acc[q];
+			__syncthreads();
+			if (slice == 0)
+				for (int q = 0; q < 4; q++) {
+					float sum = part[KS > 1 ? warp : 0][q][lane];
+					for (int p = 1; p < KS; p++)
+						sum = __fadd_rn(sum, part[KS > 1 ? warp + p : 0][q][lane]);
+					acc[q] = sum;
+				}
+			__syncthreads();
+		}
+		if (slice == 0)
+			for (int q = 0; q < 4; q++) {
+				const uint64_t i = q >= 2 ? ib : ia, t = tg * 8 + 2 * c + (q & 1);
+				if (i < a.nr && t < a.m)
+					a.y[t * a.ldy + i] = acc[q];
+			}
+	}
+}
+
+extern "C" bool ck_linear_rows_ok(const struct ck_linear *w, const float *x)
+{
+	const struct lin_mat lm = lin_mat_of(w, w->data, 0, NULL);
+
+	return lin_mma_ok(&lm, x);
+}
+
+extern "C" int ck_linear_rows(const struct ck_linear *w, const float *x, uint64_t m, const int32_t *rows, uint64_t nr,
+			      float *y, uint64_t ldy, void *stream)
+{
+	const cudaStream_t st = (cudaStream_t)stream;
+	const struct rows_args a = { x, (const uint8_t *)w->data, rows, m, w->k, nr, ldy, y };
+	const int ks = lin_mma_slices(w->n, w->k);
+	const uint64_t bw = SK_BW(ks), gx = ((nr + 15) / 16 * (uint64_t)ks + bw - 1) / bw, groups = (m + 7) / 8;
+	const dim3 grid((unsigned)gx, (unsigned)(groups < 65535 ? groups : 65535), 1);
+
+	if (!ck_linear_rows_ok(w, x))
+		return -(int)cudaErrorInvalidValue;
+	if (!m || !nr)
+		return 0;
+	switch (ks) {
+	case 1:
+		ck_launch(k_skinny_rows<1>, grid, (unsigned)bw * 32, 0, st, a);
+		break;
+	case 2:
+		ck_launch(k_skinny_rows<2>, grid, (unsigned)bw * 32, 0, st, a);
+		break;
+	case 4:
+		ck_launch(k_skinny_rows<4>, grid, (unsigned)bw * 32, 0, st, a);
+		break;
+	case 8:
+		ck_launch(k_skinny_rows<8>, grid, (unsigned)bw * 32, 0, st, a);
+		break;
+	case 16:
+		ck_launch(k_skinny_rows<16>, grid, (unsigned)bw * 32, 0, st, a);
+		break;
+	default:
+		ck_launch(k_skinny_rows<32>, grid, (unsigned)bw * 32, 0, st, a);
+		break;
+	}
+	return ck_launched();
 }

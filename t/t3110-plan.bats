@@ -51,16 +51,18 @@ row_mib() { row "$1" "$2" 1; }
 
 # What the inspect JSON of $1 says: the non-expert device tensors' bytes (each range rounded
 # up to 256 bytes, the PLE n-gram tables left on the host), the experts, their bytes, the
-# largest expert record.
+# largest expert record; the MTP head's tensors and stack (mtp.*) only with $2 = mtp.
 nonexpert_bytes() {
-	jq '[.expert_stacks[].tensors[]] as $ex
+	jq --arg mtp "${2:-}" '[.expert_stacks[].tensors[]] as $ex
 	    | [.tensors[] | select(.name as $n | any($ex[]; . == $n) | not)
 	       | select(.name | contains("ple_embedding.ngram_embedding") | not) | select(.bytes > 0)
+	       | select($mtp == "mtp" or (.name | startswith("mtp.") | not))
 	       | ((.bytes + 255) / 256 | floor) * 256] | add // 0' "$1"
 }
-n_experts() { jq '[.expert_stacks[].count] | add // 0' "$1"; }
-expert_bytes() { jq '[.expert_stacks[] | .count * .stride] | add // 0' "$1"; }
-slot_bytes() { jq '[.expert_stacks[].stride] | max // 0' "$1"; }
+stacks() { jq --arg mtp "${2:-}" '[.expert_stacks[] | select($mtp == "mtp" or (.name | startswith("mtp.") | not))]' "$1"; }
+n_experts() { stacks "$@" | jq '[.[].count] | add // 0'; }
+expert_bytes() { stacks "$@" | jq '[.[] | .count * .stride] | add // 0'; }
+slot_bytes() { stacks "$@" | jq '[.[].stride] | max // 0'; }
 
 @test "--plan on every fixture: the table on stdout, nothing on stderr, weights = the artifact's non-expert tensors" {
 	for m in $FAMILIES; do
@@ -83,7 +85,7 @@ slot_bytes() { jq '[.expert_stacks[].stride] | max // 0' "$1"; }
 			[[ "$output" == *"all $n experts resident"* ]]
 			# All resident: the experts' ranges in one upload, their last record's padding left out.
 			local eb=$(expert_bytes "$BATS_FILE_TMPDIR/$m.json") r=$(row device "routed experts")
-			[ "$r" -le "$eb" ] && [ "$r" -gt $((eb - $(jq '.expert_stacks | length' "$BATS_FILE_TMPDIR/$m.json") * $(slot_bytes "$BATS_FILE_TMPDIR/$m.json"))) ]
+			[ "$r" -le "$eb" ] && [ "$r" -gt $((eb - $(stacks "$BATS_FILE_TMPDIR/$m.json" | jq length) * $(slot_bytes "$BATS_FILE_TMPDIR/$m.json"))) ]
 		fi
 		[ "$(row host "routed experts")" = 0 ]
 		# The MiB column is the bytes column in MiB, to a tenth.
@@ -123,6 +125,46 @@ slot_bytes() { jq '[.expert_stacks[].stride] | max // 0' "$1"; }
 	[[ "$output" == *"4 sequences of 4096 tokens, steps of 276 tokens"* ]]
 	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --profile agent --max-context 4096 --spec off
 	[[ "$output" == *"steps of 260 tokens"* ]]
+}
+
+@test "--spec mtp counts the MTP head: its tensors and experts, one more layer's rows in every page; without it, none of them" {
+	local j
+	for m in qwen3_5-dense qwen3_5_moe qwen3_next; do
+		j=$BATS_FILE_TMPDIR/$m.json
+		[ "$(jq '[.tensors[] | select(.name | startswith("mtp."))] | length' "$j")" -gt 0 ]
+		run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --max-concurrency 2
+		[ "$status" -eq 0 ]
+		[[ "$output" == *"weights (non-expert)"*"without the MTP head (mtp.*: --spec mtp)"* ]]
+		[[ "$output" =~ pages\ of\ 64\ tokens,\ ([0-9]+)\ bytes ]]
+		local pb=${BASH_REMATCH[1]} w=$(row device "weights (non-expert)") total=$(row device total)
+		for t in "capy-serve --max-context 4096 --max-concurrency 2 --spec mtp" \
+			"capy-serve --max-context 4096 --max-concurrency 2 --spec mtp+ngram" \
+			"capy-serve --max-context 4096 --max-concurrency 2 --spec auto" "capy-gen --max-context 4096 --spec mtp"; do
+			run --separate-stderr $t "$BATS_FILE_TMPDIR/$m.capy" --plan
+			[ "$status" -eq 0 ] && [ -z "$stderr" ] || { echo "$t: $stderr"; return 1; }
+			[[ "$output" == *"weights (non-expert)"*"with the MTP head (mtp.*)"* ]]
+			[ "$(row device "weights (non-expert)")" = "$(nonexpert_bytes "$j" mtp)" ]
+			[ "$(row device "weights (non-expert)")" -gt "$w" ]
+			[[ "$output" =~ pages\ of\ 64\ tokens,\ ([0-9]+)\ bytes ]]
+			[ "${BASH_REMATCH[1]}" -gt "$pb" ]
+			local n=$(n_experts "$j" mtp)
+			[ "$n" -eq 0 ] || [[ "$output" == *"all $n experts resident"* ]]
+			[[ $t != capy-serve* ]] || [ "$(row device total)" -gt "$total" ]
+		done
+		# ngram alone: no head, the plan without --spec of a step as large (drafts make the step
+		# 256 + 2 x (4 + 1) tokens: --prefill-chunk 264 + 2 without them)
+		run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --max-concurrency 2 --spec ngram
+		local ngram=$output
+		[ "$(row device "weights (non-expert)")" -eq "$w" ]
+		run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --max-concurrency 2 --prefill-chunk 264
+		[ "$output" = "$ngram" ]
+	done
+	# a model without a head: auto is ngram
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --spec ngram
+	local plain=$output
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --spec auto
+	[ "$output" = "$plain" ]
+	[[ "$output" != *MTP* ]]
 }
 
 @test "capy-gen and capy-ppl plan one sequence: capy-gen's --max-context or prompt + -n, capy-ppl's --ctx" {

@@ -6,8 +6,8 @@
 # inside windows exactly; four requests at once as alone; a draft vocabulary; requests that
 # resume from the prefix cache draft with the head too, those from its host tier do not, the
 # same answers; the flags, the agent profile's
-# choice (mtp+ngram with a head, ngram without) and a backend without the head (the scripted
-# one stands in for CUDA).
+# choice (mtp+ngram with a head, ngram without) and a backend without the head or kept states
+# (the scripted one; CUDA has both now: t/cuda/tools.sh checks it).
 
 load lib
 load helper/serve
@@ -233,8 +233,8 @@ same() {
 	! grep -q "MTP" "$SERVER_LOG"
 	serve_start capy-serve "$TINY" --profile agent --threads 1 --spec ngram
 	grep -q "^capy-serve: speculative decoding: n-gram drafts of up to 4 tokens" "$SERVER_LOG"
-	# The scripted backend has no MTP head and keeps no states, as the CUDA one: asked for,
-	# MTP is an error in one line; from the profile it is dropped, and so are the drafts.
+	# The scripted backend has no MTP head and keeps no states: asked for, MTP is an error in
+	# one line; from the profile it is dropped, and so are the drafts.
 	CAPY_SCRIPT=$SRC/t/serve/scripts/api.json run -1 --separate-stderr capy-serve-scripted "$TINY" --spec mtp
 	[ "${#stderr_lines[@]}" = 1 ]
 	[[ "${stderr_lines[0]}" == "capy-serve-scripted: error: the script backend has no MTP head yet"* ]]

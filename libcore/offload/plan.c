@@ -19,13 +19,18 @@ bool capy_plan_host_only(const struct capy_tensor_info *t)
 	return strstr(t->name, "ple_embedding.ngram_embedding") != NULL;
 }
 
+bool capy_plan_is_mtp(const char *name)
+{
+	return !strncmp(name, "mtp.", 4);
+}
+
 static int range_cmp(const void *a, const void *b)
 {
 	const struct capy_plan_range *x = a, *y = b;
 	return x->off < y->off ? -1 : x->off > y->off;
 }
 
-int capy_plan_ranges(const struct capy_artifact *a, bool experts, struct capy_plan_range **out, size_t *nout,
+int capy_plan_ranges(const struct capy_artifact *a, bool experts, bool mtp, struct capy_plan_range **out, size_t *nout,
 		     uint64_t *bytes, struct capy_err *err)
 {
 	struct capy_plan_range *r = calloc(a->ntensors + 1, sizeof(*r));
@@ -39,7 +44,8 @@ int capy_plan_ranges(const struct capy_artifact *a, bool experts, struct capy_pl
 		/* A strided tensor's range ends with its last slice, not at nslices * stride. */
 		uint64_t len = t->nslices > 1 ? (t->nslices - 1) * (t->stride ? t->stride : t->slice_bytes) + t->slice_bytes
 					      : t->bytes;
-		if (capy_plan_host_only(t) || !len || (!experts && capy_plan_is_expert(t)))
+		if (capy_plan_host_only(t) || !len || (!experts && capy_plan_is_expert(t)) ||
+		    (!mtp && capy_plan_is_mtp(t->name)))
 			continue;
 		r[n].off = t->offset;
 		r[n++].len = len;
@@ -131,10 +137,11 @@ static uint64_t last_dim(const struct capy_tensor_info *t, int back)
 	return t->ndim > back ? t->shape[t->ndim - 1 - back] : 0;
 }
 
-/* The matrices the backend binds (model/weights): the text model's, not MTP's or vision's. */
-static bool bound(const struct capy_tensor_info *t)
+/* The matrices the backend binds (model/weights): the text model's, and the MTP head's with
+ * mtp; never vision's. */
+static bool bound(const struct capy_tensor_info *t, bool mtp)
 {
-	return strncmp(t->name, "mtp.", 4) && strncmp(t->name, "visual.", 7);
+	return (mtp || !capy_plan_is_mtp(t->name)) && strncmp(t->name, "visual.", 7);
 }
 
 /* kernels/moe-grouped.cu moe_grouped_ok: NVFP4, k a multiple of the MMA step (32), codes and
@@ -165,8 +172,21 @@ static uint64_t moe_ws(const struct capy_tensor_info *gu, const struct capy_tens
 	return 256 + al(S * 2 * I * 4) + al(S * I * 4) + CAPY_MAX(q, qd) + g;
 }
 
+/* ck_moe_ws_bytes of the expert stack whose tensors are <prefix>mlp.experts.* (0 if none). */
+static uint64_t stack_ws(const struct capy_artifact *a, const char *prefix, uint64_t S)
+{
+	char n1[96], n2[96];
+	const struct capy_tensor_info *gu, *dn;
+
+	snprintf(n1, sizeof(n1), "%smlp.experts.gate_up_proj", prefix);
+	snprintf(n2, sizeof(n2), "%smlp.experts.down_proj", prefix);
+	gu = capy_artifact_find(a, n1);
+	dn = capy_artifact_find(a, n2);
+	return gu && dn && gu->ndim == 3 && dn->ndim == 3 ? moe_ws(gu, dn, S) : 0;
+}
+
 void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *a, const struct capy_model_config *c,
-		       uint64_t T)
+		       uint64_t T, bool mtp)
 {
 	uint64_t H = c->hidden_size, hh = H * (c->hc_count ? c->hc_count : 1), wide = capy_widest_row(c);
 	uint64_t k = c->n_experts_per_tok ? c->n_experts_per_tok : 1, V = c->vocab_size, lr = CAPY_MIN(T, 64);
@@ -179,30 +199,31 @@ void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *
 	/* ck_linear_ws_bytes: every bound NVFP4 matrix (an expert stack's slices share a shape) */
 	for (size_t i = 0; i < a->ntensors; i++) {
 		const struct capy_tensor_info *t = &a->tensors[i];
-		if (t->dtype == CAPY_DT_NVFP4 && bound(t))
+		if (t->dtype == CAPY_DT_NVFP4 && bound(t, mtp))
 			s->lin_ws = CAPY_MAX(s->lin_ws, act_bytes(t->nparts, last_dim(t, 0), T));
 		/* ck_gemm_ws_bytes: cuBLASLt's 32 MiB and the BF16 hi and lo halves of T rows */
-		if (t->dtype == CAPY_DT_BF16 && t->ndim == 2 && bound(t) && T >= 16)
+		if (t->dtype == CAPY_DT_BF16 && t->ndim == 2 && bound(t, mtp) && T >= 16)
 			s->lin_ws = CAPY_MAX(s->lin_ws, (32ull << 20) + 4 * T * last_dim(t, 0) + 256);
 	}
-	/* the first MoE layer's stacks, as the backend sizes it (every MoE layer has one shape) */
+	/* the first MoE layer's stacks, as the backend sizes it (every MoE layer has one shape),
+	 * and the MTP head's (the same shape in every known checkpoint; the larger, whatever) */
 	for (uint64_t i = 0; i < c->n_layers; i++) {
-		char n1[64], n2[64];
-		const struct capy_tensor_info *gu, *dn;
+		char prefix[32];
 		if (!c->moe_layer[i])
 			continue;
-		snprintf(n1, sizeof(n1), "layers.%" PRIu64 ".mlp.experts.gate_up_proj", i);
-		snprintf(n2, sizeof(n2), "layers.%" PRIu64 ".mlp.experts.down_proj", i);
-		gu = capy_artifact_find(a, n1);
-		dn = capy_artifact_find(a, n2);
-		if (gu && dn && gu->ndim == 3 && dn->ndim == 3)
-			s->moe_ws = moe_ws(gu, dn, T * k);
+		snprintf(prefix, sizeof(prefix), "layers.%" PRIu64 ".", i);
+		s->moe_ws = stack_ws(a, prefix, T * k);
 		break;
 	}
+	if (mtp)
+		s->moe_ws = CAPY_MAX(s->moe_ws, stack_ws(a, "mtp.layers.0.", T * k));
 	s->x = s->xn = T * hh * 4;
 	s->blk = s->out = T * H * 4;
 	s->inj = T * (c->hc_count + 1) * 4;
 	s->mix = s->tmp = s->big1 = s->big2 = s->big3 = T * wide * 4;
+	if (mtp) /* the MTP head's [embedding | hidden] rows are in big1 */
+		s->big1 = T * CAPY_MAX(wide, 2 * H) * 4;
+	s->mtp_ids = mtp ? V * 4 : 0;
 	s->moe_out = T * k * H * 4;
 	s->moe_w = s->moe_ids = T * k * 4;
 	s->ple_emb = (uint64_t)n_ple * T * c->ple_embed_dim * 4;
@@ -217,7 +238,7 @@ void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *
 	s->smp_mask = s->host_smp_mask = lr * ((V + 31) / 32) * 4;
 	s->device = s->x + s->xn + s->blk + s->out + s->inj + s->mix + s->tmp + s->big1 + s->big2 + s->big3 +
 		    s->moe_out + s->moe_w + s->moe_ids + s->ple_emb + s->rows + s->hid + s->logits + s->row_idx +
-		    s->lin_ws + s->moe_ws + s->smp_rows + s->smp_out + s->smp_mask;
+		    s->lin_ws + s->moe_ws + s->smp_rows + s->smp_out + s->smp_mask + s->mtp_ids;
 	s->host_logits = lr * V * 4;
 	s->host_row_idx = lr * 4;
 	s->host_ple = (uint64_t)n_ple * T * c->ple_embed_dim * 4 + 16;
@@ -360,6 +381,8 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 	memset(p, 0, sizeof(*p));
 	p->o = *o;
 	p->family = c->family;
+	p->has_mtp = capy_artifact_find(a, "mtp.fc.weight") != NULL;
+	p->mtp = o->mtp && p->has_mtp;
 	if (!p->o.max_seqs)
 		p->o.max_seqs = 1;
 	if (!p->o.step_tokens)
@@ -370,15 +393,16 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 		p->host.available = CAPY_PLAN_UNKNOWN;
 		p->host.memlock = CAPY_PLAN_UNKNOWN;
 	}
-	if ((rc = capy_plan_ranges(a, false, &r, &n, &p->weights, err)) < 0)
+	if ((rc = capy_plan_ranges(a, false, p->mtp, &r, &n, &p->weights, err)) < 0)
 		return rc;
 	free(r);
-	if ((rc = capy_plan_ranges(a, true, &r, &n, &p->weights_all, err)) < 0)
+	if ((rc = capy_plan_ranges(a, true, p->mtp, &r, &n, &p->weights_all, err)) < 0)
 		return rc;
 	free(r);
 	p->small = capy_plan_small_floats(c) * 4 + (capy_rope_dims(c) / 2 + 1) * 4;
 
 	capy_plan_layer_counts(c, &n_kv, &n_gdn, &n_ple);
+	n_kv += p->mtp; /* the head's layer has its rows in every page, after the main layers' */
 	if (!(lay = calloc((size_t)n_kv + 1, sizeof(*lay))))
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	rc = capy_kv_page_layout(c, p->o.kv, n_kv, CAPY_PLAN_ALIGN, lay, &p->page_tokens, &p->page_bytes, err);
@@ -391,7 +415,7 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 	p->pages_held = p->pages;
 	p->state_bytes = capy_plan_state_floats(c) * 4;
 	p->states = p->o.max_seqs * p->state_bytes;
-	capy_plan_scratch(&s, a, c, p->o.step_tokens);
+	capy_plan_scratch(&s, a, c, p->o.step_tokens, p->mtp);
 	p->scratch = s.device;
 	p->mask_rows = s.logits_rows;
 	p->masks = s.smp_mask;
@@ -401,8 +425,12 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 		     capy_plan_sel_bytes(c, p->o.step_tokens, p->context_cap);
 	p->fixed = p->weights + p->small + p->kv + p->states + p->scratch + p->context;
 
-	p->moe_layers = a->nstacks;
+	/* The MTP head's stack only with the head (an engine without it neither uploads it nor,
+	 * offloading, keeps it in host RAM: offload.c). */
 	for (size_t i = 0; i < a->nstacks; i++) {
+		if (!p->mtp && capy_plan_is_mtp(a->stacks[i].name))
+			continue;
+		p->moe_layers++;
 		p->experts += a->stacks[i].count;
 		p->expert_bytes += a->stacks[i].count * a->stacks[i].stride;
 		p->slot_bytes = CAPY_MAX(p->slot_bytes, a->stacks[i].stride);
@@ -516,7 +544,8 @@ void capy_plan_format(const struct capy_plan *p, const char *what, struct capy_b
 			p->o.max_seqs, p->o.max_seqs == 1 ? "" : "s", p->o.max_context, p->o.step_tokens,
 			kv_name(p->o.kv));
 	capy_buf_printf(b, "device memory                 MiB          bytes\n");
-	row(b, "weights (non-expert)", p->weights, "%s", "");
+	row(b, "weights (non-expert)", p->weights, "%s",
+	    p->mtp ? "with the MTP head (mtp.*)" : p->has_mtp ? "without the MTP head (mtp.*: --spec mtp)" : "");
 	row(b, "small vectors", p->small, "%s", "");
 	if (p->elastic)
 		row(b, "attention cache", p->kv,
@@ -586,8 +615,9 @@ void capy_plan_summary(const struct capy_plan *p, char *buf, size_t size)
 	if (p->elastic)
 		snprintf(kv, sizeof(kv), ", elastic: %" PRIu64 " held, the rest shared with the slots", p->pages_held);
 	snprintf(buf, size,
-		 "plan: %.1f MiB fixed (weights %.1f, attention cache %.1f = %" PRIu64 " pages%s, states %.1f, step "
+		 "plan: %.1f MiB fixed (weights %.1f%s, attention cache %.1f = %" PRIu64 " pages%s, states %.1f, step "
 		 "buffers %.1f, attention workspace %.1f) + %s; %.1f MiB in all",
-		 mib(p->fixed), mib(p->weights + p->small), mib(p->kv), p->pages, kv, mib(p->states),
+		 mib(p->fixed), mib(p->weights + p->small), p->mtp ? " with the MTP head" : "", mib(p->kv), p->pages, kv,
+		 mib(p->states),
 		 mib(p->scratch), mib(p->context), experts, mib(p->device));
 }

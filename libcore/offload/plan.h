@@ -22,6 +22,10 @@
  * resident are held in host RAM, all of them in one page-locked allocation when
  * RLIMIT_MEMLOCK allows it, else read from the mapped artifact (not page-locked, slower).
  *
+ * The MTP head (mtp.*: its weights, its expert stack, its layer's rows in every attention-cache
+ * page, its buffers) is counted only with opts.mtp, where the artifact holds one; an engine
+ * without it neither uploads nor keeps it.
+ *
  * Elastic attention cache (offloading with a max_context beyond CAPY_PLAN_KV_HELD tokens):
  * only the pages of max_seqs sequences of CAPY_PLAN_KV_HELD tokens are held from the start;
  * the slots are counted as if the rest of the attention cache were not there, and the pages
@@ -73,12 +77,14 @@ static inline bool capy_plan_is_expert(const struct capy_tensor_info *t)
 {
 	return t->stack >= 0;
 }
+/* The MTP head's tensors and expert stack (mtp.*): on the device only with engine opts.mtp. */
+bool capy_plan_is_mtp(const char *name);
 
 /* The byte ranges of the device tensors (all of them, or with experts false all but the
- * routed experts), sorted by offset and merged where they touch (stacks interleave slices of
- * several tensors), in *out (n of them; free() it); *bytes gets the device bytes they take,
- * each range rounded up to CAPY_PLAN_ALIGN. */
-int capy_plan_ranges(const struct capy_artifact *a, bool experts, struct capy_plan_range **out, size_t *n,
+ * routed experts; the MTP head's only with mtp), sorted by offset and merged where they touch
+ * (stacks interleave slices of several tensors), in *out (n of them; free() it); *bytes gets
+ * the device bytes they take, each range rounded up to CAPY_PLAN_ALIGN. */
+int capy_plan_ranges(const struct capy_artifact *a, bool experts, bool mtp, struct capy_plan_range **out, size_t *n,
 		     uint64_t *bytes, struct capy_err *err);
 
 /* Floats of the binding's small fp32 vectors (norms, conv kernels, gate parameters): an upper
@@ -99,7 +105,8 @@ uint64_t capy_plan_state_floats(const struct capy_model_config *c);
 /* The step's buffers for steps of T tokens (bytes; floats are 4 bytes): the activations, the
  * logits of up to logits_rows rows, and the kernels' workspaces (the NVFP4 linears'
  * activation quantization, the routed experts', the sampler's records); on the host, the
- * pinned staging copies. */
+ * pinned staging copies. With the MTP head (mtp): its matrices in the workspaces, big1 wide
+ * enough for its [embedding | hidden] rows (2 H), and its draft vocabulary's ids. */
 struct capy_plan_scratch {
 	uint64_t T, logits_rows;
 	uint64_t x, xn, blk, out, inj, mix, tmp, big1, big2, big3;
@@ -107,6 +114,7 @@ struct capy_plan_scratch {
 	uint64_t lin_ws, moe_ws;
 	uint64_t smp_rows, smp_out;       /* the GPU sampler's row settings and results */
 	uint64_t smp_mask;                /* its rows' token masks (structured output): ceil(V / 32) words each */
+	uint64_t mtp_ids;                 /* the MTP head's draft vocabulary: up to V int32 ids */
 	uint64_t device;                  /* the sum of the above */
 	uint64_t host_logits, host_row_idx, host_smp_rows, host_smp_out, host_smp_mask, host_ple;
 	uint64_t host;                    /* the sum of the host_ ones */
@@ -119,7 +127,7 @@ struct capy_plan_scratch {
 #define CAPY_PLAN_SAMPLE_OUT_BYTES (16 + 2048 * 8)
 
 void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *a, const struct capy_model_config *c,
-		       uint64_t T);
+		       uint64_t T, bool mtp);
 
 /* The buffers that grow with the longest context of a step: the context they are sized for
  * (from `have`, or 1024 when 0, doubled until it holds ctx tokens), the attention kernels'
@@ -179,11 +187,16 @@ struct capy_plan_opts {
 	const char *budget;               /* what gpu_mem is, in messages (NULL: "--gpu-mem") */
 	int64_t expert_slots;             /* a cap on the slots (engine.h's expert_slots: 0 none,
 					   * CAPY_EXPERT_SLOTS_NONE: no slots at all) */
+	bool mtp;                         /* the MTP head (engine.h's opts.mtp), where the artifact
+					   * holds one: its weights, its layer's rows in every
+					   * attention-cache page, its buffers */
 };
 
 struct capy_plan {
 	struct capy_plan_opts o;          /* as given, defaults filled in */
 	enum capy_family family;
+	bool mtp;                         /* the MTP head counted (asked for, and in the artifact) */
+	bool has_mtp;                     /* the artifact holds an MTP head (mtp.fc.weight) */
 	/* device memory, fixed parts */
 	uint64_t weights;                 /* the non-expert device tensors, as uploaded */
 	uint64_t small;                   /* the fp32 vectors and the RoPE table */

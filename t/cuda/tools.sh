@@ -6,12 +6,15 @@
 #   capy-ppl --device cuda: perplexity within 1e-3 of transformers (5e-3 for the trained W4A4
 #     model, the CPU's own bound) and within 1e-3 of the CPU's;
 #   capy-gen --grammar / --json-schema --device cuda: greedy ids equal to --device cpu's;
-#   capy-serve --device cuda: a greedy chat completion equal to the CPU server's;
+#   capy-serve --device cuda: a greedy chat completion equal to the CPU server's, and with
+#     --spec mtp;
 #   capy-gen --device cuda --spec ngram, 1 to 4 drafts: greedy ids equal to --spec off on the
 #     GPU and to the CPU's, with drafts accepted, on every model;
-#   capy-serve --device cuda --profile agent: n-gram drafts on (the MTP head dropped with one
-#     line), the answers of the CPU server, four requests at once as alone, drafts accepted;
-#   capy-gen --device cuda --spec mtp: refused in one line (MTP drafts are CPU-only).
+#   capy-serve --device cuda --profile agent: MTP and n-gram drafts (--spec auto keeps the head
+#     on the GPU), the answers of the CPU server, four requests at once as alone, drafts
+#     accepted, windows drafted by the head;
+#   capy-gen --device cuda --spec mtp: greedy ids equal to --spec off with 1 to 4 drafts, with
+#     and without a draft vocabulary, on every model with an MTP head.
 set -u
 cd "$(dirname "$0")/../.."
 B=${CAPY_BUILD:-build}
@@ -91,9 +94,10 @@ if [ $m = capy-tiny ]; then
 else
 	body='{"model":"m","messages":[{"role":"user","content":"hello there"}],"max_tokens":24,"temperature":0}'
 fi
-for d in cuda cpu; do
+for d in cuda cpu cuda-mtp; do
 	port=$((18000 + RANDOM % 2000))
-	$B/bin/capy-serve "$T/$m.capy" --device $d --port $port --model-id m --max-concurrency 4 --threads 4 2>"$T/serve.$d.log" &
+	$B/bin/capy-serve "$T/$m.capy" --device ${d%-mtp} --port $port --model-id m --max-concurrency 4 --threads 4 \
+		$([ $d = cuda-mtp ] && echo --spec mtp) 2>"$T/serve.$d.log" &
 	pid=$!
 	ans[$d]=$(python3 - "$port" "$body" <<'PY' 2>&1
 import json, sys, time, urllib.request
@@ -115,6 +119,8 @@ done
 printf '%s' "${ans[cpu]}" >"$T/answer.cpu.$m"
 [ -n "${ans[cuda]}" ] && [ "${ans[cuda]}" = "${ans[cpu]}" ] && ok "$m: capy-serve --device cuda answers as the CPU server (${#ans[cuda]} chars)" ||
 	{ bad "$m: capy-serve: cuda '${ans[cuda]}' cpu '${ans[cpu]}'"; tail -5 "$T/serve.cuda.log"; }
+[ -n "${ans[cuda-mtp]}" ] && [ "${ans[cuda-mtp]}" = "${ans[cuda]}" ] && ok "$m: capy-serve --device cuda --spec mtp answers as without" ||
+	{ bad "$m: capy-serve --spec mtp: '${ans[cuda-mtp]}' without '${ans[cuda]}'"; tail -5 "$T/serve.cuda-mtp.log"; }
 if [ $m = capy-tiny ]; then
 	[[ ${ans[cuda]} == *'"arguments": "{\"expression\": \"128 * 46\"}"'* ]] && ok "capy-tiny: the calculator call on the GPU" ||
 		bad "capy-tiny: no calculator call on the GPU: ${ans[cuda]}"
@@ -167,10 +173,12 @@ for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp capy-t
 	done
 done
 
-# capy-serve on the GPU with the agent profile: --spec auto keeps n-gram drafts (the MTP head is
-# dropped with one line); the first answer is the CPU server's above; each of four requests
-# gives the same answer alone and all four at once (windows beside other requests' rows); the
-# server counts accepted drafts.
+# capy-serve on the GPU with the agent profile: --spec auto is mtp+ngram on a model with an MTP
+# head (both of these have one), and the GPU runs the head (every routed expert resident here),
+# so nothing is dropped: MTP and n-gram drafts, no "MTP drafts off" line; the first answer is
+# the CPU server's above; each of four requests gives the same answer alone and all four at
+# once (windows beside other requests' rows); the server counts accepted drafts and windows the
+# head drafted.
 for m in qwen3_5_moe capy-tiny; do
 if [ $m = capy-tiny ]; then
 	body='{"model":"m","messages":[{"role":"user","content":"What is 128 * 46?"}],"max_tokens":96,"temperature":0,"tools":'$tools'}'
@@ -205,25 +213,23 @@ with concurrent.futures.ThreadPoolExecutor(len(bodies)) as ex:
 met = urllib.request.urlopen(base + "/metrics", timeout=10).read().decode()
 num = lambda name: int(float(re.search(r"^%s (\S+)$" % name, met, re.M).group(1)))
 print(alone[0])
-print("together %s; windows %d accepted %d" % ("same" if together == alone else "DIFFERENT %s" % together,
-      num("capy_spec_windows_total"), num("capy_spec_accepted_tokens_total")))
+print("together %s; windows %d accepted %d mtp %d" % ("same" if together == alone else "DIFFERENT %s" % together,
+      num("capy_spec_windows_total"), num("capy_spec_accepted_tokens_total"),
+      num(re.escape('capy_spec_source_windows_total{source="mtp"}'))))
 PY
 )
 kill $pid; wait $pid 2>/dev/null
 first=$(head -1 <<<"$out") rest=$(tail -1 <<<"$out")
 w=$(sed -n 's/.*; windows \([0-9]*\) accepted.*/\1/p' <<<"$rest")
-a=$(sed -n 's/.* accepted \([0-9]*\)$/\1/p' <<<"$rest")
+a=$(sed -n 's/.* accepted \([0-9]*\) mtp.*/\1/p' <<<"$rest")
+mw=$(sed -n 's/.* mtp \([0-9]*\)$/\1/p' <<<"$rest")
 [ $m = capy-tiny ] && need=$a || need=$w # random weights: windows run (and are cut back); capy-tiny accepts
-grep -q "speculative decoding: n-gram drafts" "$T/serve.spec.log" &&
-	ok "$m: capy-serve --device cuda --profile agent drafts n-grams" || { bad "$m: no n-gram drafts on the GPU"; head -8 "$T/serve.spec.log"; }
-if grep -q "^capy-serve: MTP drafts off: the cuda backend has no MTP head yet" "$T/serve.spec.log"; then
-	ok "$m: the agent profile on the GPU drops the MTP head in one line"
-else
-	grep -q "MTP drafts off" "$T/serve.spec.log" && bad "$m: MTP drafts off, but not in one line" ||
-		echo "   $m: no MTP head in the model: nothing to drop"
-fi
+grep -q "^capy-serve: speculative decoding: MTP and n-gram drafts" "$T/serve.spec.log" && ! grep -q "drafts off" "$T/serve.spec.log" &&
+	ok "$m: capy-serve --device cuda --profile agent keeps the MTP head: MTP and n-gram drafts" ||
+	{ bad "$m: the agent profile on the GPU does not draft with the head and n-grams"; head -8 "$T/serve.spec.log"; }
+[ "${mw:-0}" -gt 0 ] && ok "$m: the head drafted $mw windows on the GPU" || bad "$m: no window drafted by the MTP head ($rest)"
 if [ "$first" = "$(cat "$T/answer.cpu.$m" 2>/dev/null)" ]; then
-	ok "$m: capy-serve --device cuda with n-gram drafts answers as the CPU server (${#first} chars)"
+	ok "$m: capy-serve --device cuda with MTP and n-gram drafts answers as the CPU server (${#first} chars)"
 else
 	bad "$m: capy-serve --device cuda with drafts: '$first' cpu '$(cat "$T/answer.cpu.$m" 2>/dev/null)'"
 fi
@@ -231,11 +237,40 @@ fi
 	ok "$m: four requests at once as alone with drafts on the GPU ($rest)" || { bad "$m: capy-serve --spec on the GPU: $rest"; tail -5 "$T/serve.spec.log"; }
 done
 
-# MTP drafts are CPU-only for now: the GPU refuses them in one line, exit 1.
-out=$($B/bin/capy-gen -q "$T/capy-tiny.capy" --device cuda --prompt-ids "1 2 3" -n 4 --spec mtp 2>&1)
-rc=$?
-[ $rc -eq 1 ] && [ "$out" = "capy-gen: error: the cuda backend has no MTP head yet (--spec mtp: use the CPU)" ] &&
-	ok "capy-gen --device cuda --spec mtp is refused in one line" || bad "capy-gen --device cuda --spec mtp: rc $rc: $out"
+# capy-gen --spec mtp on the GPU: the head's drafts verified by the target, so greedy ids equal
+# to --spec off (48 tokens), 1 to 4 drafts, with and without a draft vocabulary (every other id
+# of the lower half, in capy-shortlist's format), on every model with an MTP head: the random
+# fixtures (nothing accepted: every window cut back) and capy-tiny (its trained head: drafts
+# accepted, on a prompt that repeats). The statistics line says the head drafted the windows.
+# The windows are verified and cut back with the backend's kept states, as the n-gram ones above.
+printf 'Repeat this exactly: def add(a, b): return a + b. def sub(a, b): return a - b. def mul(a, b): return a * b.' |
+	$B/bin/capy-gen --tokenize "$T/capy-tiny.capy" >"$T/repeat.ids"
+for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next capy-tiny capy-tiny-nvfp4; do
+	[ -f "$T/$m.capy" ] || continue
+	prompt="5 6 7 8 9 5 6 7 8 9 5 6 7 8"
+	[[ $m == capy-tiny* ]] && prompt=$(cat "$T/repeat.ids")
+	V=$(python3 -c 'import json, sys; c = json.load(open(sys.argv[1])); print(c.get("vocab_size") or c["text_config"]["vocab_size"])' "$(dir "$m")/config.json")
+	{ echo "# every other id of the lower half"; seq 0 2 $((V / 2))
+	} >"$T/$m.short"
+	want=$($B/bin/capy-gen -q "$T/$m.capy" --device cuda --prompt-ids "$prompt" -n 48 --temp 0 --ids --ignore-eos)
+	for k in 1 2 3 4; do
+		for short in "" "--draft-shortlist $T/$m.short"; do
+			got=$($B/bin/capy-gen "$T/$m.capy" --device cuda --prompt-ids "$prompt" -n 48 --temp 0 --ids --ignore-eos \
+				--spec mtp --draft-tokens $k $short 2>"$T/spec.err")
+			stats=$(grep -o '[0-9]* windows of up to [0-9]* drafts, [0-9]* drafted, [0-9]* accepted' "$T/spec.err")
+			mtp_w=$(sed -n 's/.*: \([0-9]*\) windows drafted by MTP.*/\1/p' "$T/spec.err")
+			what="$m: capy-gen --device cuda --spec mtp --draft-tokens $k${short:+ --draft-shortlist}"
+			acc=$(sed -n 's/.* drafted, \([0-9]*\) accepted.*/\1/p' <<<"$stats")
+			# capy-tiny's head is trained: its drafts are accepted on this prompt
+			if [ -n "$want" ] && [ "$got" = "$want" ] && [ "${mtp_w:-0}" -gt 0 ] &&
+				{ [ $m != capy-tiny ] || [ "${acc:-0}" -gt 0 ]; }; then
+				ok "$what: greedy = --spec off ($stats)"
+			else
+				bad "$what: got '$got' want '$want' ($stats): $(head -c 300 "$T/spec.err")"
+			fi
+		done
+	done
+done
 
 echo "$pass passed, $fail failed"
 [ $fail -eq 0 ]

@@ -4,7 +4,8 @@
  * 8-byte offsets), the router against a C copy of the CPU's route(), the routed experts per
  * slot against a capy_linear chain (NVFP4 bit for bit, BF16 by tolerance) and against the
  * offloading engine's CPU expert pool (libcore/offload/cpu-experts.h: every slot a miss, its
- * input handed over quantized as the GPU hands it, bit for bit), and the combine. */
+ * input handed over quantized as the GPU hands it, bit for bit), and the combine; ck_linear_rows
+ * (some rows of a BF16 matrix, the MTP head's draft vocabulary) bit for bit ck_linear's rows. */
 #include "test.h"
 #include "cuda-test.h"
 #include "cpu/linear.h"
@@ -767,6 +768,95 @@ static void test_gemm(void)
 	ck_blas_close(b);
 }
 
+/* Row list `list` of an n-row matrix into rows (n + 1 room); returns its length: 0 every row
+ * from the last, 1 every third, 2 a scattered fifth with a repeat, 3 one row, 4 the last five. */
+static uint64_t row_list(int list, uint64_t n, int32_t *rows)
+{
+	uint64_t nr = 0;
+
+	switch (list) {
+	case 0:
+		for (uint64_t i = 0; i < n; i++)
+			rows[nr++] = (int32_t)(n - 1 - i);
+		break;
+	case 1:
+		for (uint64_t r = 0; r < n; r += 3)
+			rows[nr++] = (int32_t)r;
+		break;
+	case 2:
+		for (uint64_t i = 0; i <= n / 5; i++)
+			rows[nr++] = (int32_t)((i * 7919 + 13) % n);
+		rows[nr++] = rows[0];
+		break;
+	case 3:
+		rows[nr++] = (int32_t)(n / 2);
+		break;
+	default:
+		for (uint64_t i = 0; i < 5 && i < n; i++)
+			rows[nr++] = (int32_t)(n - 5 + i);
+	}
+	return nr;
+}
+
+/* ck_linear_rows: lists of rows of BF16 matrices whose k slices per tile span 1 to 32 (576 x 64:
+ * 1, 32000 x 512: 2, 1024 x 2048 and 8200 x 2048: 8, 64 x 4096: 16, 16 x 16384: 32), each
+ * element bit for bit the element of ck_linear's whole product; F32 and unaligned weights are
+ * refused (the caller computes the whole product there). */
+static void test_rows(void)
+{
+	static const uint64_t shapes[][2] = { { 576, 64 }, { 32000, 512 }, { 1024, 2048 }, { 8200, 2048 }, { 64, 4096 },
+					      { 16, 16384 } };
+	static const uint64_t rms[] = { 1, 3, 17 };
+
+	for (size_t sh = 0; sh < sizeof(shapes) / sizeof(shapes[0]); sh++) {
+		const uint64_t n = shapes[sh][0], k = shapes[sh][1];
+		struct hw h;
+		make_plain(&h, CK_BF16, n, k, seed_next++);
+		int32_t *rows = xmalloc((n + 1) * sizeof(int32_t));
+		uint8_t *dw = dev_from(h.data, h.bytes);
+		struct ck_linear ck = h.ck;
+		ck.data = dw;
+		for (size_t mi = 0; mi < sizeof(rms) / sizeof(rms[0]); mi++) {
+			const uint64_t m = rms[mi];
+			float *x = make_x(m, k, seed_next++), *full = xmalloc(m * n * 4), *y = xmalloc(m * (n + 1) * 4);
+			float *dx = dev_from(x, m * k * 4), *dfull = dev_from(NULL, m * n * 4);
+			float *dy = dev_from(NULL, m * (n + 1) * 4);
+			size_t bad = 0;
+			CK_OK(ck_linear(&ck, dx, m, dfull, NULL, NULL));
+			dev_to(full, dfull, m * n * 4);
+			CHECK(ck_linear_rows_ok(&ck, dx));
+			for (int list = 0; list < 5; list++) {
+				const uint64_t nr = row_list(list, n, rows);
+				int32_t *drows = dev_from(rows, nr * 4);
+				CK_OK(ck_linear_rows(&ck, dx, m, drows, nr, dy, nr, NULL));
+				dev_to(y, dy, m * nr * 4);
+				for (uint64_t t = 0; t < m; t++)
+					for (uint64_t i = 0; i < nr; i++)
+						bad += memcmp(&y[t * nr + i], &full[t * n + (uint64_t)rows[i]], 4) != 0;
+				CUDA_OK(cudaFree(drows));
+			}
+			printf("rows  bf16  n=%-5" PRIu64 " k=%-5" PRIu64 " m=%-3" PRIu64 ": %zu elements of 5 row lists differ "
+			       "from ck_linear's\n", n, k, m, bad);
+			CHECK_MSG(bad == 0, "ck_linear_rows n=%" PRIu64 " k=%" PRIu64 " m=%" PRIu64 ": %zu elements differ", n, k,
+				  m, bad);
+			CUDA_OK(cudaFree(dx));
+			CUDA_OK(cudaFree(dfull));
+			CUDA_OK(cudaFree(dy));
+			free(x);
+			free(full);
+			free(y);
+		}
+		ck.data = dw + 2;
+		CHECK(!ck_linear_rows_ok(&ck, (const float *)dw));
+		ck.data = dw;
+		ck.dtype = CK_F32;
+		CHECK(!ck_linear_rows_ok(&ck, (const float *)dw));
+		CUDA_OK(cudaFree(dw));
+		free(rows);
+		free(h.data);
+	}
+}
+
 int main(void)
 {
 	if (!test_gpu_init()) {
@@ -780,5 +870,6 @@ int main(void)
 	RUN(test_combine);
 	RUN(test_multi);
 	RUN(test_gemm);
+	RUN(test_rows);
 	return test_summary();
 }

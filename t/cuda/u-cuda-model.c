@@ -4,9 +4,10 @@
  * of 8 sequences bitwise equal to the 8 run alone, chunked prefill against token-by-token
  * decode, a context that spans several attention-cache pages in small steps, decode steps
  * with samplers and token masks (structured output) giving the tokens the host's masked
- * sampler picks from the same logits, and speculative verification (keep_states windows cut
- * back, alone and beside other items) bitwise equal to one-token decoding. Runs on
- * the first GPU (CAPY_GPU picks another); make test-cuda. */
+ * sampler picks from the same logits, speculative verification (keep_states windows cut
+ * back, alone and beside other items) bitwise equal to one-token decoding, and on the models
+ * with an MTP head, the head (engine.h capy_engine_mtp) and the steps' hidden states against
+ * the CPU's. Runs on the first GPU (CAPY_GPU picks another); make test-cuda. */
 #include "test.h"
 #include "test-fixture.h"
 #include "cuda-test.h"
@@ -27,30 +28,37 @@
  * step, which every later W4A4 linear carries on (docs/cuda.md). Measured on the H200 at
  * 0845d0e with capy-tiny's first weights: prefill 0.112 / 0.114, 6 and 2 of 40 argmaxes,
  * decode 2.2e-2 (BF16 KV); the retrained weights (6f52f14) have not run on a GPU yet. */
+/* mtp_rel: the MTP head's logits (models with mtp.* tensors). A head row is one decoder layer
+ * and lm_head on inputs both backends share (the CPU's hidden states), a fraction of the
+ * whole model's arithmetic, whose logits measured 2.4e-6 .. 2.6e-4 from the CPU's (docs/
+ * cuda.md); chained rows carry the head's own output forward, three times at most. So the
+ * whole model's bound, 2e-3, and W4A4's on capy-tiny-nvfp4 (an FP4 bin flipped before one of
+ * the head's experts moves that expert's output a whole step). Not yet run on a GPU. */
 struct fixture {
 	const char *name;
 	double prefill_rel, decode_rel, long_rel; /* long_rel: 300 tokens, last logits against the CPU */
 	int argmax_off;
+	double mtp_rel;
 };
 static const struct fixture fixtures[] = {
-	{ "qwen3_5-dense", 2e-3, 2e-3, 2e-3, 1 },
-	{ "qwen3_5_moe", 2e-3, 2e-3, 2e-3, 1 },
-	{ "qwen3_5_moe-nvfp4", 2e-3, 2e-3, 2e-3, 1 },
-	{ "qwen3_next", 2e-3, 2e-3, 2e-3, 1 },
-	{ "qwen4_exp", 2e-3, 2e-3, 2e-3, 1 },
-	{ "share/models/capy-tiny", 2e-3, 2e-3, 2e-3, 1 },
+	{ "qwen3_5-dense", 2e-3, 2e-3, 2e-3, 1, 2e-3 },
+	{ "qwen3_5_moe", 2e-3, 2e-3, 2e-3, 1, 2e-3 },
+	{ "qwen3_5_moe-nvfp4", 2e-3, 2e-3, 2e-3, 1, 2e-3 },
+	{ "qwen3_next", 2e-3, 2e-3, 2e-3, 1, 2e-3 },
+	{ "qwen4_exp", 2e-3, 2e-3, 2e-3, 1, 2e-3 },
+	{ "share/models/capy-tiny", 2e-3, 2e-3, 2e-3, 1, 2e-3 },
 	/* W4A4 on trained weights: an activation that the GPU's BF16 linears or attention put a
 	 * few ulps from the CPU's can land in the next FP4 bin of the quantization before an
 	 * expert, which moves that expert's output by a whole FP4 step (GPU and CPU are each
 	 * bitwise self-consistent, chunked or token by token). Measured on the retrained weights
 	 * (docs/records, 5f85bd1): prefill 1.8e-6, decode 3.0e-6, 300 tokens 2.1e-2; on the first
 	 * weights prefill 0.11. */
-	{ "share/models/capy-tiny-nvfp4", 0.25, 5e-2, 5e-2, 10 },
+	{ "share/models/capy-tiny-nvfp4", 0.25, 5e-2, 5e-2, 10, 5e-2 },
 };
 static struct capy_engine *open_engine(const struct capy_artifact *a, const char *dev, enum capy_kv_dtype kv,
-				       uint64_t step_tokens)
+				       uint64_t step_tokens, bool mtp)
 {
-	struct capy_engine_opts o = { .threads = 2, .kv = kv, .device = dev, .step_tokens = step_tokens };
+	struct capy_engine_opts o = { .threads = 2, .kv = kv, .device = dev, .step_tokens = step_tokens, .mtp = mtp };
 	struct capy_engine *e = NULL;
 	struct capy_err err = { 0 };
 	const char *g = getenv("CAPY_GPU");
@@ -473,6 +481,181 @@ static void verify_batched(const char *name, const char *kvn, struct capy_engine
 	free(tog);
 }
 
+/* --- the MTP head ------------------------------------------------------------------------ */
+
+#define MTP_K 4
+#define MTP_DEC 3
+
+/* One backend's run of the MTP head on a prompt:
+ * - hid: the prompt's hidden states (capy_engine_forward_hidden), dec: those of MTP_DEC decode
+ *   steps after it (step items' hidden, one token each), on a second sequence;
+ * - tf, tf1: the teacher-forced rows t = MTP(h[t], x[t + 1]) over the prompt, from the CPU's
+ *   hidden states (so only the head's own arithmetic differs), in one call (prompt-sized: the
+ *   GPU's prefill paths) and again one row a call (the decode paths);
+ * - draft[0], draft[1]: MTP_K chained rows from the last position (engine.h: row j + 1 from row
+ *   j's g and draft j), over the whole vocabulary and over a draft vocabulary, each backend
+ *   fed its own g and the CPU's drafts as tokens; ids: each row's argmax (the first maximum in
+ *   the vocabulary's order, as capy_mtp_draft picks). */
+struct mtp_run {
+	float *hid, *dec, *tf, *tf1, *draft[2];
+	int32_t ids[2][MTP_K];
+};
+
+static void mtp_run_free(struct mtp_run *r)
+{
+	free(r->hid);
+	free(r->dec);
+	free(r->tf);
+	free(r->tf1);
+	free(r->draft[0]);
+	free(r->draft[1]);
+}
+
+/* The hidden states of a prompt and of MTP_DEC one-token steps after it, on a new sequence. */
+static void mtp_hidden(struct capy_engine *e, const int32_t *prompt, struct mtp_run *r, uint64_t H)
+{
+	struct capy_err err = { 0 };
+	struct capy_seq *s = NULL;
+
+	capy_seq_new(e, &s, &err);
+	CHECK_MSG(capy_engine_forward_hidden(e, s, prompt, PROMPT, NULL, false, r->hid, &err) == 0, "%s", err.msg);
+	for (int i = 0; i < MTP_DEC; i++) {
+		struct capy_step_item it = { .seq = s, .tokens = &prompt[i], .n = 1, .hidden = r->dec + i * H };
+		CHECK_MSG(capy_engine_step(e, &it, 1, &err) == 0, "%s", err.msg);
+	}
+	capy_seq_free(s);
+}
+
+/* The head's rows on a sequence that ran the prompt: teacher-forced (h_in: the CPU's hidden
+ * states), then the two chains (chain: the tokens to feed, NULL: the run's own drafts). */
+static void mtp_rows(struct capy_engine *e, const int32_t *prompt, const float *h_in, const int32_t (*chain)[MTP_K],
+		     const int32_t *dv, uint64_t n_dv, struct mtp_run *r)
+{
+	const uint64_t V = capy_engine_config(e)->vocab_size, H = capy_engine_config(e)->hidden_size;
+	struct capy_err err = { 0 };
+	struct capy_seq *s = NULL;
+	float *g = malloc(H * sizeof(float)), *h = malloc(H * sizeof(float));
+
+	capy_seq_new(e, &s, &err);
+	CHECK_MSG(capy_engine_forward(e, s, prompt, PROMPT, NULL, false, &err) == 0, "%s", err.msg);
+	CHECK_MSG(capy_engine_mtp(e, &(struct capy_mtp_rows){ .seq = s, .pos = 0, .n = PROMPT - 1, .hidden = h_in,
+						  .tokens = prompt + 1, .logits = r->tf, .all_logits = true },
+				  &err) == 0, "%s", err.msg);
+	for (uint64_t t = 0; t + 1 < PROMPT; t++) /* the same rows again, one a call, in order */
+		CHECK_MSG(capy_engine_mtp(e, &(struct capy_mtp_rows){ .seq = s, .pos = t, .n = 1, .hidden = h_in + t * H,
+							  .tokens = prompt + 1 + t, .logits = r->tf1 + t * V },
+					  &err) == 0, "%s", err.msg);
+	for (int mode = 0; mode < 2; mode++) {
+		const uint64_t W = mode ? n_dv : V;
+		int32_t tok = (int32_t)(((uint64_t)prompt[PROMPT - 1] * 3 + 1) % V); /* "next" */
+		memcpy(h, h_in + (PROMPT - 1) * H, H * sizeof(float));
+		for (int j = 0; j < MTP_K; j++) {
+			float *row = r->draft[mode] + j * W;
+			CHECK_MSG(capy_engine_mtp(e, &(struct capy_mtp_rows){ .seq = s, .pos = PROMPT - 1 + (uint64_t)j, .n = 1,
+								  .hidden = h, .tokens = &tok, .g = g,
+								  .ids = mode ? dv : NULL, .n_ids = mode ? n_dv : 0,
+								  .logits = row },
+						  &err) == 0, "%s", err.msg);
+			r->ids[mode][j] = mode ? dv[test_argmax(row, W)] : test_argmax(row, W);
+			memcpy(h, g, H * sizeof(float));
+			tok = chain ? chain[mode][j] : r->ids[mode][j];
+		}
+	}
+	capy_seq_free(s);
+	free(g);
+	free(h);
+}
+
+static void mtp_alloc(struct mtp_run *r, uint64_t V, uint64_t H, uint64_t n_dv)
+{
+	r->hid = calloc(PROMPT * H, sizeof(float));
+	r->dec = calloc(MTP_DEC * H, sizeof(float));
+	r->tf = calloc((PROMPT - 1) * V, sizeof(float));
+	r->tf1 = calloc((PROMPT - 1) * V, sizeof(float));
+	r->draft[0] = calloc(MTP_K * V, sizeof(float));
+	r->draft[1] = calloc(MTP_K * n_dv, sizeof(float));
+}
+
+/* Rows of n logits whose argmaxes are equal in a and b. */
+static int same_argmax(const float *a, const float *b, uint64_t rows, uint64_t n)
+{
+	int same = 0;
+
+	for (uint64_t t = 0; t < rows; t++)
+		same += test_argmax(a + t * n, n) == test_argmax(b + t * n, n);
+	return same;
+}
+
+/* The MTP head on the GPU against the CPU's (both engines opened with it): the steps' hidden
+ * states, the teacher-forced rows both ways, the chained drafts' logits and ids with and
+ * without a draft vocabulary (every other id from the top: a priority order that is not the
+ * vocabulary's), and the draft vocabulary's logits bitwise the whole vocabulary's at its ids
+ * on the GPU (the first chained row: the same inputs in both chains). */
+static void mtp_compare(const struct fixture *fx, const char *kvn, struct capy_engine *cpu, struct capy_engine *gpu)
+{
+	const uint64_t V = capy_engine_config(cpu)->vocab_size, H = capy_engine_config(cpu)->hidden_size, n_dv = V / 2;
+	int32_t prompt[PROMPT], *dv = malloc(n_dv * sizeof(int32_t));
+	struct mtp_run c = { 0 }, g = { 0 };
+	size_t bits = 0;
+
+	make_prompt(prompt, PROMPT, V, 4);
+	for (uint64_t i = 0; i < n_dv; i++)
+		dv[i] = (int32_t)(V - 1 - 2 * i);
+	mtp_alloc(&c, V, H, n_dv);
+	mtp_alloc(&g, V, H, n_dv);
+	mtp_hidden(cpu, prompt, &c, H);
+	mtp_hidden(gpu, prompt, &g, H);
+	mtp_rows(cpu, prompt, c.hid, NULL, dv, n_dv, &c);
+	mtp_rows(gpu, prompt, c.hid, (const int32_t(*)[MTP_K])c.ids, dv, n_dv, &g);
+	const double rh = rel_err(g.hid, c.hid, PROMPT * H), rd = rel_err(g.dec, c.dec, MTP_DEC * H);
+	const double rt = rel_err(g.tf, c.tf, (PROMPT - 1) * V), rt1 = rel_err(g.tf1, c.tf1, (PROMPT - 1) * V);
+	const double r0 = rel_err(g.draft[0], c.draft[0], MTP_K * V), r1 = rel_err(g.draft[1], c.draft[1], MTP_K * n_dv);
+	const int st = same_argmax(g.tf, c.tf, PROMPT - 1, V), st1 = same_argmax(g.tf1, c.tf1, PROMPT - 1, V);
+	int ids_same = 0;
+	for (int mode = 0; mode < 2; mode++)
+		for (int j = 0; j < MTP_K; j++)
+			ids_same += g.ids[mode][j] == c.ids[mode][j];
+	for (uint64_t i = 0; i < n_dv; i++)
+		bits += memcmp(&g.draft[1][i], &g.draft[0][dv[i]], sizeof(float)) != 0;
+	printf("%-18s kv %-4s MTP: hidden rel err %.2e (prompt) %.2e (decode); teacher-forced logits %.2e / %.2e "
+	       "(one call / a row a call), argmax equal %d / %d of %d; chained drafts %.2e / %.2e (whole / draft "
+	       "vocabulary), ids equal %d of %d; draft vocabulary %s the whole vocabulary's logits\n",
+	       fx->name, kvn, rh, rd, rt, rt1, st, st1, PROMPT - 1, r0, r1, ids_same, 2 * MTP_K,
+	       bits ? "NOT bitwise" : "bitwise");
+	CHECK_MSG(rh < fx->prefill_rel && rd < fx->decode_rel, "%s kv %s: hidden states rel err %.3e / %.3e", fx->name,
+		  kvn, rh, rd);
+	CHECK_MSG(rt < fx->mtp_rel && rt1 < fx->mtp_rel && r0 < fx->mtp_rel && r1 < fx->mtp_rel,
+		  "%s kv %s: MTP logits rel err %.3e %.3e %.3e %.3e", fx->name, kvn, rt, rt1, r0, r1);
+	CHECK_MSG(st >= PROMPT - 1 - fx->argmax_off && st1 >= PROMPT - 1 - fx->argmax_off,
+		  "%s kv %s: teacher-forced MTP argmax differs at %d / %d rows", fx->name, kvn, PROMPT - 1 - st,
+		  PROMPT - 1 - st1);
+	CHECK_MSG(ids_same == 2 * MTP_K, "%s kv %s: %d of %d chained draft ids differ", fx->name, kvn,
+		  2 * MTP_K - ids_same, 2 * MTP_K);
+	CHECK_MSG(bits == 0, "%s kv %s: %zu draft-vocabulary logits differ from the whole vocabulary's", fx->name, kvn, bits);
+	mtp_run_free(&c);
+	mtp_run_free(&g);
+	free(dv);
+}
+
+/* Models with an MTP head (mtp.* tensors): engines opened with it, BF16 and INT8 caches. */
+static void mtp_family(const struct fixture *fx, const struct capy_artifact *a)
+{
+	static const enum capy_kv_dtype kvs[] = { CAPY_KV_BF16, CAPY_KV_INT8 };
+	static const char *const kvn[] = { "bf16", "int8" };
+
+	if (!capy_artifact_find(a, "mtp.fc.weight"))
+		return;
+	for (size_t k = 0; k < ARRAY_SIZE(kvs); k++) {
+		struct capy_engine *cpu = open_engine(a, "cpu", kvs[k], 128, true), *gpu = open_engine(a, "cuda", kvs[k], 128, true);
+		if (cpu && gpu) {
+			mtp_compare(fx, kvn[k], cpu, gpu);
+			CHECK_EQ_U64(capy_engine_pages_used(gpu), 0);
+		}
+		capy_engine_free(cpu);
+		capy_engine_free(gpu);
+	}
+}
+
 static void family(const struct fixture *fx)
 {
 	const char *name = fx->name;
@@ -483,7 +666,8 @@ static void family(const struct fixture *fx)
 	if (!a)
 		return;
 	for (size_t k = 0; k < ARRAY_SIZE(kvs); k++) {
-		struct capy_engine *cpu = open_engine(a, "cpu", kvs[k], 128), *gpu = open_engine(a, "cuda", kvs[k], 128);
+		struct capy_engine *cpu = open_engine(a, "cpu", kvs[k], 128, false),
+				   *gpu = open_engine(a, "cuda", kvs[k], 128, false);
 		if (cpu && gpu) {
 			uint64_t V = capy_engine_config(cpu)->vocab_size;
 			prefill_logits(fx, kvn[k], cpu, gpu, V);
@@ -498,6 +682,7 @@ static void family(const struct fixture *fx)
 		capy_engine_free(cpu);
 		capy_engine_free(gpu);
 	}
+	mtp_family(fx, a);
 	capy_artifact_close(a);
 }
 

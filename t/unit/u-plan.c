@@ -53,22 +53,38 @@ static void test_ranges(void)
 	size_t n, n_all;
 	uint64_t ne, all, sum = 0;
 
-	CHECK_EQ_INT(capy_plan_ranges(a, false, &r, &n, &ne, NULL), 0);
+	CHECK_EQ_INT(capy_plan_ranges(a, false, false, &r, &n, &ne, NULL), 0);
 	for (size_t i = 0; i < n; i++) {
 		CHECK(i == 0 || r[i].off > r[i - 1].off + r[i - 1].len);
 		sum += CAPY_ALIGN_UP(r[i].len, CAPY_PLAN_ALIGN);
 	}
 	CHECK_EQ_U64(sum, ne);
 	free(r);
-	CHECK_EQ_INT(capy_plan_ranges(a, true, &r, &n_all, &all, NULL), 0);
+	CHECK_EQ_INT(capy_plan_ranges(a, true, false, &r, &n_all, &all, NULL), 0);
 	free(r);
-	/* each expert stack adds at most one range (its tensors' slices interleave; it may touch a
-	 * neighbour), and at most its experts' records */
-	CHECK(n_all <= n + a->nstacks);
+	/* each expert stack but the MTP head's adds at most one range (its tensors' slices
+	 * interleave; it may touch a neighbour), and at most its experts' records */
+	CHECK(n_all <= n + a->nstacks - 1);
 	sum = ne;
 	for (size_t i = 0; i < a->nstacks; i++)
-		sum += a->stacks[i].count * a->stacks[i].stride;
+		if (!capy_plan_is_mtp(a->stacks[i].name))
+			sum += a->stacks[i].count * a->stacks[i].stride;
 	CHECK(all > ne && all <= sum);
+	/* with the MTP head: every mtp.* tensor's bytes more, its stack's records at most */
+	uint64_t ne_mtp, all_mtp, mtp_bytes = 0, mtp_stack = 0;
+	CHECK_EQ_INT(capy_plan_ranges(a, false, true, &r, &n, &ne_mtp, NULL), 0);
+	free(r);
+	CHECK_EQ_INT(capy_plan_ranges(a, true, true, &r, &n, &all_mtp, NULL), 0);
+	free(r);
+	for (size_t i = 0; i < a->ntensors; i++)
+		if (capy_plan_is_mtp(a->tensors[i].name) && !capy_plan_is_expert(&a->tensors[i]))
+			mtp_bytes += CAPY_ALIGN_UP(a->tensors[i].bytes, CAPY_PLAN_ALIGN);
+	for (size_t i = 0; i < a->nstacks; i++)
+		if (capy_plan_is_mtp(a->stacks[i].name))
+			mtp_stack += a->stacks[i].count * a->stacks[i].stride;
+	CHECK(mtp_bytes > 0 && mtp_stack > 0);
+	CHECK_EQ_U64(ne_mtp, ne + mtp_bytes);
+	CHECK(all_mtp > all + mtp_bytes && all_mtp <= all + mtp_bytes + mtp_stack + CAPY_PLAN_ALIGN);
 }
 
 static void test_plan(void)
@@ -87,14 +103,15 @@ static void test_plan(void)
 	CHECK_EQ_U64(p.fixed, p.weights + p.small + p.kv + p.states + p.scratch + p.context);
 	CHECK_EQ_U64(p.device, p.fixed - p.weights + p.weights_all);
 	CHECK_EQ_U64(p.kv, capy_kv_pages_needed(2 * 4096, 2, p.page_tokens) * p.page_bytes);
-	CHECK_EQ_U64(p.experts, c.n_experts * a->nstacks);
+	CHECK_EQ_U64(p.experts, c.n_experts * (a->nstacks - 1)); /* not the MTP head's */
+	CHECK(p.has_mtp && !p.mtp);
 	CHECK_EQ_U64(p.host_need, p.host_staging);
 	CHECK_EQ_INT(capy_plan_check(&p, &err), 0);
 	/* the token masks: a mask row per logits row (steps of 64: 64 rows), on the device and
 	 * page-locked on the host, counted in the step buffers and the staging */
 	{
 		struct capy_plan_scratch ps;
-		capy_plan_scratch(&ps, a, &c, 64);
+		capy_plan_scratch(&ps, a, &c, 64, false);
 		CHECK_EQ_U64(ps.logits_rows, 64);
 		CHECK_EQ_U64(ps.smp_mask, 64 * ((c.vocab_size + 31) / 32) * 4);
 		CHECK_EQ_U64(ps.host_smp_mask, ps.smp_mask);
@@ -189,6 +206,58 @@ static void test_plan(void)
 	CHECK_EQ_U64(q.host_experts, 0);
 }
 
+/* The MTP head (opts.mtp): its tensors uploaded, its experts counted, one attention layer
+ * more in every page, its buffers; the summary line says so. */
+static void test_plan_mtp(void)
+{
+	const struct capy_artifact *a = art;
+	struct capy_model_config c;
+	struct capy_host_mem h = { .available = 1ull << 40, .memlock = CAPY_PLAN_UNKNOWN };
+	struct capy_plan_opts o = { .max_context = 4096, .max_seqs = 2, .step_tokens = 64 };
+	struct capy_plan p, q;
+	struct capy_plan_scratch s0, s1;
+	struct capy_kv_fields lay[16];
+	struct capy_err err = { 0 };
+	uint64_t P, pb0, pb1;
+	int n_kv, n_gdn, n_ple;
+	char line[1024];
+
+	CHECK_EQ_INT(capy_model_config_parse(&c, a->family, a->config, "fixture", &err), 0);
+	CHECK_EQ_INT(capy_plan_compute(&p, a, &c, &o, &h, &err), 0);
+	o.mtp = true;
+	CHECK_EQ_INT(capy_plan_compute(&q, a, &c, &o, &h, &err), 0);
+	CHECK(q.mtp && q.all_resident);
+	CHECK(q.weights > p.weights && q.weights_all - q.weights > p.weights_all - p.weights);
+	CHECK_EQ_U64(q.experts, c.n_experts * a->nstacks);
+	CHECK_EQ_U64(q.moe_layers, p.moe_layers + 1);
+	capy_plan_layer_counts(&c, &n_kv, &n_gdn, &n_ple);
+	CHECK_EQ_INT(capy_kv_page_layout(&c, o.kv, n_kv, CAPY_PLAN_ALIGN, lay, &P, &pb0, &err), 0);
+	CHECK_EQ_INT(capy_kv_page_layout(&c, o.kv, n_kv + 1, CAPY_PLAN_ALIGN, lay, &P, &pb1, &err), 0);
+	CHECK_EQ_U64(p.page_bytes, pb0);
+	CHECK_EQ_U64(q.page_bytes, pb1);
+	CHECK_EQ_U64(q.pages, p.pages);
+	capy_plan_scratch(&s0, a, &c, 64, false);
+	capy_plan_scratch(&s1, a, &c, 64, true);
+	CHECK_EQ_U64(s0.mtp_ids, 0);
+	CHECK_EQ_U64(s1.mtp_ids, c.vocab_size * 4);
+	CHECK(s1.big1 >= 64 * 2 * c.hidden_size * 4);
+	CHECK_EQ_U64(q.scratch, s1.device);
+	CHECK_EQ_U64(q.fixed, q.weights + q.small + q.kv + q.states + q.scratch + q.context);
+	capy_plan_summary(&q, line, sizeof(line));
+	CHECK_MSG(strstr(line, "with the MTP head"), "%s", line);
+	capy_plan_summary(&p, line, sizeof(line));
+	CHECK_MSG(!strstr(line, "MTP"), "%s", line);
+	/* asked for on an artifact without a head: nothing counted */
+	struct capy_artifact *dense = test_open_fixture("qwen4_exp");
+	struct capy_model_config c4;
+	if (dense) {
+		CHECK_EQ_INT(capy_model_config_parse(&c4, dense->family, dense->config, "fixture", &err), 0);
+		CHECK_EQ_INT(capy_plan_compute(&q, dense, &c4, &o, &h, &err), 0);
+		CHECK(!q.mtp && !q.has_mtp);
+		capy_artifact_close(dense);
+	}
+}
+
 int main(void)
 {
 	RUN(test_meminfo);
@@ -196,6 +265,7 @@ int main(void)
 	art = test_open_fixture("qwen3_5_moe");
 	RUN(test_ranges);
 	RUN(test_plan);
+	RUN(test_plan_mtp);
 	capy_artifact_close(art);
 	return test_summary();
 }

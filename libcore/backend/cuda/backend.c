@@ -64,8 +64,9 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 	cudaError_t rc;
 	int prc;
 
-	capy_plan_scratch(&ps, e->a, c, T);
+	capy_plan_scratch(&ps, e->a, c, T, e->plan.mtp);
 	capy_weights_each_linear(&e->hw, c, lin_ws, &need);
+	capy_weights_each_mtp_linear(&e->hw, c, lin_ws, &need);
 	if ((prc = ws_agrees(ps.lin_ws, need.bytes, "linears' workspace (bytes)", err)) < 0)
 		return prc;
 	for (uint64_t i = 0; i < c->n_layers; i++)
@@ -75,6 +76,10 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 				return prc;
 			break;
 		}
+	if (e->mtp.present && e->mtp.layer.h->moe &&
+	    (prc = ws_agrees(ps.moe_ws, ck_moe_ws_bytes(&e->mtp.layer.moe.gate_up, &e->mtp.layer.moe.down, T * k),
+			     "MTP head's routed experts' workspace (bytes)", err)) < 0)
+		return prc;
 	s->lin_ws_bytes = ps.lin_ws;
 	s->moe_ws_bytes = ps.moe_ws;
 	s->logits_rows = ps.logits_rows;
@@ -90,7 +95,7 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 		{ (void **)&s->logits, ps.logits }, { (void **)&s->row_idx, ps.row_idx },
 		{ &s->lin_ws, ps.lin_ws },	  { &s->moe_ws, ps.moe_ws },
 		{ (void **)&s->smp_rows, ps.smp_rows }, { (void **)&s->smp_out, ps.smp_out },
-		{ (void **)&s->smp_mask, ps.smp_mask },
+		{ (void **)&s->smp_mask, ps.smp_mask }, { (void **)&s->mtp_ids, ps.mtp_ids },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++) {
 		if ((rc = cudaMalloc(d[i].p, d[i].bytes ? d[i].bytes : 16)) != cudaSuccess)
@@ -110,7 +115,8 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 	s->row_tok = calloc(s->logits_rows, sizeof(*s->row_tok));
 	s->row_mask = calloc(s->logits_rows, sizeof(*s->row_mask));
 	s->hist = calloc(16 + T, sizeof(*s->hist));
-	if (!s->row_dst || !s->row_smp || !s->row_tok || !s->row_mask || !s->hist)
+	s->mtp_ids_host = ps.mtp_ids ? malloc(ps.mtp_ids) : NULL;
+	if (!s->row_dst || !s->row_smp || !s->row_tok || !s->row_mask || !s->hist || (ps.mtp_ids && !s->mtp_ids_host))
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	return 0;
 }
@@ -119,7 +125,7 @@ static void free_scratch(struct cu_scratch *s)
 {
 	void *d[] = { s->x, s->xn, s->blk, s->out, s->inj, s->mix, s->tmp, s->big1, s->big2, s->big3, s->moe_out,
 		      s->moe_w, s->moe_ids, s->ple_emb, s->rows, s->hid, s->logits, s->row_idx, s->lin_ws, s->moe_ws,
-		      s->attn_ws, s->sel, s->meta_dev, s->smp_rows, s->smp_out, s->smp_mask };
+		      s->attn_ws, s->sel, s->meta_dev, s->smp_rows, s->smp_out, s->smp_mask, s->mtp_ids };
 
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++)
 		cudaFree(d[i]);
@@ -135,6 +141,7 @@ static void free_scratch(struct cu_scratch *s)
 	free(s->row_tok);
 	free(s->row_mask);
 	free(s->hist);
+	free(s->mtp_ids_host);
 	memset(s, 0, sizeof(*s));
 }
 
@@ -197,10 +204,22 @@ static int cu_plan(struct cuda_engine *e, struct capy_err *err)
 	po.step_tokens = e->s.tmax;
 	po.kv = e->opts.kv;
 	po.expert_slots = e->opts.expert_slots;
+	po.mtp = e->opts.mtp;
 	if ((rc = capy_host_mem_read(&h, err)) < 0 || (rc = capy_plan_compute(&e->plan, e->a, &e->c, &po, &h, err)) < 0 ||
 	    (rc = capy_plan_check(&e->plan, err)) < 0)
 		return capy_err_prefix(err, "cuda");
 	return 0;
+}
+
+/* The MTP head runs where every routed expert is resident: its layer's experts through the
+ * offload's CPU path (its stack, its slots, its hand-over) are not built. */
+static int mtp_check(const struct cuda_engine *e, struct capy_err *err)
+{
+	if (!e->opts.mtp || e->plan.all_resident)
+		return 0;
+	return capy_err_set(err, CAPY_EUNSUPPORTED,
+			    "cuda: the MTP head with expert offload (routed experts in host RAM) is not built yet: give "
+			    "--gpu-mem room for every expert (--plan --spec mtp says how much), or leave --spec mtp out");
 }
 
 static int cu_open(struct capy_engine *core, struct capy_err *err)
@@ -250,8 +269,9 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		goto fail;
 	}
 	if ((rc = trace_open(e, err)) < 0 || (rc = cu_plan(e, err)) < 0 || (rc = capy_weights_bind(&e->hw, e->a, c, err)) < 0 ||
-	    (rc = cu_weights_upload(e, err)) < 0 || (rc = cu_offload_open(e, err)) < 0 ||
-	    (rc = alloc_scratch(e, err)) < 0 || (rc = cu_pages_layout(e, err)) < 0)
+	    (e->opts.mtp && (rc = capy_weights_bind_mtp(&e->hw, e->a, c, err)) < 0) || (rc = mtp_check(e, err)) < 0 ||
+	    (rc = cu_weights_upload(e, err)) < 0 || (rc = cu_offload_open(e, err)) < 0 || (rc = alloc_scratch(e, err)) < 0 ||
+	    (rc = cu_pages_layout(e, err)) < 0)
 		goto fail;
 	e->gdn.nk = c->linear_key_heads;
 	e->gdn.nv = c->linear_value_heads;
@@ -416,4 +436,5 @@ const struct capy_backend_ops capy_backend_cuda = {
 	.step = cu_step,
 	.samples = true,
 	.keeps_states = true, /* ck_step.gdn_keep / ple_keep, and the PLE contexts in ple_rows */
+	.mtp = cu_mtp,
 };

@@ -66,6 +66,15 @@ struct cu_layer {
 	const float *in_norm, *post_norm;
 };
 
+/* The MTP head (opts.mtp; mtp.c): fc over [embedding | hidden], its three norms and its
+ * decoder layer (full attention on kv_slot n_kv, the family's MLP or MoE). */
+struct cu_mtp {
+	bool present;
+	struct ck_linear fc;
+	const float *norm_emb, *norm_hidden, *norm;
+	struct cu_layer layer;
+};
+
 /* A range of the mapped artifact copied to device memory. */
 struct cu_span {
 	uint64_t off, len;                /* in the artifact file */
@@ -90,6 +99,9 @@ struct cu_scratch {
 	float *x, *xn, *blk, *out, *inj, *mix, *tmp, *big1, *big2, *big3;
 	float *moe_out, *moe_w, *ple_emb, *rows, *hid, *logits;
 	int32_t *moe_ids, *row_idx;       /* row_idx: [logits_rows] rows whose logits a chunk computes */
+	int32_t *mtp_ids;                 /* the MTP head's draft vocabulary on the device (up to V ids) */
+	int32_t *mtp_ids_host;            /* host: the ids mtp_ids holds (mtp_ids_n of them) */
+	uint64_t mtp_ids_n;
 	int32_t *row_idx_host;            /* pinned staging of row_idx */
 	float **row_dst;                  /* host: where each of those rows' logits go */
 	struct capy_sampler **row_smp;    /* host: the sampler of each of those rows, or NULL */
@@ -146,6 +158,7 @@ struct cuda_engine {
 	const float *final_norm;
 	struct cu_hc hc_final;
 	struct ck_linear lm_head;
+	struct cu_mtp mtp;
 	struct cu_span *spans;            /* artifact ranges in device memory, by offset */
 	size_t nspans;
 	uint8_t *weights_dev;
@@ -289,5 +302,18 @@ uint32_t cu_offload_pages_release(struct cuda_engine *e, uint32_t n);
 
 /* forward.c */
 int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);
+/* Stage batch b as the step (e->step), uploaded on the stream: item i's rows at positions
+ * first[i] .. first[i] + n - 1 of its sequence (first NULL: from the sequence's length), the
+ * prompt paths for the items cu_prompt_item takes, and the kept-state blocks of items that keep
+ * states (ck_step.gdn_keep / ple_keep; the MTP head's rows keep none). The stream is idle (the
+ * last step or head call ended synchronized). */
+int cu_stage(struct cuda_engine *e, const struct capy_batch *b, const uint64_t *first, struct capy_err *err);
+/* A decoder layer of a family without hyper-connections (qwen3_5, qwen3_5_moe, qwen3_next) on
+ * the staged step: its input normed in xn, its mixer and FFN added into the residual x, then x
+ * normed with next_norm into xn (NULL: x alone). */
+int cu_layer_plain(struct cuda_engine *e, const struct cu_layer *l, const float *next_norm, struct capy_err *err);
+
+/* mtp.c: the MTP head's rows (backend op mtp). */
+int cu_mtp(struct capy_engine *core, const struct capy_mtp_rows *r, struct capy_err *err);
 
 #endif

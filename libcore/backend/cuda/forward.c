@@ -96,7 +96,7 @@ static void stage_keep(struct cuda_engine *e, const struct capy_batch *b, size_t
 
 /* The step's rows and items, block tables and state pointers, in one upload. The previous
  * step has finished with the staging copy (its logits copy synchronized the stream). */
-static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
+int cu_stage(struct cuda_engine *e, const struct capy_batch *b, const uint64_t *first, struct capy_err *err)
 {
 	struct ck_step *st = &e->step;
 	size_t off = 0, bt_total = 0;
@@ -138,23 +138,24 @@ static int stage(struct cuda_engine *e, const struct capy_batch *b, struct capy_
 		const struct capy_batch_item *it = &b->items[i];
 		const struct cu_state *cs = it->seq->state;
 		const bool big = cu_prompt_item(it);
+		const uint64_t p0 = first ? first[i] : it->seq->len;
 		st->n_grouped += big ? it->n : 0;
 		st->max_item_n = CAPY_MAX(st->max_item_n, it->n);
 		for (uint64_t t = 0; t < it->n; t++) {
 			grouped[it->t0 + t] = big;
 			ids[it->t0 + t] = it->tokens[t];
-			pos[it->t0 + t] = (int64_t)(it->seq->len + t);
+			pos[it->t0 + t] = (int64_t)(p0 + t);
 			item[it->t0 + t] = (int32_t)i;
 		}
 		t0[i] = (int64_t)it->t0;
 		n[i] = (int64_t)it->n;
-		len[i] = (int64_t)it->seq->len;
+		len[i] = (int64_t)p0; /* the kernels' name for the position of the item's first row */
 		bt_off[i] = (uint32_t)bt_total;
 		memcpy(bt + bt_total, it->seq->pages, it->seq->n_pages * 4);
 		bt_total += it->seq->n_pages;
 		gdn[i] = cs->dev;
 		ple[i] = ple_part(e, cs);
-		max_pos = CAPY_MAX(max_pos, it->seq->len + it->n - 1);
+		max_pos = CAPY_MAX(max_pos, p0 + it->n - 1);
 	}
 	stage_keep(e, b, &off);
 	if ((rc = cu_context_reserve(e, max_pos + 1, err)) < 0)
@@ -420,6 +421,81 @@ static int logits_out(struct cuda_engine *e, const struct capy_batch *b, struct 
 	return 0;
 }
 
+int cu_layer_plain(struct cuda_engine *e, const struct cu_layer *l, const float *next_norm, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	struct cu_scratch *s = &e->s;
+	uint64_t H = c->hidden_size, T = e->step.T;
+	float eps = (float)c->rms_norm_eps;
+	void *st = e->stream;
+	int rc;
+
+	rc = l->h->type == CAPY_LAYER_LINEAR ? cu_gdn(e, l, s->xn, s->out, err) : cu_attention(e, l, s->xn, s->out, err);
+	if (rc < 0)
+		return rc;
+	if (PART(CU_NORM))
+		TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
+	/* The MoE combine folded into the residual add and the next norm. */
+	if ((rc = cu_ffn(e, l, s->xn, s->out, PART(CU_NORM), err)) < 0)
+		return rc;
+	if (rc == 1)
+		return cu_ffn_fold(e, next_norm, err);
+	if (next_norm && PART(CU_NORM))
+		TRY(ck_add_rmsnorm(s->x, s->out, next_norm, s->xn, T, H, eps, st), "residual and input norm");
+	else if (!next_norm)
+		TRY(ck_add(s->x, s->out, T * H, st), "residual");
+	return 0;
+}
+
+/* A layer with hyper-connections (qwen4_exp): PLE, then each block between the streams'
+ * mixers, its output injected into the streams. */
+static int layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy_err *err)
+{
+	const struct capy_model_config *c = &e->c;
+	struct cu_scratch *s = &e->s;
+	uint64_t H = c->hidden_size, hc = c->hc_count, T = e->step.T;
+	void *st = e->stream;
+	int rc;
+
+	if (l->h->has_ple && (rc = cu_ple(e, l, s->x, err)) < 0)
+		return rc;
+	if ((rc = cu_hc_mix(e, &l->hc_attn, s->x, T, s->blk, s->inj, err)) < 0)
+		return rc;
+	rc = l->h->type == CAPY_LAYER_LINEAR ? cu_gdn(e, l, s->blk, s->out, err) : cu_attention(e, l, s->blk, s->out, err);
+	if (rc < 0)
+		return rc;
+	TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
+	if ((rc = cu_hc_mix(e, &l->hc_mlp, s->x, T, s->blk, s->inj, err)) < 0 ||
+	    (rc = cu_ffn(e, l, s->blk, s->out, false, err)) < 0)
+		return rc;
+	TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
+	return 0;
+}
+
+/* The final-normed hidden states of the items that ask (the MTP head's input): the final norm
+ * of their rows into xn (free once the layers are done), the same ck_rmsnorm as the logits
+ * rows' (so lm_head reads these bits), copied to the host; logits_out's synchronization ends
+ * the copies. Nothing for steps where no item asks. */
+static int hidden_out(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
+{
+	const uint64_t H = e->c.hidden_size;
+	float *xn = e->s.xn;
+	cudaError_t r;
+
+	for (size_t i = 0; i < b->n_items; i++) {
+		const struct capy_batch_item *it = &b->items[i];
+		if (!it->hidden)
+			continue;
+		TRY(ck_rmsnorm(e->s.x + it->t0 * H, H, e->final_norm, H, xn + it->t0 * H, H, it->n, H, H,
+			       (float)e->c.rms_norm_eps, e->stream),
+		    "final norm of the hidden states");
+		if ((r = cudaMemcpyAsync(it->hidden, xn + it->t0 * H, it->n * H * sizeof(float), cudaMemcpyDeviceToHost,
+					 e->stream)) != cudaSuccess)
+			return cu_err(err, r, "copying the hidden states");
+	}
+	return 0;
+}
+
 /* Embedding and every layer, enqueued on the stream (no copies, no synchronization: the
  * part of a step a CUDA graph can hold). */
 static int layers(struct cuda_engine *e, struct capy_err *err)
@@ -436,40 +512,10 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 	if (!q4)
 		TRY(ck_rmsnorm(s->x, H, e->layers[0].in_norm, H, s->xn, H, T, H, H, eps, st), "input norm");
 	for (uint64_t i = 0; i < c->n_layers; i++) {
-		const struct cu_layer *l = &e->layers[i];
-		const float *in = s->xn;
-		if (q4) {
-			if (l->h->has_ple && (rc = cu_ple(e, l, s->x, err)) < 0)
-				return rc;
-			if ((rc = cu_hc_mix(e, &l->hc_attn, s->x, T, s->blk, s->inj, err)) < 0)
-				return rc;
-			in = s->blk;
-		} /* else the input norm is done: after the embedding, or with the last residual add */
-		rc = l->h->type == CAPY_LAYER_LINEAR ? cu_gdn(e, l, in, s->out, err) : cu_attention(e, l, in, s->out, err);
-		if (rc < 0)
+		/* the input norm is done: after the embedding, or with the last residual add */
+		const float *next_norm = i + 1 < c->n_layers ? e->layers[i + 1].in_norm : NULL;
+		if ((rc = q4 ? layer_hc(e, &e->layers[i], err) : cu_layer_plain(e, &e->layers[i], next_norm, err)) < 0)
 			return rc;
-		if (q4) {
-			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
-			if ((rc = cu_hc_mix(e, &l->hc_mlp, s->x, T, s->blk, s->inj, err)) < 0)
-				return rc;
-		} else {
-			if (PART(CU_NORM))
-				TRY(ck_add_rmsnorm(s->x, s->out, l->post_norm, s->xn, T, H, eps, st), "residual and post norm");
-		}
-		/* Non-hyper-connection models fold the MoE combine into the residual add and norm. */
-		const bool fold = !q4 && PART(CU_NORM);
-		if ((rc = cu_ffn(e, l, in, s->out, fold, err)) < 0)
-			return rc;
-		if (rc == 1) {
-			if ((rc = cu_ffn_fold(e, i + 1 < c->n_layers ? e->layers[i + 1].in_norm : NULL, err)) < 0)
-				return rc;
-		} else if (q4)
-			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
-		else if (i + 1 < c->n_layers && PART(CU_NORM))
-			TRY(ck_add_rmsnorm(s->x, s->out, e->layers[i + 1].in_norm, s->xn, T, H, eps, st),
-			    "residual and input norm");
-		else if (i + 1 == c->n_layers)
-			TRY(ck_add(s->x, s->out, T * H, st), "residual");
 	}
 	return e->off ? cu_offload_layers_end(e, err) : 0;
 }
@@ -539,9 +585,9 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 	e->batch = b;
 	if (e->off && (rc = cu_offload_before_step(e, err)) < 0)
 		return rc;
-	if ((rc = stage(e, b, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
+	if ((rc = cu_stage(e, b, NULL, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
 		return rc;
-	if ((rc = layers_graphed(e, b, err)) < 0 || (rc = logits_out(e, b, err)) < 0)
+	if ((rc = layers_graphed(e, b, err)) < 0 || (rc = hidden_out(e, b, err)) < 0 || (rc = logits_out(e, b, err)) < 0)
 		return rc;
 	return e->off ? cu_offload_after_step(e, err) : 0;
 }

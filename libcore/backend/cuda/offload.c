@@ -112,6 +112,14 @@ static void stacks_at(const struct cuda_engine *e, const struct capy_moe_w *m, c
 	gu->E = dn->E = E;
 }
 
+/* The bytes of artifact stack i held in host RAM: every stack's but the MTP head's, which an
+ * offloading engine never runs (cu_open refuses the head with offload) and the memory plan
+ * does not count. */
+static uint64_t host_bytes(const struct capy_artifact *a, size_t i)
+{
+	return capy_plan_is_mtp(a->stacks[i].name) ? 0 : a->stacks[i].count * a->stacks[i].stride;
+}
+
 /* The artifact's expert stack that holds layer h's routed experts. */
 static int stack_of(const struct capy_artifact *a, const struct capy_layer_w *h, struct capy_err *err)
 {
@@ -228,7 +236,7 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	for (uint64_t i = 0; i < o->n_moe; i++) {
 		o->host_off[i] = total;
 		o->stride[i] = a->stacks[i].stride;
-		total += a->stacks[i].count * a->stacks[i].stride;
+		total += host_bytes(a, i);
 		if (a->stacks[i].count != o->E)
 			return capy_err_set(err, CAPY_EFORMAT, "%s: expert stack %s holds %" PRIu64 " experts, the model %" PRIu64,
 					    a->path, a->stacks[i].name, a->stacks[i].count, o->E);
@@ -238,7 +246,7 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		return capy_err_set(err, CAPY_ENOMEM, "cuda: %.1f MiB of page-locked host memory for the routed experts: %s",
 				    (double)total / 1048576.0, cudaGetErrorString(r));
 	for (uint64_t i = 0; i < o->n_moe; i++)
-		memcpy(o->host + o->host_off[i], a->base + a->stacks[i].offset, a->stacks[i].count * a->stacks[i].stride);
+		memcpy(o->host + o->host_off[i], a->base + a->stacks[i].offset, host_bytes(a, i));
 	if ((r = cudaHostGetDevicePointer((void **)&o->host_dev, o->host, 0)) != cudaSuccess)
 		return cu_err(err, r, "mapping the routed experts' host copy");
 	/* the hand-over area */

@@ -8,19 +8,21 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* The shared layout (capy_kv_page_layout), 256-byte aligned, as the kernels' descriptors. */
+/* The shared layout (capy_kv_page_layout), 256-byte aligned, as the kernels' descriptors; with
+ * the MTP head, its layer's rows after the main layers' (its kv_slot is n_kv). */
 int cu_pages_layout(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
-	struct capy_kv_fields *f = calloc((size_t)e->hw.n_kv + 1, sizeof(*f));
+	const int n_kv = e->hw.n_kv + (e->hw.mtp.present ? 1 : 0);
+	struct capy_kv_fields *f = calloc((size_t)n_kv + 1, sizeof(*f));
 	int rc;
 
-	if (!f || !(e->kv = calloc((size_t)e->hw.n_kv + 1, sizeof(*e->kv)))) {
+	if (!f || !(e->kv = calloc((size_t)n_kv + 1, sizeof(*e->kv)))) {
 		free(f);
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	}
-	rc = capy_kv_page_layout(c, e->opts.kv, e->hw.n_kv, 256, f, &e->P, &e->page_bytes, err);
-	for (int i = 0; rc == 0 && i < e->hw.n_kv; i++) {
+	rc = capy_kv_page_layout(c, e->opts.kv, n_kv, 256, f, &e->P, &e->page_bytes, err);
+	for (int i = 0; rc == 0 && i < n_kv; i++) {
 		struct ck_kv_layer *l = &e->kv[i];
 		l->dtype = e->opts.kv == CAPY_KV_F32 ? CK_KV_F32 : e->opts.kv == CAPY_KV_INT8 ? CK_KV_INT8 : CK_KV_BF16;
 		l->nkv = c->n_kv_heads;
@@ -34,7 +36,8 @@ int cu_pages_layout(struct cuda_engine *e, struct capy_err *err)
 	}
 	free(f);
 	e->core->page_tokens = e->P;
-	if (rc == 0 && cu_offload_elastic(e) && (e->page_bytes != e->plan.page_bytes || e->P != e->plan.page_tokens))
+	/* the pages the plan counted (its attention cache, and the elastic one's share of the slots) */
+	if (rc == 0 && (e->page_bytes != e->plan.page_bytes || e->P != e->plan.page_tokens))
 		rc = capy_err_set(err, CAPY_EUNSUPPORTED,
 				  "cuda: attention-cache pages of %" PRIu64 " bytes, the memory plan's of %" PRIu64
 				  " (libcore/offload/plan.c and the backend disagree)",

@@ -19,7 +19,8 @@ int cu_check(struct capy_err *err, int rc, const char *what)
 }
 
 /* The byte ranges of the device tensors (offload/plan.h: the memory plan counts the same
- * ranges; the routed experts only when all are resident), copied into one allocation. */
+ * ranges; the routed experts only when all are resident, the MTP head's only with it), copied
+ * into one allocation. */
 static int upload_spans(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_artifact *a = e->a;
@@ -30,7 +31,7 @@ static int upload_spans(struct cuda_engine *e, struct capy_err *err)
 	cudaError_t rc;
 	int prc;
 
-	if ((prc = capy_plan_ranges(a, e->plan.all_resident, &r, &m, &total, err)) < 0)
+	if ((prc = capy_plan_ranges(a, e->plan.all_resident, e->plan.mtp, &r, &m, &total, err)) < 0)
 		return prc;
 	sp = calloc(m + 1, sizeof(*sp));
 	if (!sp) {
@@ -149,12 +150,91 @@ static struct ck_expert_stack stack(const struct cuda_engine *e, const struct ca
 	return s;
 }
 
+/* One decoder layer's matrices as kernel descriptors and its vectors copied (*rc < 0 and err
+ * set on a failure). */
+static void layer_upload(struct cuda_engine *e, struct cu_layer *l, const struct capy_layer_w *h, struct capy_err *err,
+			 int *rc)
+{
+	const struct capy_model_config *c = &e->c;
+	uint64_t H = c->hidden_size, hd = c->head_dim, hh = (c->hc_count ? c->hc_count : 1) * H;
+	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + c->linear_value_heads * c->linear_value_head_dim;
+
+	l->h = h;
+	l->in_norm = vec(e, h->in_norm, H, err, rc);
+	l->post_norm = vec(e, h->post_norm, H, err, rc);
+	if (c->family == CAPY_FAMILY_QWEN4_EXP) {
+		hc(e, &l->hc_attn, &h->hc_attn, err, rc);
+		hc(e, &l->hc_mlp, &h->hc_mlp, err, rc);
+	}
+	if (h->has_ple) {
+		l->ple.key = lin(e, &h->ple.key);
+		l->ple.value = lin(e, &h->ple.value);
+		l->ple.norm_key = vec(e, h->ple.norm_key, hh, err, rc);
+		l->ple.norm_query = vec(e, h->ple.norm_query, hh, err, rc);
+		l->ple.norm_conv = vec(e, h->ple.norm_conv, hh, err, rc);
+		l->ple.conv = vec(e, h->ple.conv, hh * c->ple_conv_kernel, err, rc);
+	}
+	if (h->type == CAPY_LAYER_LINEAR) {
+		const struct capy_gdn_w *g = &h->gdn;
+		l->gdn.qkv = lin(e, &g->qkv);
+		l->gdn.z = lin(e, &g->z);
+		l->gdn.b = lin(e, &g->b);
+		l->gdn.a = lin(e, &g->a);
+		l->gdn.out = lin(e, &g->out);
+		l->gdn.conv = vec(e, g->conv, conv * c->linear_conv_kernel, err, rc);
+		l->gdn.neg_a = vec(e, g->neg_a, c->linear_value_heads, err, rc);
+		l->gdn.dt_bias = vec(e, g->dt_bias, c->linear_value_heads, err, rc);
+		l->gdn.norm = vec(e, g->norm, c->linear_value_head_dim, err, rc);
+	} else {
+		const struct capy_attn_w *at = &h->attn;
+		l->attn.q = lin(e, &at->q);
+		l->attn.k = lin(e, &at->k);
+		l->attn.v = lin(e, &at->v);
+		l->attn.o = lin(e, &at->o);
+		l->attn.q_norm = vec(e, at->q_norm, hd, err, rc);
+		l->attn.k_norm = vec(e, at->k_norm, hd, err, rc);
+		l->attn.qsa = at->qsa;
+		if (at->qsa) {
+			l->attn.idx_qk = lin(e, &at->idx_qk);
+			l->attn.idx_q_norm = vec(e, at->idx_q_norm, c->indexer_head_dim, err, rc);
+			l->attn.idx_k_norm = vec(e, at->idx_k_norm, c->indexer_head_dim, err, rc);
+		}
+	}
+	if (h->moe) {
+		const struct capy_moe_w *m = &h->moe_w;
+		l->moe.router = lin(e, &m->router);
+		if (e->plan.all_resident) { /* else offload.c gives the experts' stacks */
+			l->moe.gate_up = stack(e, m->gate_up);
+			l->moe.down = stack(e, m->down);
+		}
+		l->moe.shared.gate_up = lin(e, &m->shared.gate_up);
+		l->moe.shared.down = lin(e, &m->shared.down);
+		l->moe.shared_gate = lin(e, &m->shared_gate);
+	} else {
+		l->mlp.gate_up = lin(e, &h->mlp.gate_up);
+		l->mlp.down = lin(e, &h->mlp.down);
+	}
+}
+
+/* The MTP head (bound with opts.mtp; its tensors are device tensors then: the plan's mtp). */
+static void mtp_upload(struct cuda_engine *e, struct capy_err *err, int *rc)
+{
+	const struct capy_mtp_w *h = &e->hw.mtp;
+	struct cu_mtp *m = &e->mtp;
+	uint64_t H = e->c.hidden_size;
+
+	m->fc = lin(e, &h->fc);
+	m->norm_emb = vec(e, h->norm_emb, H, err, rc);
+	m->norm_hidden = vec(e, h->norm_hidden, H, err, rc);
+	m->norm = vec(e, h->norm, H, err, rc);
+	layer_upload(e, &m->layer, &h->layer, err, rc);
+	m->present = *rc == 0;
+}
+
 int cu_weights_upload(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	const struct capy_weights *w = &e->hw;
-	uint64_t H = c->hidden_size, hd = c->head_dim, hh = (c->hc_count ? c->hc_count : 1) * H;
-	uint64_t conv = 2 * c->linear_key_heads * c->linear_key_head_dim + c->linear_value_heads * c->linear_value_head_dim;
 	cudaError_t r;
 	int rc = 0;
 
@@ -172,66 +252,11 @@ int cu_weights_upload(struct cuda_engine *e, struct capy_err *err)
 	if (c->family == CAPY_FAMILY_QWEN4_EXP)
 		hc(e, &e->hc_final, &w->hc_final, err, &rc);
 	else
-		e->final_norm = vec(e, w->final_norm, H, err, &rc);
-	for (uint64_t i = 0; i < c->n_layers && rc == 0; i++) {
-		const struct capy_layer_w *h = &w->layers[i];
-		struct cu_layer *l = &e->layers[i];
-		l->h = h;
-		l->in_norm = vec(e, h->in_norm, H, err, &rc);
-		l->post_norm = vec(e, h->post_norm, H, err, &rc);
-		if (c->family == CAPY_FAMILY_QWEN4_EXP) {
-			hc(e, &l->hc_attn, &h->hc_attn, err, &rc);
-			hc(e, &l->hc_mlp, &h->hc_mlp, err, &rc);
-		}
-		if (h->has_ple) {
-			l->ple.key = lin(e, &h->ple.key);
-			l->ple.value = lin(e, &h->ple.value);
-			l->ple.norm_key = vec(e, h->ple.norm_key, hh, err, &rc);
-			l->ple.norm_query = vec(e, h->ple.norm_query, hh, err, &rc);
-			l->ple.norm_conv = vec(e, h->ple.norm_conv, hh, err, &rc);
-			l->ple.conv = vec(e, h->ple.conv, hh * c->ple_conv_kernel, err, &rc);
-		}
-		if (h->type == CAPY_LAYER_LINEAR) {
-			const struct capy_gdn_w *g = &h->gdn;
-			l->gdn.qkv = lin(e, &g->qkv);
-			l->gdn.z = lin(e, &g->z);
-			l->gdn.b = lin(e, &g->b);
-			l->gdn.a = lin(e, &g->a);
-			l->gdn.out = lin(e, &g->out);
-			l->gdn.conv = vec(e, g->conv, conv * c->linear_conv_kernel, err, &rc);
-			l->gdn.neg_a = vec(e, g->neg_a, c->linear_value_heads, err, &rc);
-			l->gdn.dt_bias = vec(e, g->dt_bias, c->linear_value_heads, err, &rc);
-			l->gdn.norm = vec(e, g->norm, c->linear_value_head_dim, err, &rc);
-		} else {
-			const struct capy_attn_w *at = &h->attn;
-			l->attn.q = lin(e, &at->q);
-			l->attn.k = lin(e, &at->k);
-			l->attn.v = lin(e, &at->v);
-			l->attn.o = lin(e, &at->o);
-			l->attn.q_norm = vec(e, at->q_norm, hd, err, &rc);
-			l->attn.k_norm = vec(e, at->k_norm, hd, err, &rc);
-			l->attn.qsa = at->qsa;
-			if (at->qsa) {
-				l->attn.idx_qk = lin(e, &at->idx_qk);
-				l->attn.idx_q_norm = vec(e, at->idx_q_norm, c->indexer_head_dim, err, &rc);
-				l->attn.idx_k_norm = vec(e, at->idx_k_norm, c->indexer_head_dim, err, &rc);
-			}
-		}
-		if (h->moe) {
-			const struct capy_moe_w *m = &h->moe_w;
-			l->moe.router = lin(e, &m->router);
-			if (e->plan.all_resident) { /* else offload.c gives the experts' stacks */
-				l->moe.gate_up = stack(e, m->gate_up);
-				l->moe.down = stack(e, m->down);
-			}
-			l->moe.shared.gate_up = lin(e, &m->shared.gate_up);
-			l->moe.shared.down = lin(e, &m->shared.down);
-			l->moe.shared_gate = lin(e, &m->shared_gate);
-		} else {
-			l->mlp.gate_up = lin(e, &h->mlp.gate_up);
-			l->mlp.down = lin(e, &h->mlp.down);
-		}
-	}
+		e->final_norm = vec(e, w->final_norm, c->hidden_size, err, &rc);
+	for (uint64_t i = 0; i < c->n_layers && rc == 0; i++)
+		layer_upload(e, &e->layers[i], &w->layers[i], err, &rc);
+	if (w->mtp.present && rc == 0)
+		mtp_upload(e, err, &rc);
 	return rc;
 }
 
