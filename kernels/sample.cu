@@ -22,6 +22,7 @@
 
 #define SM_THREADS 1024
 #define SM_BINS 2048
+#define SM_MASK_SMEM (36 * 1024) /* dynamic shared memory for a mask row, within the 48 KB default */
 
 static __device__ __forceinline__ uint32_t order_key(float v)
 {
@@ -115,9 +116,11 @@ static __device__ __forceinline__ void greedy_take(float v, uint32_t ok, int i, 
 }
 
 static __global__ void __launch_bounds__(SM_THREADS)
-	k_sample(const float *logits, uint64_t V, const struct ck_sample_row *rows, struct ck_sample_out *out)
+	k_sample(const float *logits, uint64_t V, const struct ck_sample_row *rows, struct ck_sample_out *out,
+		 bool stage_mask)
 {
 	ck_grid_enter();
+	extern __shared__ uint32_t s_mask[]; /* stage_mask: the row's mask, ceil(V / 32) words */
 	__shared__ uint32_t hist[SM_BINS];
 	__shared__ float sv[SM_THREADS / 32];
 	__shared__ int sx[SM_THREADS / 32];
@@ -130,6 +133,17 @@ static __global__ void __launch_bounds__(SM_THREADS)
 
 	if (p.mode == CK_SAMPLE_NONE)
 		return;
+	/* The row's mask read into shared memory at once (every thread's words in one round
+	 * trip): read from global memory inside the loops below, each of a thread's ~60 groups
+	 * of ids waited for a mask word that the upload had left outside L2 (+0.014 ms a masked
+	 * decode step on the H100). */
+	const uint32_t *mk = p.mask;
+	if (mk && stage_mask) {
+		for (uint64_t w = tid; w < (V + 31) / 32; w += SM_THREADS)
+			s_mask[w] = mk[w];
+		__syncthreads();
+		mk = s_mask;
+	}
 	if (p.mode == CK_SAMPLE_GREEDY) {
 		/* Every load is unconditional, so the loop's loads do not wait on the comparisons
 		 * before them: with the mask test ahead of the logit's load, as before, a masked
@@ -141,14 +155,14 @@ static __global__ void __launch_bounds__(SM_THREADS)
 #pragma unroll 4
 		for (uint64_t j = tid; j < head; j += SM_THREADS) {
 			const float4 x = ((const float4 *)l)[j];
-			const uint32_t w = p.mask ? p.mask[j >> 3] >> ((j & 7) * 4) : 0xFu;
+			const uint32_t w = mk ? mk[j >> 3] >> ((j & 7) * 4) : 0xFu;
 			greedy_take(x.x, w & 1, (int)(4 * j), &bv, &bx);
 			greedy_take(x.y, w & 2, (int)(4 * j + 1), &bv, &bx);
 			greedy_take(x.z, w & 4, (int)(4 * j + 2), &bv, &bx);
 			greedy_take(x.w, w & 8, (int)(4 * j + 3), &bv, &bx);
 		}
 		for (uint64_t i = 4 * head + tid; i < V; i += SM_THREADS)
-			greedy_take(l[i], allowed(p.mask, i), (int)i, &bv, &bx);
+			greedy_take(l[i], allowed(mk, i), (int)i, &bv, &bx);
 		block_best(&bv, &bx, sv, sx);
 		if (tid == 0) {
 			/* The host's loop starts at first (0, or the lowest allowed id) and takes only
@@ -170,7 +184,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 		__syncthreads();
 		for (uint64_t i = tid; i < V; i += SM_THREADS) {
 			float v = __fdiv_rn(l[i], p.temperature);
-			if (isnan(v) || !allowed(p.mask, i))
+			if (isnan(v) || !allowed(mk, i))
 				continue;
 			uint32_t key = order_key(v);
 			if (level == 0 && ck_beats(mx, mxx, v, (int)i)) {
@@ -212,7 +226,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 	__syncthreads();
 	for (uint64_t i = tid; i < V; i += SM_THREADS) {
 		float v = __fdiv_rn(l[i], p.temperature);
-		if (isnan(v) || order_key(v) < cut || !(v >= floor_v) || !allowed(p.mask, i))
+		if (isnan(v) || order_key(v) < cut || !(v >= floor_v) || !allowed(mk, i))
 			continue;
 		uint32_t at = atomicAdd(&s_n, 1u);
 		o->v[at] = v;
@@ -230,6 +244,9 @@ extern "C" int ck_sample(const float *logits, uint64_t m, uint64_t V, const stru
 {
 	if (!m)
 		return 0;
-	ck_launch(k_sample, (unsigned)m, SM_THREADS, 0, (cudaStream_t)stream, logits, V, rows, out);
+	/* A mask row that fits beside the static arrays is staged in shared memory (248k ids: 31 KB). */
+	const size_t mask_bytes = (V + 31) / 32 * 4;
+	const bool stage = mask_bytes <= SM_MASK_SMEM;
+	ck_launch(k_sample, (unsigned)m, SM_THREADS, stage ? mask_bytes : 0, (cudaStream_t)stream, logits, V, rows, out, stage);
 	return ck_launched();
 }
