@@ -11,11 +11,11 @@
  * included, is listed. The list's order depends on timing (a shared counter), the host sorts
  * it by (v, id), so the result does not. A row with a token mask (structured output) reads it
  * beside the logits and leaves out the ids it does not allow, which is what the host's masked
- * sampler does by setting their logits to -inf. One block per row: the row was just written by
- * lm_head and is read from L2. That block is the limit: a top-k row costs ~150 us on the
- * H200 against ~10 for a greedy one and ~50 for copying the row to the host, so the backend
- * uses it only for chunks of several rows (forward.c); spreading a row over many blocks is
- * what would make it cheap. */
+ * sampler does by setting their logits to -inf. A greedy row is spread over SG_BLOCKS blocks
+ * (k_greedy_part), then reduced; a top-k row is one block: the row was just written by lm_head
+ * and is read from L2. That block is the limit: a top-k row costs ~150 us on the H200 against
+ * ~50 for copying the row to the host, so the backend uses it only for chunks of several rows
+ * (forward.c); spreading it over many blocks too is what would make it cheap. */
 #include "ck-common.cuh"
 
 #include <math.h>
@@ -23,6 +23,8 @@
 #define SM_THREADS 1024
 #define SM_BINS 2048
 #define SM_MASK_SMEM (36 * 1024) /* dynamic shared memory for a mask row, within the 48 KB default */
+#define SG_BLOCKS 64   /* blocks a greedy row is spread over (at most CK_SAMPLE_CAP: their maxima in v, id) */
+#define SG_THREADS 256
 
 static __device__ __forceinline__ uint32_t order_key(float v)
 {
@@ -115,6 +117,50 @@ static __device__ __forceinline__ void greedy_take(float v, uint32_t ok, int i, 
 	}
 }
 
+/* Greedy rows over SG_BLOCKS blocks each, block y a slice of the row: the slice's first maximum
+ * (its float4 groups, then its share of the ids past the last whole group) into out->v[y],
+ * out->id[y], which k_sample's greedy branch then reduces. One block per row read the row's 1 MB
+ * (248k ids) from one multiprocessor: 11 us of a decode step at batch 1, 20 with a mask (H100
+ * kernel trace). The maximum with the lowest id among equals is the same whatever the slices
+ * (ck_beats orders every candidate the same way), so the split changes no token. Every load is
+ * unconditional, so a thread's loads do not wait on the comparisons before them, and each
+ * thread visits its ids in increasing order: the first maximum stays first. */
+static __global__ void __launch_bounds__(SG_THREADS)
+	k_greedy_part(const float *logits, uint64_t V, const struct ck_sample_row *rows, struct ck_sample_out *out)
+{
+	ck_grid_enter();
+	__shared__ float sv[SG_THREADS / 32];
+	__shared__ int sx[SG_THREADS / 32];
+	const struct ck_sample_row p = rows[blockIdx.x];
+	const float *l = logits + blockIdx.x * V;
+	const uint32_t *mk = p.mask;
+	const unsigned tid = threadIdx.x, y = blockIdx.y;
+
+	if (p.mode != CK_SAMPLE_GREEDY)
+		return;
+	const uint64_t head = ((uintptr_t)l & 15) == 0 ? V / 4 : 0, tail = V - 4 * head; /* float4 groups; the rest */
+	const uint64_t g0 = head * y / SG_BLOCKS, g1 = head * (y + 1) / SG_BLOCKS;
+	const uint64_t t0 = 4 * head + tail * y / SG_BLOCKS, t1 = 4 * head + tail * (y + 1) / SG_BLOCKS;
+	float bv = -INFINITY;
+	int bx = -1;
+#pragma unroll 4
+	for (uint64_t j = g0 + tid; j < g1; j += SG_THREADS) {
+		const float4 x = ((const float4 *)l)[j];
+		const uint32_t w = mk ? mk[j >> 3] >> ((j & 7) * 4) : 0xFu;
+		greedy_take(x.x, w & 1, (int)(4 * j), &bv, &bx);
+		greedy_take(x.y, w & 2, (int)(4 * j + 1), &bv, &bx);
+		greedy_take(x.z, w & 4, (int)(4 * j + 2), &bv, &bx);
+		greedy_take(x.w, w & 8, (int)(4 * j + 3), &bv, &bx);
+	}
+	for (uint64_t i = t0 + tid; i < t1; i += SG_THREADS)
+		greedy_take(l[i], allowed(mk, i), (int)i, &bv, &bx);
+	block_best(&bv, &bx, sv, sx);
+	if (tid == 0) {
+		out[blockIdx.x].v[y] = bv;
+		out[blockIdx.x].id[y] = bx;
+	}
+}
+
 static __global__ void __launch_bounds__(SM_THREADS)
 	k_sample(const float *logits, uint64_t V, const struct ck_sample_row *rows, struct ck_sample_out *out,
 		 bool stage_mask)
@@ -133,9 +179,34 @@ static __global__ void __launch_bounds__(SM_THREADS)
 
 	if (p.mode == CK_SAMPLE_NONE)
 		return;
-	/* The row's mask read into shared memory at once (every thread's words in one round
-	 * trip): read from global memory inside the loops below, a masked greedy row took 20 us
-	 * of the block's own time against 11 unmasked (H100 kernel trace). */
+	if (p.mode == CK_SAMPLE_GREEDY) { /* the slices' maxima (k_greedy_part), by warp 0 */
+		if (tid >= 32)
+			return;
+		float bv = -INFINITY;
+		int bx = -1;
+		for (unsigned q = tid; q < SG_BLOCKS; q += 32)
+			if (ck_beats(bv, bx, o->v[q], o->id[q])) {
+				bv = o->v[q];
+				bx = o->id[q];
+			}
+		for (int off = 16; off; off >>= 1) {
+			float ov = __shfl_xor_sync(CK_FULL, bv, off);
+			int ox = __shfl_xor_sync(CK_FULL, bx, off);
+			if (ck_beats(bv, bx, ov, ox)) {
+				bv = ov;
+				bx = ox;
+			}
+		}
+		if (tid == 0) {
+			/* The host's loop starts at first (0, or the lowest allowed id) and takes only
+			 * larger values: a NaN there, or a row of NaN, leaves it at first. */
+			o->greedy = (bx < 0 || isnan(l[p.first])) ? p.first : bx;
+			o->status = 0;
+		}
+		return;
+	}
+	/* Top k. The row's mask read into shared memory at once (every thread's words in one
+	 * round trip) for the passes below. */
 	const uint32_t *mk = p.mask;
 	if (mk && stage_mask) {
 		constexpr int PER = (SM_MASK_SMEM / 4 + SM_THREADS - 1) / SM_THREADS;
@@ -152,36 +223,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 		__syncthreads();
 		mk = s_mask;
 	}
-	if (p.mode == CK_SAMPLE_GREEDY) {
-		/* Every load is unconditional, so the loop's loads do not wait on the comparisons
-		 * before them: with the mask test ahead of the logit's load, as before, a masked
-		 * row's 242 loads a thread were issued one after another and cost ~0.08 ms. Each
-		 * thread still visits its ids in increasing order: the first maximum stays first. */
-		float bv = -INFINITY;
-		int bx = -1;
-		const uint64_t head = ((uintptr_t)l & 15) == 0 ? V / 4 : 0; /* float4 groups */
-#pragma unroll 4
-		for (uint64_t j = tid; j < head; j += SM_THREADS) {
-			const float4 x = ((const float4 *)l)[j];
-			const uint32_t w = mk ? mk[j >> 3] >> ((j & 7) * 4) : 0xFu;
-			greedy_take(x.x, w & 1, (int)(4 * j), &bv, &bx);
-			greedy_take(x.y, w & 2, (int)(4 * j + 1), &bv, &bx);
-			greedy_take(x.z, w & 4, (int)(4 * j + 2), &bv, &bx);
-			greedy_take(x.w, w & 8, (int)(4 * j + 3), &bv, &bx);
-		}
-		for (uint64_t i = 4 * head + tid; i < V; i += SM_THREADS)
-			greedy_take(l[i], allowed(mk, i), (int)i, &bv, &bx);
-		block_best(&bv, &bx, sv, sx);
-		if (tid == 0) {
-			/* The host's loop starts at first (0, or the lowest allowed id) and takes only
-			 * larger values: a NaN there, or a row of NaN, leaves it at first. */
-			o->greedy = (bx < 0 || isnan(l[p.first])) ? p.first : bx;
-			o->status = 0;
-		}
-		return;
-	}
 
-	/* Top k. */
 	float mx = -INFINITY;
 	int mxx = -1;
 	uint32_t prefix = 0, need = (uint32_t)p.top_k, above_total = 0;
@@ -255,6 +297,7 @@ extern "C" int ck_sample(const float *logits, uint64_t m, uint64_t V, const stru
 	/* A mask row that fits beside the static arrays is staged in shared memory (248k ids: 31 KB). */
 	const size_t mask_bytes = (V + 31) / 32 * 4;
 	const bool stage = mask_bytes <= SM_MASK_SMEM;
+	ck_launch(k_greedy_part, dim3((unsigned)m, SG_BLOCKS), SG_THREADS, 0, (cudaStream_t)stream, logits, V, rows, out);
 	ck_launch(k_sample, (unsigned)m, SM_THREADS, stage ? mask_bytes : 0, (cudaStream_t)stream, logits, V, rows, out, stage);
 	return ck_launched();
 }
