@@ -59,12 +59,11 @@ __device__ __forceinline__ unsigned long long ck_globaltimer(void)
 	return t;
 }
 
-// Thread 0 of block 0, tracing: one record of when it started, when its wait returned, the
-// launch shape and the kernel's name.
-static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsigned long long t0, long long c0,
-						  const char *name)
+// One record: the two times and clocks, the launch shape (grid 0: a block's leaving) and the
+// kernel's name.
+static __device__ __noinline__ void ck_trace_put(struct ck_trace_buf *tb, unsigned long long t0, unsigned long long t1,
+						 long long c0, long long c1, unsigned grid, unsigned block, const char *name)
 {
-	unsigned long long t1 = ck_globaltimer(), c1 = clock64();
 	unsigned i = atomicAdd(&tb->n, 1u);
 
 	if (i >= tb->cap)
@@ -74,12 +73,20 @@ static __device__ __noinline__ void ck_trace_note(struct ck_trace_buf *tb, unsig
 	r->t_ready = t1;
 	r->clk_start = c0;
 	r->clk_ready = c1;
-	r->grid = gridDim.x * gridDim.y * gridDim.z;
-	r->block = blockDim.x * blockDim.y * blockDim.z;
+	r->grid = grid;
+	r->block = block;
 	int j = 0;
 	for (; j < (int)sizeof(r->name) - 1 && name[j]; j++)
 		r->name[j] = name[j];
 	r->name[j] = 0;
+}
+
+// Thread 0 of block 0, tracing: when it started, when its wait returned, the launch shape.
+static __device__ __forceinline__ void ck_trace_note(struct ck_trace_buf *tb, unsigned long long t0, long long c0,
+						     const char *name)
+{
+	ck_trace_put(tb, t0, ck_globaltimer(), c0, clock64(), gridDim.x * gridDim.y * gridDim.z,
+		     blockDim.x * blockDim.y * blockDim.z, name);
 }
 #endif
 
@@ -94,19 +101,9 @@ struct ck_trace_leave {
 	__device__ ~ck_trace_leave()
 	{
 		if (tb) {
-			unsigned long long t = ck_globaltimer();
-			unsigned i = atomicAdd(&tb->n, 1u);
-			if (i < tb->cap) {
-				struct ck_trace_rec *r = &tb->rec[i];
-				r->t_start = r->t_ready = t;
-				r->clk_start = r->clk_ready = clock64();
-				r->grid = 0;
-				r->block = 0;
-				int j = 0;
-				for (; j < (int)sizeof(r->name) - 1 && name[j]; j++)
-					r->name[j] = name[j];
-				r->name[j] = 0;
-			}
+			const unsigned long long t = ck_globaltimer();
+			const long long c = clock64();
+			ck_trace_put(tb, t, t, c, c, 0, 0, name);
 		}
 	}
 };
