@@ -419,6 +419,27 @@ int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int
 int ck_gdn_gated_norm(float *o, const float *z, const float *norm_w, uint64_t T, uint64_t nv, uint64_t dv,
 		      float eps, bool gate_sigmoid, void *stream);
 
+/* A decode step's GDN core (every item one row, no kept states) in two launches instead of
+ * six, the same bits as ck_gdn_conv, ck_gdn_gates, ck_gdn_recurrent and ck_gdn_gated_norm
+ * in that order: the conv outputs and the gates, then the recurrence with q and k
+ * normalised inside, the windows moved on and each head's gated norm done by the last of
+ * its blocks. o [T][nv dv] gets the normed output; conv [T][C] and beta, g [T][nv] are
+ * scratch (conv holds q and k unnormalised); count [T][nv] must be zeros and is left so.
+ * -cudaErrorInvalidValue for a step with more rows than items or with kept states. */
+struct ck_gdn_decode_args {
+	const float *qkv, *conv_w;         /* [T][C], [C][K] */
+	const float *b, *a;                /* [T][nv] */
+	const float *neg_a, *dt_bias;      /* [nv] */
+	const float *z, *norm_w;           /* [T][nv dv], [dv] */
+	float eps;
+	bool gate_sigmoid;
+	float *conv, *beta, *g, *o;
+	uint32_t *count;
+	void *z_ready; /* a cudaEvent_t the stream waits for before the kernel that reads z, or NULL */
+};
+int ck_gdn_decode(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const struct ck_gdn_decode_args *d,
+		  void *stream);
+
 /* --- PLE, qwen4_exp (kernels/ops.cu) ---------------------------------------------------- */
 
 /* Per row t and stream s (hh = hc H): key [T][hh] normed per stream of H with norm_key,

@@ -22,13 +22,32 @@ extern "C" uint64_t ck_gdn_state_floats(const struct ck_gdn_shape *g)
 	return (g->K - 1) * g->C + g->nv * g->dk * g->dv;
 }
 
+/* beta and g of one entry i of [T][nv] (ck_gdn_gates' formula). */
+static __device__ __forceinline__ void gdn_gate_one(uint64_t i, const float *b, const float *a, const float *neg_a,
+						    const float *dt_bias, uint64_t nv, float *beta, float *g)
+{
+	const uint64_t h = i % nv;
+	const float x = a[i] + dt_bias[h];
+
+	beta[i] = sigmoid_(b[i]);
+	/* torch's softplus, threshold 20, as the CPU's softplusf_ */
+	g[i] = neg_a[h] * (x > 20.0f ? x : log1pf(expf(x)));
+}
+
 /* --- conv ------------------------------------------------------------------------------ */
 
 /* One block per row t, threads over channels: out = silu(sum over i < K in order of
  * w[ch][i] * x_i), x_i the input K - 1 - i rows back, from the item's rows or (before its
  * first row) from its window. Reads the window only; gdn_conv_window moves it on after. */
+struct gdn_gate_args {
+	const float *b, *a, *neg_a, *dt_bias;
+	uint64_t N, nv; /* N = T nv entries, 0: none */
+	float *beta, *g;
+};
+
 static __global__ void gdn_conv_out(const int32_t *item, const int64_t *t0, float *const *state, uint64_t slot_off,
-				    const float *qkv, const float *w, uint64_t C, uint32_t K, float *conv)
+				    const float *qkv, const float *w, uint64_t C, uint32_t K, float *conv,
+				    struct gdn_gate_args ga)
 {
 	ck_grid_enter();
 	const uint64_t t = blockIdx.x;
@@ -48,6 +67,10 @@ static __global__ void gdn_conv_out(const int32_t *item, const int64_t *t0, floa
 		}
 		conv[t * C + ch] = silu_(acc);
 	}
+	/* ck_gdn_decode: the gates too, over the whole grid (they need only in_proj's rows) */
+	const uint64_t nthr = (uint64_t)gridDim.x * gridDim.y * blockDim.x;
+	for (uint64_t i = ((uint64_t)blockIdx.x * gridDim.y + blockIdx.y) * blockDim.x + threadIdx.x; i < ga.N; i += nthr)
+		gdn_gate_one(i, ga.b, ga.a, ga.neg_a, ga.dt_bias, ga.nv, ga.beta, ga.g);
 }
 
 /* The window after an item's row t (the last W inputs of [old window | rows 0 .. t]) into dst,
@@ -85,26 +108,37 @@ static __global__ void gdn_conv_window(const int64_t *t0, const int64_t *n, floa
 	gdn_window_after(win, win, rows, nn - 1, K - 1, C, ch);
 }
 
+#define GDN_CONV_THREADS 256
+
+/* The conv outputs (and, with ga.N, the gates) of every row: one launch. */
+static int gdn_conv_launch(const struct ck_step *st, const struct ck_gdn_shape *g, uint64_t slot_off, const float *qkv,
+			   const float *w, float *conv, const struct gdn_gate_args *ga, cudaStream_t s)
+{
+	const uint64_t gy = (g->C + GDN_CONV_THREADS - 1) / GDN_CONV_THREADS;
+
+	ck_launch(gdn_conv_out, dim3((unsigned)st->T, (unsigned)(gy < 65535 ? gy : 65535)), GDN_CONV_THREADS, 0, s,
+		  st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C, (uint32_t)g->K, conv, *ga);
+	return ck_launched();
+}
+
 extern "C" int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, const float *qkv,
 			   const float *w, float *conv, void *stream)
 {
 	cudaStream_t s = (cudaStream_t)stream;
 	const uint64_t slot_off = (uint64_t)slot * ck_gdn_state_floats(g);
-	const unsigned threads = 256;
+	const struct gdn_gate_args none = {};
 	int rc;
 
 	if (st->T == 0 || st->n_items == 0)
 		return 0;
 	/* Two kernels in stream order: every conv output has read the old window before any
 	 * window is rewritten. */
-	ck_launch(gdn_conv_out, dim3((unsigned)st->T, (unsigned)((g->C + threads - 1) / threads < 65535 ? (g->C + threads - 1) / threads : 65535)),
-		       threads, 0, s, st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C, (uint32_t)g->K, conv);
-	if ((rc = ck_launched()))
+	if ((rc = gdn_conv_launch(st, g, slot_off, qkv, w, conv, &none, s)))
 		return rc;
 	if (g->K < 2)
 		return 0;
-	ck_launch(gdn_conv_window, dim3(st->n_items, (unsigned)((g->C + threads - 1) / threads)), threads, 0, s,
-		  st->t0, st->n, st->gdn_state, st->gdn_keep, slot_off, qkv, g->C, (uint32_t)g->K);
+	ck_launch(gdn_conv_window, dim3(st->n_items, (unsigned)((g->C + GDN_CONV_THREADS - 1) / GDN_CONV_THREADS)),
+		  GDN_CONV_THREADS, 0, s, st->t0, st->n, st->gdn_state, st->gdn_keep, slot_off, qkv, g->C, (uint32_t)g->K);
 	return ck_launched();
 }
 
@@ -114,13 +148,8 @@ static __global__ void gdn_gates_k(const float *b, const float *a, const float *
 				   uint64_t N, uint64_t nv, float *beta, float *g)
 {
 	ck_grid_enter();
-	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (uint64_t)gridDim.x * blockDim.x) {
-		uint64_t h = i % nv;
-		float x = a[i] + dt_bias[h];
-		beta[i] = sigmoid_(b[i]);
-		/* torch's softplus, threshold 20, as the CPU's softplusf_ */
-		g[i] = neg_a[h] * (x > 20.0f ? x : log1pf(expf(x)));
-	}
+	for (uint64_t i = (uint64_t)blockIdx.x * blockDim.x + threadIdx.x; i < N; i += (uint64_t)gridDim.x * blockDim.x)
+		gdn_gate_one(i, b, a, neg_a, dt_bias, nv, beta, g);
 }
 
 extern "C" int ck_gdn_gates(const float *b, const float *a, const float *neg_a, const float *dt_bias, uint64_t T,
@@ -140,67 +169,8 @@ extern "C" int ck_gdn_gates(const float *b, const float *a, const float *neg_a, 
 
 /* --- the gated delta rule, recurrent ---------------------------------------------------- */
 
-/* q and k of every row and key head l2-normalised in place (x / sqrtf(sum x^2 + 1e-6), as
- * l2norm_scaled), q also times 1 / sqrtf(dk): the recurrence then reads them as it uses them.
- * One block of 4 warps per (row, key head), the sum of squares as per-thread strided partials,
- * an xor butterfly per warp, then the 4 warps in order. */
-#define GDN_NORM_REG 2 /* values a thread keeps in registers (dk, dv <= 256: every model) */
-static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_t C, uint32_t nk, uint32_t dk)
-{
-	ck_grid_enter();
-	__shared__ float red[2][4];
-	const uint64_t t = blockIdx.x;
-	const uint32_t kh = blockIdx.y, lane = threadIdx.x % 32, w = threadIdx.x / 32;
-	float *q = conv + t * C + (uint64_t)kh * dk, *k = conv + t * C + (uint64_t)(nk + kh) * dk;
-	float sq = 0, sk = 0, qv[GDN_NORM_REG], kv[GDN_NORM_REG];
-	/* one round trip: the values stay in registers (longer heads read them twice) */
-	const bool regs = dk <= GDN_NORM_REG * 128;
-
-	if (regs) {
-#pragma unroll
-		for (int j = 0; j < GDN_NORM_REG; j++)
-			if (threadIdx.x + 128 * j < dk) {
-				qv[j] = q[threadIdx.x + 128 * j];
-				kv[j] = k[threadIdx.x + 128 * j];
-			}
-#pragma unroll
-		for (int j = 0; j < GDN_NORM_REG; j++)
-			if (threadIdx.x + 128 * j < dk) {
-				sq += qv[j] * qv[j];
-				sk += kv[j] * kv[j];
-			}
-	} else {
-		for (uint32_t i = threadIdx.x; i < dk; i += 128) {
-			sq += q[i] * q[i];
-			sk += k[i] * k[i];
-		}
-	}
-	for (int off = 16; off; off >>= 1) {
-		sq += __shfl_xor_sync(0xffffffffu, sq, off);
-		sk += __shfl_xor_sync(0xffffffffu, sk, off);
-	}
-	if (lane == 0) {
-		red[0][w] = sq;
-		red[1][w] = sk;
-	}
-	__syncthreads();
-	const float rq = 1.0f / sqrtf(((red[0][0] + red[0][1]) + red[0][2]) + red[0][3] + 1e-6f);
-	const float rk = 1.0f / sqrtf(((red[1][0] + red[1][1]) + red[1][2]) + red[1][3] + 1e-6f);
-	const float qscale = 1.0f / sqrtf((float)dk);
-	if (regs) {
-#pragma unroll
-		for (int j = 0; j < GDN_NORM_REG; j++)
-			if (threadIdx.x + 128 * j < dk) {
-				q[threadIdx.x + 128 * j] = (qv[j] * rq) * qscale;
-				k[threadIdx.x + 128 * j] = kv[j] * rk;
-			}
-		return;
-	}
-	for (uint32_t i = threadIdx.x; i < dk; i += 128) { /* each thread rewrites what it read */
-		q[i] = (q[i] * rq) * qscale;
-		k[i] = k[i] * rk;
-	}
-}
+/* Values a thread of the gated norm keeps in registers (dv <= 256: every model). */
+#define GDN_NORM_REG 2
 
 /* A warp holds 4 columns x of S for all dk rows: lane = 8 x + r, and lane r of a column owns
  * the rows 32 j + 4 r + u (u < 4, j < JJ), so a column's sums over dk are 8 per-lane partials
@@ -276,6 +246,130 @@ static __device__ __forceinline__ float gdn_sum(const float p[4])
 	return t;
 }
 
+/* Row groups of 32 a column lane holds: 1, 2, 4 or 8 (dk <= 256). */
+static unsigned gdn_jj(uint64_t dk)
+{
+	const uint64_t jj = (dk + 4 * GDN_LANES - 1) / (4 * GDN_LANES);
+
+	return jj <= 1 ? 1 : jj <= 2 ? 2 : jj <= 4 ? 4 : 8;
+}
+
+/* q and k of one (row, key head) l2-normalised (x / sqrtf(sum x^2 + 1e-6)), q also times
+ * 1 / sqrtf(dk), held as the recurrence holds them: lane r of a column's 8 the rows
+ * 32 j + 4 r + u (zeros past dk). The sums as gdn_sum's: per u over j in order, then the
+ * lanes. The prefill's gdn_qk_norm_k and the decode kernel both call this: the same bits. */
+template <int JJ>
+static __device__ __forceinline__ void gdn_qk_normalize(float (&q)[JJ][4], float (&k)[JJ][4], uint32_t dk)
+{
+	float pq[4] = { 0, 0, 0, 0 }, pk[4] = { 0, 0, 0, 0 };
+
+#pragma unroll
+	for (int j = 0; j < JJ; j++)
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			pq[u] = __fmaf_rn(q[j][u], q[j][u], pq[u]);
+			pk[u] = __fmaf_rn(k[j][u], k[j][u], pk[u]);
+		}
+	const float rq = 1.0f / sqrtf(gdn_sum(pq) + 1e-6f), rk = 1.0f / sqrtf(gdn_sum(pk) + 1e-6f);
+	const float qscale = 1.0f / sqrtf((float)dk);
+#pragma unroll
+	for (int j = 0; j < JJ; j++)
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			q[j][u] = __fmul_rn(__fmul_rn(q[j][u], rq), qscale);
+			k[j][u] = __fmul_rn(k[j][u], rk);
+		}
+}
+
+/* Prompt rows: q and k of every (row, key head) normalised in place before the recurrence
+ * (conv is spent), 8 lanes a pair (16 pairs a block of 128). */
+template <int JJ>
+static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_t C, uint64_t pairs, uint32_t nk,
+							    uint32_t dk)
+{
+	ck_grid_enter();
+	const uint32_t r = threadIdx.x % GDN_LANES;
+	const uint64_t p = (uint64_t)blockIdx.x * (128 / GDN_LANES) + threadIdx.x / GDN_LANES;
+	const bool live = p < pairs; /* every lane takes part in the shuffles */
+	const uint64_t t = live ? p / nk : 0, kh = live ? p % nk : 0;
+	float *q = conv + t * C + kh * dk, *k = conv + t * C + (nk + kh) * dk;
+	float qv[JJ][4], kv[JJ][4];
+
+#pragma unroll
+	for (int j = 0; j < JJ; j++)
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
+			qv[j][u] = live && y < dk ? q[y] : 0.0f;
+			kv[j][u] = live && y < dk ? k[y] : 0.0f;
+		}
+	gdn_qk_normalize<JJ>(qv, kv, dk);
+#pragma unroll
+	for (int j = 0; j < JJ; j++)
+#pragma unroll
+		for (int u = 0; u < 4; u++) {
+			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
+			if (live && y < dk) {
+				q[y] = qv[j][u];
+				k[y] = kv[j][u];
+			}
+		}
+}
+
+/* Gated RMSNorm of one (row, head) of dv by a block of 128 threads: the sum of squares as
+ * per-thread strided partials, an xor butterfly per warp, then the 4 warps in order;
+ * o = (norm_w[i] * (o * r)) * act(z). Loads through L2: in the decode kernel other blocks
+ * wrote this row. */
+static __device__ __forceinline__ void gdn_gated_norm_row(float *xr, const float *zr, const float *norm_w, uint32_t dv,
+							  float eps, bool gate_sigmoid)
+{
+	__shared__ float red[4];
+	float ss = 0, r, xv[GDN_NORM_REG], zv[GDN_NORM_REG], nw[GDN_NORM_REG];
+	const bool regs = dv <= GDN_NORM_REG * 128; /* one round trip (longer heads read twice) */
+
+	if (regs) {
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dv) {
+				nw[j] = norm_w[threadIdx.x + 128 * j];
+				xv[j] = __ldcg(xr + threadIdx.x + 128 * j);
+				zv[j] = __ldcg(zr + threadIdx.x + 128 * j);
+			}
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dv)
+				ss = __fmaf_rn(xv[j], xv[j], ss);
+	} else {
+		for (uint32_t i = threadIdx.x; i < dv; i += 128) {
+			const float x = __ldcg(xr + i);
+			ss = __fmaf_rn(x, x, ss);
+		}
+	}
+	for (int off = 16; off; off >>= 1)
+		ss += __shfl_xor_sync(0xffffffffu, ss, off);
+	if (threadIdx.x % 32 == 0)
+		red[threadIdx.x / 32] = ss;
+	__syncthreads();
+	ss = ((red[0] + red[1]) + red[2]) + red[3];
+	r = 1.0f / sqrtf(ss / (float)dv + eps);
+	if (regs) {
+#pragma unroll
+		for (int j = 0; j < GDN_NORM_REG; j++)
+			if (threadIdx.x + 128 * j < dv) {
+				const float act = gate_sigmoid ? sigmoid_(zv[j]) : silu_(zv[j]);
+				xr[threadIdx.x + 128 * j] = __fmul_rn(__fmul_rn(nw[j], __fmul_rn(xv[j], r)), act);
+			}
+	} else {
+		/* each thread rewrites only the elements it read itself */
+		for (uint32_t i = threadIdx.x; i < dv; i += 128) {
+			const float x = __ldcg(xr + i), zz = __ldcg(zr + i);
+			const float act = gate_sigmoid ? sigmoid_(zz) : silu_(zz);
+			xr[i] = __fmul_rn(__fmul_rn(norm_w[i], __fmul_rn(x, r)), act);
+		}
+	}
+	__syncthreads(); /* red is reused by the block's next row */
+}
+
 /* A lane's part of a head's S [dk][dv] (the rows and column it holds) to S. */
 template <int JJ>
 static __device__ __forceinline__ void gdn_store_state(float *S, const float (&s)[JJ][4], uint32_t r, uint32_t x, bool act,
@@ -291,12 +385,25 @@ static __device__ __forceinline__ void gdn_store_state(float *S, const float (&s
 		}
 }
 
+/* What the decode kernel (DEC) does besides the recurrence: the conv windows moved on, the
+ * gated norm of each (item, head) by the last of its blocks to finish (count[item][head]
+ * counts them and is left 0). */
+struct gdn_dec_args {
+	const float *qkv, *z, *norm_w;
+	uint32_t *count;
+	uint32_t K;
+	float eps;
+	bool gate_sigmoid;
+};
+
 /* KEEP (keep_states steps only, so decode steps run the kernel without it): S after each
- * token with a block in keep (ck_step.gdn_keep) is written there too. */
-template <int JJ, bool VEC, bool KEEP>
+ * token with a block in keep (ck_step.gdn_keep) is written there too. DEC (ck_gdn_decode):
+ * q and k normalised here (gdn_qk_normalize) from the raw conv rows, and gdn_dec_args. */
+template <int JJ, bool VEC, bool KEEP, bool DEC>
 static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	const int64_t *t0s, const int64_t *ns, float *const *state, float *const *keep, uint64_t s_off, const float *conv,
-	const float *beta, const float *gg, float *o, uint32_t nk, uint32_t nv, uint32_t dk, uint32_t dv, uint64_t C)
+	const float *beta, const float *gg, float *o, uint32_t nk, uint32_t nv, uint32_t dk, uint32_t dv, uint64_t C,
+	struct gdn_dec_args da)
 {
 	ck_grid_enter();
 	extern __shared__ __align__(16) float gdn_ring[];
@@ -354,6 +461,8 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 				}
 			}
 		}
+		if (DEC)
+			gdn_qk_normalize<JJ>(q, k, dk);
 		const float v = act ? sl[2 * dk + xc] : 0.0f, bt = sl[2 * dk + GDN_WCOLS];
 		const float decay = expf(sl[2 * dk + GDN_WCOLS + 1]);
 		float pm[4] = { 0, 0, 0, 0 }, po[4] = { 0, 0, 0, 0 };
@@ -383,113 +492,142 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	}
 	asm volatile("cp.async.wait_group 0;\n" ::);
 	gdn_store_state<JJ>(S, s, r, x, act, dk, dv);
+	if (!DEC)
+		return;
+	/* The windows: the conv read them in the kernel before; each (item, channel) once over
+	 * the whole grid. */
+	const uint64_t nthr = (uint64_t)gridDim.x * gridDim.y * blockDim.x, items = gridDim.x / ncb;
+	if (da.K >= 2)
+		for (uint64_t i = ((uint64_t)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < items * C;
+		     i += nthr) {
+			const uint64_t wi_ = i / C, ch = i % C;
+			float *win = state[wi_] + s_off - (uint64_t)(da.K - 1) * C;
+			gdn_window_after(win, win, da.qkv + (uint64_t)t0s[wi_] * C, ns[wi_] - 1, da.K - 1, C, ch);
+		}
+	/* The last of the head's ncb blocks to finish norms its rows. */
+	__shared__ bool last;
+	__threadfence(); /* this thread's o before the count */
+	__syncthreads();
+	if (threadIdx.x == 0) {
+		uint32_t *cnt = da.count + (uint64_t)it * nv + head;
+		last = atomicAdd(cnt, 1u) == ncb - 1;
+		if (last)
+			*cnt = 0;
+		__threadfence();
+	}
+	__syncthreads();
+	if (!last)
+		return;
+	for (int64_t i = 0; i < n; i++) {
+		const uint64_t row = (first + (uint64_t)i) * nv * dv + (uint64_t)head * dv;
+		gdn_gated_norm_row(o + row, da.z + row, da.norm_w, dv, da.eps, da.gate_sigmoid);
+	}
 }
 
 template <int JJ>
-static void gdn_launch_jj(bool vec, dim3 grid, cudaStream_t s, const struct ck_step *st, uint64_t s_off,
-			  const float *conv, const float *beta, const float *gg, float *o, const struct ck_gdn_shape *g)
+static void gdn_launch_jj(bool vec, bool dec, dim3 grid, cudaStream_t s, const struct ck_step *st, uint64_t s_off,
+			  const float *conv, const float *beta, const float *gg, float *o, const struct ck_gdn_shape *g,
+			  const struct gdn_dec_args *da)
 {
 	const uint32_t nk = (uint32_t)g->nk, nv = (uint32_t)g->nv, dk = (uint32_t)g->dk, dv = (uint32_t)g->dv;
 	const size_t smem = (size_t)GDN_WARPS * GDN_STAGES * gdn_slot_floats(dk) * sizeof(float);
 	const bool keep = st->gdn_keep != NULL;
-	decltype(&gdn_recurrent_k<JJ, true, true>) k =
-		vec ? (keep ? gdn_recurrent_k<JJ, true, true> : gdn_recurrent_k<JJ, true, false>)
-		    : (keep ? gdn_recurrent_k<JJ, false, true> : gdn_recurrent_k<JJ, false, false>);
+	decltype(&gdn_recurrent_k<JJ, true, true, false>) k =
+		dec   ? (vec ? gdn_recurrent_k<JJ, true, false, true> : gdn_recurrent_k<JJ, false, false, true>)
+		: vec ? (keep ? gdn_recurrent_k<JJ, true, true, false> : gdn_recurrent_k<JJ, true, false, false>)
+		      : (keep ? gdn_recurrent_k<JJ, false, true, false> : gdn_recurrent_k<JJ, false, false, false>);
 
 	if (smem > 48 * 1024) /* dk > 180 */
 		cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 	ck_launch(k, grid, GDN_WARPS * 32, smem, s, st->t0, st->n, st->gdn_state, st->gdn_keep, s_off, conv, beta, gg, o, nk,
-		  nv, dk, dv, g->C);
+		  nv, dk, dv, g->C, *da);
+}
+
+/* The recurrence over every item (dec: the decode kernel, its q and k normalised inside). */
+static int gdn_recurrence(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, bool dec, const float *conv,
+			  const float *beta, const float *gg, float *o, const struct gdn_dec_args *da, cudaStream_t s)
+{
+	const uint64_t s_off = (uint64_t)slot * ck_gdn_state_floats(g) + (g->K - 1) * g->C;
+	const uint64_t ncb = (g->dv + GDN_COLS - 1) / GDN_COLS;
+	const dim3 grid((unsigned)(ncb * st->n_items), (unsigned)g->nv); /* x: no 65535 limit on items */
+	const bool vec = g->dk % 32 == 0 && g->C % 4 == 0 && (uintptr_t)conv % 16 == 0;
+
+	/* Row groups of 32 per column: the smallest instantiated JJ with 32 JJ >= dk. */
+	switch (gdn_jj(g->dk)) {
+	case 1:
+		gdn_launch_jj<1>(vec, dec, grid, s, st, s_off, conv, beta, gg, o, g, da);
+		break;
+	case 2:
+		gdn_launch_jj<2>(vec, dec, grid, s, st, s_off, conv, beta, gg, o, g, da);
+		break;
+	case 4:
+		gdn_launch_jj<4>(vec, dec, grid, s, st, s_off, conv, beta, gg, o, g, da);
+		break;
+	default:
+		gdn_launch_jj<8>(vec, dec, grid, s, st, s_off, conv, beta, gg, o, g, da);
+		break;
+	}
+	return ck_launched();
 }
 
 extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_shape *g, int slot, float *conv,
 				const float *beta, const float *gg, float *o, void *stream)
 {
 	cudaStream_t s = (cudaStream_t)stream;
-	const uint64_t s_off = (uint64_t)slot * ck_gdn_state_floats(g) + (g->K - 1) * g->C;
-	const uint64_t ncb = (g->dv + GDN_COLS - 1) / GDN_COLS;
-	const dim3 grid((unsigned)(ncb * st->n_items), (unsigned)g->nv); /* x: no 65535 limit on items */
-	const bool vec = g->dk % 32 == 0 && g->C % 4 == 0 && (uintptr_t)conv % 16 == 0;
-	const uint64_t jj = (g->dk + 4 * GDN_LANES - 1) / (4 * GDN_LANES);
+	const uint64_t pairs = st->T * g->nk, blocks = (pairs + 128 / GDN_LANES - 1) / (128 / GDN_LANES);
+	const struct gdn_dec_args none = {};
 	int rc;
 
 	if (st->T == 0 || st->n_items == 0)
 		return 0;
-	if (g->nk > 65535)
-		return -(int)cudaErrorInvalidValue;
-	ck_launch(gdn_qk_norm_k, dim3((unsigned)st->T, (unsigned)g->nk), 128, 0, s, conv, g->C, (uint32_t)g->nk,
-		  (uint32_t)g->dk);
+	if (g->dk > 256 || g->nv > 65535)
+		return -(int)cudaErrorInvalidValue; /* no model has them */
+	switch (gdn_jj(g->dk)) {
+	case 1:
+		ck_launch(gdn_qk_norm_k<1>, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
+		break;
+	case 2:
+		ck_launch(gdn_qk_norm_k<2>, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
+		break;
+	case 4:
+		ck_launch(gdn_qk_norm_k<4>, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
+		break;
+	default:
+		ck_launch(gdn_qk_norm_k<8>, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
+		break;
+	}
 	if ((rc = ck_launched()))
 		return rc;
-	/* Row groups of 32 per column: the smallest instantiated JJ with 32 JJ >= dk. */
-	if (jj <= 1)
-		gdn_launch_jj<1>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
-	else if (jj <= 2)
-		gdn_launch_jj<2>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
-	else if (jj <= 4)
-		gdn_launch_jj<4>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
-	else if (jj <= 8)
-		gdn_launch_jj<8>(vec, grid, s, st, s_off, conv, beta, gg, o, g);
-	else
-		return -(int)cudaErrorInvalidValue; /* dk > 256: no model has it */
-	return ck_launched();
+	return gdn_recurrence(st, g, slot, false, conv, beta, gg, o, &none, s);
+}
+
+extern "C" int ck_gdn_decode(const struct ck_step *st, const struct ck_gdn_shape *g, int slot,
+			     const struct ck_gdn_decode_args *d, void *stream)
+{
+	cudaStream_t s = (cudaStream_t)stream;
+	const struct gdn_gate_args ga = { d->b, d->a, d->neg_a, d->dt_bias, st->T * g->nv, g->nv, d->beta, d->g };
+	const struct gdn_dec_args da = { d->qkv, d->z, d->norm_w, d->count, (uint32_t)g->K, d->eps, d->gate_sigmoid };
+	int rc;
+
+	if (st->T == 0 || st->n_items == 0)
+		return 0;
+	if (st->T != st->n_items || st->gdn_keep || g->dk > 256 || g->nv > 65535)
+		return -(int)cudaErrorInvalidValue; /* one row an item, no kept states: the general path */
+	if ((rc = gdn_conv_launch(st, g, (uint64_t)slot * ck_gdn_state_floats(g), d->qkv, d->conv_w, d->conv, &ga, s)))
+		return rc;
+	if (d->z_ready && (rc = -(int)cudaStreamWaitEvent(s, (cudaEvent_t)d->z_ready, 0)))
+		return rc;
+	return gdn_recurrence(st, g, slot, true, d->conv, d->beta, d->g, d->o, &da, s);
 }
 
 /* --- gated RMSNorm ---------------------------------------------------------------------- */
 
-/* One block of 4 warps per (row, head): the sum of squares as per-thread strided partials,
- * an xor butterfly per warp, then the 4 warps in order. */
+/* One block of 4 warps per (row, head), as the decode kernel's last block does it. */
 static __global__ __launch_bounds__(128) void gdn_gated_norm_k(float *o, const float *z, const float *norm_w,
 							       uint32_t dv, float eps, bool gate_sigmoid)
 {
-	__shared__ float red[4];
-	float *xr = o + (uint64_t)blockIdx.x * dv;
-	const float *zr = z + (uint64_t)blockIdx.x * dv;
-	float ss = 0, r, xv[GDN_NORM_REG], zv[GDN_NORM_REG], nw[GDN_NORM_REG];
-	/* one round trip, the weights read under the wait (longer heads read the values twice) */
-	const bool regs = dv <= GDN_NORM_REG * 128;
-
-#pragma unroll
-	for (int j = 0; j < GDN_NORM_REG; j++)
-		if (regs && threadIdx.x + 128 * j < dv)
-			nw[j] = norm_w[threadIdx.x + 128 * j];
 	ck_grid_enter();
-	if (regs) {
-#pragma unroll
-		for (int j = 0; j < GDN_NORM_REG; j++)
-			if (threadIdx.x + 128 * j < dv) {
-				xv[j] = xr[threadIdx.x + 128 * j];
-				zv[j] = zr[threadIdx.x + 128 * j];
-			}
-#pragma unroll
-		for (int j = 0; j < GDN_NORM_REG; j++)
-			if (threadIdx.x + 128 * j < dv)
-				ss += xv[j] * xv[j];
-	} else {
-		for (uint32_t i = threadIdx.x; i < dv; i += 128)
-			ss += xr[i] * xr[i];
-	}
-	for (int off = 16; off; off >>= 1)
-		ss += __shfl_xor_sync(0xffffffffu, ss, off);
-	if (threadIdx.x % 32 == 0)
-		red[threadIdx.x / 32] = ss;
-	__syncthreads();
-	ss = ((red[0] + red[1]) + red[2]) + red[3];
-	r = 1.0f / sqrtf(ss / (float)dv + eps);
-	if (regs) {
-#pragma unroll
-		for (int j = 0; j < GDN_NORM_REG; j++)
-			if (threadIdx.x + 128 * j < dv) {
-				float act = gate_sigmoid ? sigmoid_(zv[j]) : silu_(zv[j]);
-				xr[threadIdx.x + 128 * j] = (nw[j] * (xv[j] * r)) * act;
-			}
-		return;
-	}
-	/* each thread rewrites only the elements it read itself */
-	for (uint32_t i = threadIdx.x; i < dv; i += 128) {
-		float act = gate_sigmoid ? sigmoid_(zr[i]) : silu_(zr[i]);
-		xr[i] = (norm_w[i] * (xr[i] * r)) * act;
-	}
+	gdn_gated_norm_row(o + (uint64_t)blockIdx.x * dv, z + (uint64_t)blockIdx.x * dv, norm_w, dv, eps, gate_sigmoid);
 }
 
 extern "C" int ck_gdn_gated_norm(float *o, const float *z, const float *norm_w, uint64_t T, uint64_t nv, uint64_t dv,

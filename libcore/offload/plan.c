@@ -224,6 +224,7 @@ void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *
 	if (mtp) /* the MTP head's [embedding | hidden] rows are in big1 */
 		s->big1 = T * CAPY_MAX(wide, 2 * H) * 4;
 	s->mtp_ids = mtp ? V * 4 : 0;
+	s->gdn_count = n_gdn ? T * c->linear_value_heads * 4 : 0;
 	s->moe_out = T * k * H * 4;
 	s->moe_w = s->moe_ids = T * k * 4;
 	s->ple_emb = (uint64_t)n_ple * T * c->ple_embed_dim * 4;
@@ -238,7 +239,8 @@ void capy_plan_scratch(struct capy_plan_scratch *s, const struct capy_artifact *
 	s->smp_mask = s->host_smp_mask = lr * ((V + 31) / 32) * 4;
 	s->device = s->x + s->xn + s->blk + s->out + s->inj + s->mix + s->tmp + s->big1 + s->big2 + s->big3 +
 		    s->moe_out + s->moe_w + s->moe_ids + s->ple_emb + s->rows + s->hid + s->logits + s->row_idx +
-		    s->lin_ws + s->moe_ws + s->smp_rows + s->smp_out + s->smp_mask + s->mtp_ids;
+		    s->lin_ws + s->moe_ws + s->smp_rows + s->smp_out + s->smp_mask + s->mtp_ids +
+		    s->gdn_count;
 	s->host_logits = lr * V * 4;
 	s->host_row_idx = lr * 4;
 	s->host_ple = (uint64_t)n_ple * T * c->ple_embed_dim * 4 + 16;

@@ -115,6 +115,7 @@ struct capy_plan_scratch {
 	uint64_t smp_rows, smp_out;       /* the GPU sampler's row settings and results */
 	uint64_t smp_mask;                /* its rows' token masks (structured output): ceil(V / 32) words each */
 	uint64_t mtp_ids;                 /* the MTP head's draft vocabulary: up to V int32 ids */
+	uint64_t gdn_count;               /* GDN decode: [T][value heads] block counters (ck_gdn_decode) */
 	uint64_t device;                  /* the sum of the above */
 	uint64_t host_logits, host_row_idx, host_smp_rows, host_smp_out, host_smp_mask, host_ple;
 	uint64_t host;                    /* the sum of the host_ ones */

@@ -594,6 +594,130 @@ static void test_gated_norm(const struct shape_case *sc, uint64_t seed)
 	free(got);
 }
 
+/* ck_gdn_decode against the four kernels it fuses (ck_gdn_conv, ck_gdn_gates,
+ * ck_gdn_recurrent, ck_gdn_gated_norm), bitwise: the output, the gates and every state
+ * value, over two steps in a row (its block counters must be left at zero), both gate
+ * activations; a fresh one-token prompt among the decode rows. A step with more rows than
+ * items is refused. */
+static const int64_t DEC_LEN[] = { 57, 0, 3, 200, 1 };
+#define DEC_ITEMS 5
+
+static void test_decode(const struct shape_case *sc, uint64_t seed)
+{
+	const struct ck_gdn_shape *g = &sc->g;
+	const uint64_t C = g->C, K = g->K, nv = g->nv, dv = g->dv, SF = ck_gdn_state_floats(g), BF = SLOTS * SF;
+	const uint64_t T = DEC_ITEMS, HV = nv * dv;
+	const int64_t ones[DEC_ITEMS] = { 1, 1, 1, 1, 1 };
+	const bool sig = seed % 2 == 0;
+	struct hstep h;
+	struct dstep da, db;
+	float *sa[DEC_ITEMS], *sb[DEC_ITEMS];
+	float *qkv = malloc(T * C * sizeof(float)), *wc = malloc(C * K * sizeof(float)), *z = malloc(T * HV * sizeof(float));
+	float *b = malloc(T * nv * sizeof(float)), *a = malloc(T * nv * sizeof(float)), *na = malloc(nv * sizeof(float));
+	float *dtb = malloc(nv * sizeof(float)), *nw = malloc(dv * sizeof(float)), *st = malloc(BF * sizeof(float));
+	float *ha = malloc(BF * sizeof(float)), *hb = malloc(BF * sizeof(float));
+	float *ra = malloc(T * HV * sizeof(float)), *rb = malloc(T * HV * sizeof(float));
+	float *ga = malloc(T * nv * sizeof(float)), *gb = malloc(T * nv * sizeof(float));
+	size_t o_bits = 0, gate_bits = 0, state_bits = 0;
+	uint32_t cnt[DEC_ITEMS * 64];
+
+	CHECK(nv <= 64);
+	hstep_init(&h, DEC_ITEMS, ones, DEC_LEN);
+	for (int i = 0; i < DEC_ITEMS; i++) {
+		test_fill(st, BF, seed * 100 + (uint64_t)i, 1.0f);
+		if (h.len[i] == 0)
+			memset(st + SLOT * SF, 0, SF * sizeof(float));
+		sa[i] = dev_from(st, BF * sizeof(float));
+		sb[i] = dev_from(st, BF * sizeof(float));
+	}
+	dstep_make(&da, &h, sa);
+	dstep_make(&db, &h, sb);
+	test_fill(wc, C * K, seed * 17 + 2, 0.5f);
+	test_fill(na, nv, seed * 17 + 3, 1.0f);
+	test_fill(dtb, nv, seed * 17 + 4, 2.0f);
+	test_fill(nw, dv, seed * 17 + 5, 0.5f);
+	for (uint64_t i = 0; i < nv; i++)
+		na[i] = -expf(na[i]);
+	float *dw = dev_from(wc, C * K * sizeof(float)), *dna = dev_from(na, nv * sizeof(float));
+	float *ddt = dev_from(dtb, nv * sizeof(float)), *dnw = dev_from(nw, dv * sizeof(float));
+	float *dqkv = dev_from(NULL, T * C * sizeof(float)), *dz = dev_from(NULL, T * HV * sizeof(float));
+	float *db_ = dev_from(NULL, T * nv * sizeof(float)), *da_ = dev_from(NULL, T * nv * sizeof(float));
+	float *conv_a = dev_from(NULL, T * C * sizeof(float)), *conv_b = dev_from(NULL, T * C * sizeof(float));
+	float *beta_a = dev_from(NULL, T * nv * sizeof(float)), *beta_b = dev_from(NULL, T * nv * sizeof(float));
+	float *g_a = dev_from(NULL, T * nv * sizeof(float)), *g_b = dev_from(NULL, T * nv * sizeof(float));
+	float *o_a = dev_from(NULL, T * HV * sizeof(float)), *o_b = dev_from(NULL, T * HV * sizeof(float));
+	uint32_t *dcnt;
+	CUDA_OK(cudaMalloc((void **)&dcnt, sizeof(cnt)));
+	CUDA_OK(cudaMemset(dcnt, 0, sizeof(cnt)));
+
+	for (int step = 0; step < 2; step++) {
+		test_fill(qkv, T * C, seed * 17 + 10 + (uint64_t)step, 1.0f);
+		test_fill(z, T * HV, seed * 17 + 20 + (uint64_t)step, 3.0f);
+		test_fill(b, T * nv, seed * 17 + 30 + (uint64_t)step, 4.0f);
+		test_fill(a, T * nv, seed * 17 + 40 + (uint64_t)step, 4.0f);
+		CUDA_OK(cudaMemcpy(dqkv, qkv, T * C * sizeof(float), cudaMemcpyHostToDevice));
+		CUDA_OK(cudaMemcpy(dz, z, T * HV * sizeof(float), cudaMemcpyHostToDevice));
+		CUDA_OK(cudaMemcpy(db_, b, T * nv * sizeof(float), cudaMemcpyHostToDevice));
+		CUDA_OK(cudaMemcpy(da_, a, T * nv * sizeof(float), cudaMemcpyHostToDevice));
+		CK_OK(ck_gdn_conv(&da.st, g, SLOT, dqkv, dw, conv_a, NULL));
+		CK_OK(ck_gdn_gates(db_, da_, dna, ddt, T, nv, beta_a, g_a, NULL));
+		CK_OK(ck_gdn_recurrent(&da.st, g, SLOT, conv_a, beta_a, g_a, o_a, NULL));
+		CK_OK(ck_gdn_gated_norm(o_a, dz, dnw, T, nv, dv, 1e-6f, sig, NULL));
+		const struct ck_gdn_decode_args d = { .qkv = dqkv, .conv_w = dw, .b = db_, .a = da_, .neg_a = dna,
+						      .dt_bias = ddt, .z = dz, .norm_w = dnw, .eps = 1e-6f,
+						      .gate_sigmoid = sig, .conv = conv_b, .beta = beta_b, .g = g_b,
+						      .o = o_b, .count = dcnt, .z_ready = NULL };
+		CK_OK(ck_gdn_decode(&db.st, g, SLOT, &d, NULL));
+		dev_to(ra, o_a, T * HV * sizeof(float));
+		dev_to(rb, o_b, T * HV * sizeof(float));
+		o_bits += bits_differ(rb, ra, T * HV);
+		dev_to(ga, beta_a, T * nv * sizeof(float));
+		dev_to(gb, beta_b, T * nv * sizeof(float));
+		gate_bits += bits_differ(gb, ga, T * nv);
+		dev_to(ga, g_a, T * nv * sizeof(float));
+		dev_to(gb, g_b, T * nv * sizeof(float));
+		gate_bits += bits_differ(gb, ga, T * nv);
+		for (int i = 0; i < DEC_ITEMS; i++) {
+			dev_to(ha, sa[i], BF * sizeof(float));
+			dev_to(hb, sb[i], BF * sizeof(float));
+			state_bits += bits_differ(hb, ha, BF);
+		}
+		dev_to(cnt, dcnt, sizeof(cnt));
+		for (uint64_t i = 0; i < T * nv; i++)
+			CHECK_MSG(cnt[i] == 0, "%s decode: counter %" PRIu64 " left at %u", sc->name, i, cnt[i]);
+	}
+	CHECK_MSG(o_bits == 0 && gate_bits == 0 && state_bits == 0,
+		  "%s fused decode against the four kernels: %zu output, %zu gate, %zu state values differ", sc->name,
+		  o_bits, gate_bits, state_bits);
+	printf("gdn decode %-5s seed %" PRIu64 " (%d items, %s): fused = unfused, %zu / %zu / %zu bits differ\n",
+	       sc->name, seed, DEC_ITEMS, sig ? "sigmoid" : "silu", o_bits, gate_bits, state_bits);
+	{ /* a prompt row among them: the general path's */
+		const int64_t two[2] = { 2, 1 }, len2[2] = { 0, 4 };
+		struct hstep h2;
+		struct dstep d2;
+		const struct ck_gdn_decode_args d = { .qkv = dqkv, .conv_w = dw, .b = db_, .a = da_, .neg_a = dna,
+						      .dt_bias = ddt, .z = dz, .norm_w = dnw, .eps = 1e-6f,
+						      .conv = conv_b, .beta = beta_b, .g = g_b, .o = o_b, .count = dcnt };
+		hstep_init(&h2, 2, two, len2);
+		dstep_make(&d2, &h2, sb);
+		CHECK_MSG(ck_gdn_decode(&d2.st, g, SLOT, &d, NULL) == -(int)cudaErrorInvalidValue,
+			  "%s decode took a step of 3 rows in 2 items", sc->name);
+		dstep_free(&d2);
+	}
+	dstep_free(&da);
+	dstep_free(&db);
+	for (int i = 0; i < DEC_ITEMS; i++) {
+		CUDA_OK(cudaFree(sa[i]));
+		CUDA_OK(cudaFree(sb[i]));
+	}
+	void *dev[] = { dw, dna, ddt, dnw, dqkv, dz, db_, da_, conv_a, conv_b, beta_a, beta_b, g_a, g_b, o_a, o_b, dcnt };
+	for (size_t i = 0; i < sizeof(dev) / sizeof(dev[0]); i++)
+		CUDA_OK(cudaFree(dev[i]));
+	void *host[] = { qkv, wc, z, b, a, na, dtb, nw, st, ha, hb, ra, rb, ga, gb };
+	for (size_t i = 0; i < sizeof(host) / sizeof(host[0]); i++)
+		free(host[i]);
+}
+
 static struct shape_case cases[3];
 
 static void test_all(void)
@@ -603,6 +727,7 @@ static void test_all(void)
 			test_step(&cases[c], seed);
 			test_gates(&cases[c], seed);
 			test_gated_norm(&cases[c], seed);
+			test_decode(&cases[c], seed);
 		}
 }
 

@@ -96,6 +96,7 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 		{ &s->lin_ws, ps.lin_ws },	  { &s->moe_ws, ps.moe_ws },
 		{ (void **)&s->smp_rows, ps.smp_rows }, { (void **)&s->smp_out, ps.smp_out },
 		{ (void **)&s->smp_mask, ps.smp_mask }, { (void **)&s->mtp_ids, ps.mtp_ids },
+		{ (void **)&s->gdn_count, ps.gdn_count },
 	};
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++) {
 		if ((rc = cudaMalloc(d[i].p, d[i].bytes ? d[i].bytes : 16)) != cudaSuccess)
@@ -103,6 +104,8 @@ static int alloc_scratch(struct cuda_engine *e, struct capy_err *err)
 					    (uint64_t)d[i].bytes >> 20, cudaGetErrorString(rc));
 		e->device_bytes += d[i].bytes;
 	}
+	if ((rc = cudaMemset(s->gdn_count, 0, ps.gdn_count)) != cudaSuccess) /* ck_gdn_decode keeps them 0 */
+		return cu_err(err, rc, "clearing the GDN counters");
 	if ((rc = cudaMallocHost((void **)&s->logits_host, ps.host_logits)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->row_idx_host, ps.host_row_idx)) != cudaSuccess ||
 	    (rc = cudaMallocHost((void **)&s->smp_rows_host, ps.host_smp_rows)) != cudaSuccess ||
@@ -125,7 +128,7 @@ static void free_scratch(struct cu_scratch *s)
 {
 	void *d[] = { s->x, s->xn, s->blk, s->out, s->inj, s->mix, s->tmp, s->big1, s->big2, s->big3, s->moe_out,
 		      s->moe_w, s->moe_ids, s->ple_emb, s->rows, s->hid, s->logits, s->row_idx, s->lin_ws, s->moe_ws,
-		      s->attn_ws, s->sel, s->meta_dev, s->smp_rows, s->smp_out, s->smp_mask, s->mtp_ids };
+		      s->attn_ws, s->sel, s->meta_dev, s->smp_rows, s->smp_out, s->smp_mask, s->mtp_ids, s->gdn_count };
 
 	for (size_t i = 0; i < ARRAY_SIZE(d); i++)
 		cudaFree(d[i]);
@@ -255,6 +258,8 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		const char *p = getenv("CAPY_CUDA_PDL");
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
+		const char *fu = getenv("CAPY_CUDA_FUSE");
+		e->no_fuse = fu && !strcmp(fu, "0");
 		const char *fs = getenv("CAPY_CUDA_FLASH_SMEM");
 		ck_set_flash_smem(fs ? (size_t)strtoull(fs, NULL, 10) : 0);
 		const char *f = getenv("CAPY_CUDA_FORK");

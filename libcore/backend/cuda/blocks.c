@@ -198,16 +198,29 @@ int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
 	} else if (PART(CU_GDN_IN)) {
 		MULTI(xn, T, LINS(&w->qkv, &w->z, &w->b, &w->a), OUTS(qkv, z, bb, aa));
 	}
-	if (PART(CU_GDN_CORE))
-		TRY(ck_gdn_conv(st, &e->gdn, slot, qkv, w->conv, conv, s), "gdn conv");
-	if (PART(CU_GDN_CORE))
-		TRY(ck_gdn_gates(bb, aa, w->neg_a, w->dt_bias, T, nv, beta, g, s), "gdn gates");
-	if (PART(CU_GDN_CORE))
-		TRY(ck_gdn_recurrent(st, &e->gdn, slot, conv, beta, g, o, s), "gdn recurrence");
-	if (fork)
-		TRY(side_join(e), "joining the gdn gate");
-	if (PART(CU_GDN_CORE))
-		TRY(ck_gdn_gated_norm(o, z, w->norm, T, nv, dv, (float)c->rms_norm_eps, c->output_gate_sigmoid, s), "gdn norm");
+	if (PART(CU_GDN_CORE) && !e->no_fuse && T == st->n_items && !st->gdn_keep) {
+		/* decode rows: conv, gates, recurrence and gated norm in two kernels, the same bits */
+		const struct ck_gdn_decode_args d = { .qkv = qkv, .conv_w = w->conv, .b = bb, .a = aa,
+						      .neg_a = w->neg_a, .dt_bias = w->dt_bias, .z = z,
+						      .norm_w = w->norm, .eps = (float)c->rms_norm_eps,
+						      .gate_sigmoid = c->output_gate_sigmoid, .conv = conv,
+						      .beta = beta, .g = g, .o = o, .count = e->s.gdn_count,
+						      .z_ready = fork ? (void *)e->ev_join : NULL };
+		TRY(ck_gdn_decode(st, &e->gdn, slot, &d, s), "gdn decode"); /* joins the gate's fork */
+	} else {
+		if (PART(CU_GDN_CORE))
+			TRY(ck_gdn_conv(st, &e->gdn, slot, qkv, w->conv, conv, s), "gdn conv");
+		if (PART(CU_GDN_CORE))
+			TRY(ck_gdn_gates(bb, aa, w->neg_a, w->dt_bias, T, nv, beta, g, s), "gdn gates");
+		if (PART(CU_GDN_CORE))
+			TRY(ck_gdn_recurrent(st, &e->gdn, slot, conv, beta, g, o, s), "gdn recurrence");
+		if (fork)
+			TRY(side_join(e), "joining the gdn gate");
+		if (PART(CU_GDN_CORE))
+			TRY(ck_gdn_gated_norm(o, z, w->norm, T, nv, dv, (float)c->rms_norm_eps, c->output_gate_sigmoid,
+						  s),
+			    "gdn norm");
+	}
 	if (PART(CU_GDN_OUT))
 		LIN(&w->out, o, T, out);
 	return 0;

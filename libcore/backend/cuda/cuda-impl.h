@@ -98,6 +98,7 @@ struct cu_scratch {
 	uint64_t tmax;
 	float *x, *xn, *blk, *out, *inj, *mix, *tmp, *big1, *big2, *big3;
 	float *moe_out, *moe_w, *ple_emb, *rows, *hid, *logits;
+	uint32_t *gdn_count;              /* [tmax][value heads] zeros (ck_gdn_decode) */
 	int32_t *moe_ids, *row_idx;       /* row_idx: [logits_rows] rows whose logits a chunk computes */
 	int32_t *mtp_ids;                 /* the MTP head's draft vocabulary on the device (up to V ids) */
 	int32_t *mtp_ids_host;            /* host: the ids mtp_ids holds (mtp_ids_n of them) */
@@ -185,6 +186,7 @@ struct cuda_engine {
 	uint64_t steps;
 	bool no_graphs;                   /* CAPY_CUDA_GRAPHS=0: every step launched eagerly */
 	unsigned skip;                    /* CAPY_CUDA_SKIP: parts left out, for timing (cu_skip_parse) */
+	bool no_fuse;                     /* CAPY_CUDA_FUSE=0: decode's fused kernels off (same bits; A/B timing) */
 	struct cu_offload *off;           /* expert offload (offload.c), NULL with every expert resident */
 	const char *trace_file;           /* CAPY_CUDA_TRACE: the kernel trace's file, or NULL */
 	uint32_t trace_cap;
