@@ -10,6 +10,7 @@
  * the CPU's. Runs on the first GPU (CAPY_GPU picks another); make test-cuda. */
 #include "test.h"
 #include "test-fixture.h"
+#include "test-spec-model.h"
 #include "cuda-test.h"
 #include "engine/engine.h"
 #include "sample/sample.h"
@@ -692,10 +693,18 @@ static void test_families(void)
 		family(&fixtures[i]);
 }
 
+/* Speculative sampling on rows from the GPU: the acceptance rule's outcomes over 6,000 seeds
+ * against the exact probabilities (test-spec-model.h; the CPU's rows in t/unit/u-spec.c). */
+static void test_spec_distribution(void)
+{
+	test_spec_accept_on_model(&(struct capy_engine_opts){ .threads = 2, .device = "cuda" });
+}
+
 int main(void)
 {
 	if (!test_gpu_init())
 		return 1;
 	RUN(test_families);
+	RUN(test_spec_distribution);
 	return test_summary();
 }
