@@ -651,7 +651,8 @@ static int generate(const char *model)
 	if (opt_plan) {
 		int rc = capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
 					 .max_context = eo.max_context, .max_seqs = 1, .kv = eo.kv,
-					 .expert_slots = eo.expert_slots, .mtp = use_mtp });
+					 .expert_slots = eo.expert_slots, .mtp = use_mtp,
+					 .kept_states = spec ? (uint64_t)opt_draft_tokens : 0 });
 		capy_tokens_release(&prompt);
 		capy_assets_release(&as);
 		capy_artifact_close(a);
@@ -659,6 +660,7 @@ static int generate(const char *model)
 	}
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	eo.mtp = use_mtp;
+	eo.kept_states = spec ? (uint64_t)opt_draft_tokens : 0;
 	eo.backend_arg = opt_backend_arg;
 	if (capy_engine_new(&e, a, &eo, &err) < 0 ||
 	    capy_seq_new(e, &s, &err) < 0)
@@ -860,7 +862,8 @@ int cmd_main(int argc, char **argv)
 		capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &xo);
 		return capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
 				       .max_context = (uint64_t)opt_max_context, .max_seqs = 1, .kv = parse_kv(),
-				       .expert_slots = xo.expert_slots, .mtp = !strncmp(opt_spec, "mtp", 3) });
+				       .expert_slots = xo.expert_slots, .mtp = !strncmp(opt_spec, "mtp", 3),
+				       .kept_states = strcmp(opt_spec, "off") ? (uint64_t)opt_draft_tokens : 0 });
 	}
 	if (!!opt_prompt + !!opt_prompt_ids + !!opt_messages != 1)
 		capy_usage_error(usage, opts, "give one of -p, --prompt-ids or --messages");

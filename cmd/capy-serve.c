@@ -304,7 +304,8 @@ int cmd_main(int argc, char **argv)
 			.gpu_mem = opt_gpu_mem, .max_context = (uint64_t)opt_max_context,
 			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = eo.step_tokens,
 			.kv = parse_kv(), .expert_slots = eo.expert_slots,
-			.mtp = !strncmp(opt_spec, "mtp", 3) || !strcmp(opt_spec, "auto") });
+			.mtp = !strncmp(opt_spec, "mtp", 3) || !strcmp(opt_spec, "auto"),
+			.kept_states = spec ? (uint64_t)opt_draft_tokens : 0 });
 	/* MTP named on the command line must run; from auto (the agent profile's) it is dropped
 	 * where the model or the backend has none, as drafts are where they cannot be verified. */
 	mtp_asked = spec_asked && !strncmp(opt_spec, "mtp", 3);
@@ -339,6 +340,7 @@ int cmd_main(int argc, char **argv)
 	eo.kv = parse_kv();
 	eo.max_context = (uint64_t)opt_max_context;
 	eo.max_seqs = (uint64_t)opt_concurrency;
+	eo.kept_states = spec ? (uint64_t)opt_draft_tokens : 0;
 	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */
 	/* auto: the head's tensors say whether there is one (capy-convert keeps mtp.*). */
 	if (spec && !strcmp(opt_spec, "auto") && capy_artifact_find(a, "mtp.fc.weight"))

@@ -157,7 +157,9 @@ slot_bytes() { stacks "$@" | jq '[.[].stride] | max // 0'; }
 		local ngram=$output
 		[ "$(row device "weights (non-expert)")" -eq "$w" ]
 		run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --max-concurrency 2 --prefill-chunk 264
-		[ "$output" = "$ngram" ]
+		# the same but for the states its windows keep (the next test)
+		[ "$(printf '%s\n' "$output" | grep -v -e 'recurrent states' -e 'fixed parts' -e total -e slots -e 'all [0-9]* experts')" = \
+		  "$(printf '%s\n' "$ngram" | grep -v -e 'recurrent states' -e 'fixed parts' -e total -e slots -e 'all [0-9]* experts')" ]
 	done
 	# a model without a head: auto is ngram
 	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --spec ngram
@@ -165,6 +167,29 @@ slot_bytes() { stacks "$@" | jq '[.[].stride] | max // 0'; }
 	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --spec auto
 	[ "$output" = "$plain" ]
 	[[ "$output" != *MTP* ]]
+}
+
+@test "--spec counts the recurrent states a verification window keeps: --draft-tokens of them per sequence, in capy-serve and capy-gen" {
+	local m=qwen3_next S
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --max-concurrency 2
+	[[ "$output" =~ recurrent\ states\ +[0-9.]+\ +([0-9]+)\ +2\ x\ ([0-9]+)\ bytes ]]
+	S=${BASH_REMATCH[2]}
+	[ "$S" -gt 0 ] && [ "${BASH_REMATCH[1]}" -eq $((2 * S)) ]
+	local fixed=$(row device "fixed parts")
+	for k in 1 3 7; do
+		run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --max-concurrency 2 \
+			--spec ngram --draft-tokens $k
+		[ "$status" -eq 0 ] && [ -z "$stderr" ]
+		[[ "$output" == *"2 x (1 + $k kept for drafts) x $S bytes"* ]]
+		[ "$(row device "recurrent states")" -eq $((2 * (1 + k) * S)) ]
+		[ "$(row device "fixed parts")" -gt "$fixed" ]
+	done
+	run --separate-stderr capy-gen "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --spec ngram --draft-tokens 2
+	[ "$status" -eq 0 ]
+	[[ "$output" == *"1 x (1 + 2 kept for drafts) x $S bytes"* ]]
+	[ "$(row device "recurrent states")" -eq $((3 * S)) ]
+	run --separate-stderr capy-gen "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096
+	[[ "$output" == *"recurrent states"*"1 x $S bytes"* ]]
 }
 
 @test "capy-gen and capy-ppl plan one sequence: capy-gen's --max-context or prompt + -n, capy-ppl's --ctx" {

@@ -68,6 +68,10 @@ struct capy_engine_opts {
 	 * attention layer gets rows in the attention-cache pages after the main layers', so pages
 	 * are larger. Backends without one refuse it (CAPY_EUNSUPPORTED). */
 	bool mtp;
+	/* cuda: speculative verification's kept recurrent states per sequence (the draft tokens
+	 * K of a window; engine.c keeps one state per row but the last), counted in the memory
+	 * plan beside the sequences' own (0: no drafts). */
+	uint64_t kept_states;
 	/* cuda, expert offload (issue 10; docs/offload.md): the CPU threads that compute the
 	 * routed experts not resident on the GPU (0: capy_expert_threads_choose's default from
 	 * the machine's topology), and a cap on the routed-expert slots the memory plan gives

@@ -416,7 +416,8 @@ int capy_plan_compute(struct capy_plan *p, const struct capy_artifact *a, const 
 	p->kv = p->pages * p->page_bytes;
 	p->pages_held = p->pages;
 	p->state_bytes = capy_plan_state_floats(c) * 4;
-	p->states = p->o.max_seqs * p->state_bytes;
+	/* each sequence's own state and the ones a verification window keeps (engine.c's kept) */
+	p->states = p->o.max_seqs * (1 + p->o.kept_states) * p->state_bytes;
 	capy_plan_scratch(&s, a, c, p->o.step_tokens, p->mtp);
 	p->scratch = s.device;
 	p->mask_rows = s.logits_rows;
@@ -557,7 +558,11 @@ void capy_plan_format(const struct capy_plan *p, const char *what, struct capy_b
 	else
 		row(b, "attention cache", p->kv, "%" PRIu64 " pages of %" PRIu64 " tokens, %" PRIu64 " bytes each", p->pages,
 		    p->page_tokens, p->page_bytes);
-	row(b, "recurrent states", p->states, "%" PRIu64 " x %" PRIu64 " bytes", p->o.max_seqs, p->state_bytes);
+	if (p->o.kept_states)
+		row(b, "recurrent states", p->states, "%" PRIu64 " x (1 + %" PRIu64 " kept for drafts) x %" PRIu64 " bytes",
+		    p->o.max_seqs, p->o.kept_states, p->state_bytes);
+	else
+		row(b, "recurrent states", p->states, "%" PRIu64 " x %" PRIu64 " bytes", p->o.max_seqs, p->state_bytes);
 	row(b, "step buffers", p->scratch, "%" PRIu64 " tokens; token masks %" PRIu64 " x %" PRIu64 " bytes",
 	    p->o.step_tokens, p->mask_rows, p->mask_rows ? p->masks / p->mask_rows : 0);
 	row(b, "attention workspace", p->context, "%" PRIu64 " tokens of context", p->context_cap);

@@ -191,6 +191,8 @@ struct capy_plan_opts {
 	bool mtp;                         /* the MTP head (engine.h's opts.mtp), where the artifact
 					   * holds one: its weights, its layer's rows in every
 					   * attention-cache page, its buffers */
+	uint64_t kept_states;             /* recurrent states each sequence keeps besides its own for
+					   * speculative verification (engine.h's opts.kept_states) */
 };
 
 struct capy_plan {

@@ -204,6 +204,7 @@ static int cu_plan(struct cuda_engine *e, struct capy_err *err)
 	}
 	po.max_context = e->opts.max_context;
 	po.max_seqs = e->opts.max_seqs;
+	po.kept_states = e->opts.kept_states;
 	po.step_tokens = e->s.tmax;
 	po.kv = e->opts.kv;
 	po.expert_slots = e->opts.expert_slots;
