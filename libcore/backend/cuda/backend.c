@@ -256,6 +256,7 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	{
 		const char *g = getenv("CAPY_CUDA_GRAPHS");
 		e->no_graphs = g && !strcmp(g, "0");
+		e->no_window_graphs = g && !strcmp(g, "decode");
 		const char *p = getenv("CAPY_CUDA_PDL");
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));

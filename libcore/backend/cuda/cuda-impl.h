@@ -126,9 +126,12 @@ struct cu_scratch {
 
 /* A decode step captured as a CUDA graph: the layers' kernels for steps of T rows in
  * n_items items, valid while the buffers its kernels were given stay where they are (gen). */
+#define CU_GRAPH_ITEMS 16 /* items of a captured step with windows (each one's rows in its shape) */
+
 struct cu_graph {
 	uint64_t T, gen, used;
 	uint32_t n_items;
+	uint16_t rows[CU_GRAPH_ITEMS];   /* the first items' rows (windows: K + 1; decode: 1) */
 	cudaGraphExec_t exec;
 };
 
@@ -185,6 +188,7 @@ struct cuda_engine {
 	uint64_t gen;                     /* bumped when a buffer kernels are given moves */
 	uint64_t steps;
 	bool no_graphs;                   /* CAPY_CUDA_GRAPHS=0: every step launched eagerly */
+	bool no_window_graphs;            /* CAPY_CUDA_GRAPHS=decode: windows launched eagerly (A/B timing) */
 	unsigned skip;                    /* CAPY_CUDA_SKIP: parts left out, for timing (cu_skip_parse) */
 	bool no_fuse;                     /* CAPY_CUDA_FUSE=0: decode's fused kernels off (same bits; A/B timing) */
 	struct cu_offload *off;           /* expert offload (offload.c), NULL with every expert resident */

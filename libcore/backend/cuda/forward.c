@@ -131,6 +131,9 @@ int cu_stage(struct cuda_engine *e, const struct capy_batch *b, const uint64_t *
 		bt_total += b->items[i].seq->n_pages;
 	uint8_t *grouped = carve(e, &off, T, &d);
 	st->grouped = d;
+	/* Before the block table, whose size grows with the contexts: every array a captured
+	 * step was given sits where it was for the next step of its shape. */
+	stage_keep(e, b, &off);
 	uint32_t *bt = carve(e, &off, (bt_total + 1) * 4, &d);
 	st->block_table = d;
 	bt_total = 0;
@@ -157,7 +160,6 @@ int cu_stage(struct cuda_engine *e, const struct capy_batch *b, const uint64_t *
 		ple[i] = ple_part(e, cs);
 		max_pos = CAPY_MAX(max_pos, p0 + it->n - 1);
 	}
-	stage_keep(e, b, &off);
 	if ((rc = cu_context_reserve(e, max_pos + 1, err)) < 0)
 		return rc;
 	st->pages = e->pages;
@@ -520,24 +522,45 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 	return e->off ? cu_offload_layers_end(e, err) : 0;
 }
 
-/* Decode steps (one token per item) replay a captured graph of layers(), one per shape of
- * the step (rows and items) and buffer generation: one launch instead of hundreds. A
- * shape is captured the first time it runs; the oldest capture makes room. */
+/* Whether a step can replay a captured graph: decode rows (one token an item) and
+ * speculative verification windows (items that keep states), no prompt chunk, and with
+ * windows few enough items for the shape to name each one's rows (not with expert offload:
+ * its hand-offs are planned for decode rows). */
+static bool graphable(const struct cuda_engine *e, const struct capy_batch *b)
+{
+	bool windows = false;
+
+	for (size_t i = 0; i < b->n_items; i++) {
+		if (b->items[i].n == 1)
+			continue;
+		if (!item_keeps(&b->items[i]))
+			return false;
+		windows = true;
+	}
+	return !windows || (b->n_items <= CU_GRAPH_ITEMS && !e->off && !e->no_window_graphs);
+}
+
+/* Decode steps and verification windows replay a captured graph of layers(), one per shape
+ * of the step (rows, items, each window's rows) and buffer generation: one launch instead
+ * of hundreds. A shape is captured the first time it runs; the oldest capture makes room.
+ * Every host-side choice layers() makes follows from the shape, and every array it hands
+ * the kernels is at the same place in the step's metadata for the same shape (cu_stage). */
 static int layers_graphed(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
 {
 	struct cu_graph *g = NULL, *old = &e->graphs[0];
 	cudaGraph_t graph = NULL;
+	uint16_t rows[CU_GRAPH_ITEMS] = { 0 };
 	cudaError_t r;
 	int rc;
 
-	for (size_t i = 0; i < b->n_items; i++)
-		if (b->items[i].n != 1)
-			return layers(e, err);
-	if (e->no_graphs)
+	if (e->no_graphs || !graphable(e, b))
 		return layers(e, err);
+	for (size_t i = 0; i < b->n_items && i < CU_GRAPH_ITEMS; i++)
+		rows[i] = (uint16_t)b->items[i].n;
 	for (int i = 0; i < CU_GRAPHS; i++) {
 		struct cu_graph *x = &e->graphs[i];
-		if (x->exec && x->gen == e->gen && x->T == e->step.T && x->n_items == e->step.n_items) {
+		if (x->exec && x->gen == e->gen && x->T == e->step.T && x->n_items == e->step.n_items &&
+		    !memcmp(x->rows, rows, sizeof(rows))) {
 			g = x;
 			break;
 		}
@@ -567,6 +590,7 @@ static int layers_graphed(struct cuda_engine *e, const struct capy_batch *b, str
 		}
 		old->T = e->step.T;
 		old->n_items = e->step.n_items;
+		memcpy(old->rows, rows, sizeof(rows));
 		old->gen = e->gen;
 		g = old;
 	}
