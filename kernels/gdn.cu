@@ -283,7 +283,7 @@ static __device__ __forceinline__ void gdn_qk_normalize(float (&q)[JJ][4], float
 
 /* Prompt rows: q and k of every (row, key head) normalised in place before the recurrence
  * (conv is spent), 8 lanes a pair (16 pairs a block of 128). */
-template <int JJ>
+template <int JJ, bool VEC>
 static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_t C, uint64_t pairs, uint32_t nk,
 							    uint32_t dk)
 {
@@ -296,24 +296,39 @@ static __global__ __launch_bounds__(128) void gdn_qk_norm_k(float *conv, uint64_
 	float qv[JJ][4], kv[JJ][4];
 
 #pragma unroll
-	for (int j = 0; j < JJ; j++)
+	for (int j = 0; j < JJ; j++) {
+		const uint32_t y = 4 * GDN_LANES * j + 4 * r;
+		if (VEC) { /* dk % 32 == 0: every row there, 16-byte aligned */
+			const float4 a = live ? *(const float4 *)(q + y) : make_float4(0, 0, 0, 0);
+			const float4 b = live ? *(const float4 *)(k + y) : make_float4(0, 0, 0, 0);
+			qv[j][0] = a.x, qv[j][1] = a.y, qv[j][2] = a.z, qv[j][3] = a.w;
+			kv[j][0] = b.x, kv[j][1] = b.y, kv[j][2] = b.z, kv[j][3] = b.w;
+		} else {
 #pragma unroll
-		for (int u = 0; u < 4; u++) {
-			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
-			qv[j][u] = live && y < dk ? q[y] : 0.0f;
-			kv[j][u] = live && y < dk ? k[y] : 0.0f;
-		}
-	gdn_qk_normalize<JJ>(qv, kv, dk);
-#pragma unroll
-	for (int j = 0; j < JJ; j++)
-#pragma unroll
-		for (int u = 0; u < 4; u++) {
-			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
-			if (live && y < dk) {
-				q[y] = qv[j][u];
-				k[y] = kv[j][u];
+			for (int u = 0; u < 4; u++) {
+				qv[j][u] = live && y + u < dk ? q[y + u] : 0.0f;
+				kv[j][u] = live && y + u < dk ? k[y + u] : 0.0f;
 			}
 		}
+	}
+	gdn_qk_normalize<JJ>(qv, kv, dk);
+#pragma unroll
+	for (int j = 0; j < JJ; j++) {
+		const uint32_t y = 4 * GDN_LANES * j + 4 * r;
+		if (VEC) {
+			if (live) {
+				*(float4 *)(q + y) = make_float4(qv[j][0], qv[j][1], qv[j][2], qv[j][3]);
+				*(float4 *)(k + y) = make_float4(kv[j][0], kv[j][1], kv[j][2], kv[j][3]);
+			}
+		} else {
+#pragma unroll
+			for (int u = 0; u < 4; u++)
+				if (live && y + u < dk) {
+					q[y + u] = qv[j][u];
+					k[y + u] = kv[j][u];
+				}
+		}
+	}
 }
 
 /* Gated RMSNorm of one (row, head) of dv by a block of 128 threads: the sum of squares as
@@ -582,20 +597,23 @@ extern "C" int ck_gdn_recurrent(const struct ck_step *st, const struct ck_gdn_sh
 		return 0;
 	if (g->dk > 256 || g->nv > 65535)
 		return -(int)cudaErrorInvalidValue; /* no model has them */
+	const bool vec = g->dk % 32 == 0 && g->C % 4 == 0 && (uintptr_t)conv % 16 == 0;
+	decltype(&gdn_qk_norm_k<1, false>) nk = NULL;
 	switch (gdn_jj(g->dk)) {
 	case 1:
-		ck_launch(gdn_qk_norm_k<1>, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
+		nk = vec ? gdn_qk_norm_k<1, true> : gdn_qk_norm_k<1, false>;
 		break;
 	case 2:
-		ck_launch(gdn_qk_norm_k<2>, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
+		nk = vec ? gdn_qk_norm_k<2, true> : gdn_qk_norm_k<2, false>;
 		break;
 	case 4:
-		ck_launch(gdn_qk_norm_k<4>, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
+		nk = vec ? gdn_qk_norm_k<4, true> : gdn_qk_norm_k<4, false>;
 		break;
 	default:
-		ck_launch(gdn_qk_norm_k<8>, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
+		nk = vec ? gdn_qk_norm_k<8, true> : gdn_qk_norm_k<8, false>;
 		break;
 	}
+	ck_launch(nk, (unsigned)blocks, 128, 0, s, conv, g->C, pairs, (uint32_t)g->nk, (uint32_t)g->dk);
 	if ((rc = ck_launched()))
 		return rc;
 	return gdn_recurrence(st, g, slot, false, conv, beta, gg, o, &none, s);
