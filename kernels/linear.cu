@@ -182,52 +182,132 @@ static __device__ __forceinline__ void quant_load16(const float *xr, uint64_t b,
 	}
 }
 
+/* Four values of the row from element j on (quant_in's), in one 16-byte load where xr allows. */
+static __device__ __forceinline__ void quant_load4(const float *xr, uint64_t j, uint64_t k, bool swiglu, bool vec,
+						   float *v)
+{
+	if (!vec) {
+#pragma unroll
+		for (int e = 0; e < 4; e++)
+			v[e] = quant_in(xr, j + e, k, swiglu);
+		return;
+	}
+	const float4 g = *(const float4 *)(xr + j);
+	if (!swiglu) {
+		v[0] = g.x, v[1] = g.y, v[2] = g.z, v[3] = g.w;
+		return;
+	}
+	const float4 u = *(const float4 *)(xr + k + j);
+	v[0] = swiglu_of(g.x, u.x);
+	v[1] = swiglu_of(g.y, u.y);
+	v[2] = swiglu_of(g.z, u.z);
+	v[3] = swiglu_of(g.w, u.w);
+}
+
 #define QTHREADS 128
 /* 16-blocks a thread holds in registers: rows up to 16 * QREG * QTHREADS values; one for
  * SwiGLU inputs (an expert's intermediate rows: 512 on the real shapes), whose exps would
  * spill a second */
 #define QREG(swiglu) ((swiglu) ? 1 : 2)
 
+/* A 16-block's scale from the magnitude of its largest value (bam), as
+ * capy_nvfp4_quantize_act: the E4M3 code as the integer value * 2^9 (si) and the factor the
+ * values are multiplied by before rounding to E2M1 (os). gs: the row's global scale, inv_gs
+ * its inverse. */
+struct quant_scale {
+	int32_t si;
+	float os;
+};
+
+static __device__ __forceinline__ struct quant_scale quant_scale_of(float bam, float gs, float inv_gs)
+{
+	const float sixth = (float)(1.0 / 6.0);
+	struct quant_scale q;
+	float s = __fmul_rn(gs, __fmul_rn(bam, sixth)), t;
+
+	if (s > 448.0f)
+		s = 448.0f;
+	q.si = scale_int(f32_to_e4m3(s));
+	/* e4m3_to_f32(sc) is exactly si * 2^-9 wherever the result matters (finite rows
+	 * with a finite gs never give the NaN byte). */
+	t = __fmul_rn(__fmul_rn((float)q.si, 0x1p-9f), inv_gs);
+	q.os = t == 0 ? 0.0f : __fdiv_rn(1.0f, t);
+	return q;
+}
+
+/* The codes of N values v (N 16 or 4) at element e0 of block b of row `row`. */
+template <int N>
+static __device__ __forceinline__ void quant_codes(const float *v, uint64_t b, unsigned e0, uint64_t row, uint64_t k,
+						   const struct quant_scale &q, const struct lin_act &a)
+{
+	if (a.xb) { /* 2*e2m1 * Sa: at most 6 significant bits, exact in BF16 */
+		uint32_t pk[N / 2];
+#pragma unroll
+		for (int e = 0; e < N; e += 2) {
+			const float q0 = fminf(fmaxf(__fmul_rn(v[e], q.os), -6.0f), 6.0f);
+			const float q1 = fminf(fmaxf(__fmul_rn(v[e + 1], q.os), -6.0f), 6.0f);
+			pk[e / 2] = (__float_as_uint(__int2float_rn(e2m1_a(q0) * q.si)) >> 16) |
+				    (__float_as_uint(__int2float_rn(e2m1_a(q1) * q.si)) & 0xffff0000u);
+		}
+		uint16_t *dst = a.xb + row * k + b * 16 + e0;
+		if constexpr (N == 16) {
+			((uint4 *)dst)[0] = make_uint4(pk[0], pk[1], pk[2], pk[3]);
+			((uint4 *)dst)[1] = make_uint4(pk[4], pk[5], pk[6], pk[7]);
+		} else {
+			*(uint2 *)dst = make_uint2(pk[0], pk[1]);
+		}
+		return;
+	}
+	uint32_t word[N / 4];
+#pragma unroll
+	for (int w = 0; w < N / 4; w++)
+		word[w] = 0;
+#pragma unroll
+	for (int e = 0; e < N; e++) {
+		const float x = fminf(fmaxf(__fmul_rn(v[e], q.os), -6.0f), 6.0f);
+		word[e / 4] |= ((uint32_t)e2m1_a(x) & 0xff) << (8 * (e % 4));
+	}
+	int8_t *dst = a.qa + row * k + b * 16 + e0;
+	if constexpr (N == 16)
+		*(uint4 *)dst = make_uint4(word[0], word[1], word[2], word[3]);
+	else
+		*(uint32_t *)dst = word[0];
+}
+
 /* Block b of quantization row `row`: its scale and codes from its 16 values v (gs: the row's
  * global scale, inv_gs its inverse), as capy_nvfp4_quantize_act. */
 static __device__ __forceinline__ void quant_block(const float *v, uint64_t b, uint64_t row, uint64_t k, uint64_t nb,
 						   float gs, float inv_gs, const struct lin_act &a)
 {
-	const float sixth = (float)(1.0 / 6.0);
-	float bam = 0, s, t, os;
-	uint32_t sc, word[4] = { 0, 0, 0, 0 };
-	int32_t si;
+	float bam = 0;
 
 	for (int e = 0; e < 16; e++)
 		bam = fmaxf(bam, fabsf(v[e]));
-	s = __fmul_rn(gs, __fmul_rn(bam, sixth));
-	if (s > 448.0f)
-		s = 448.0f;
-	sc = f32_to_e4m3(s);
-	si = scale_int(sc);
-	/* e4m3_to_f32(sc) is exactly si * 2^-9 wherever the result matters (finite rows
-	 * with a finite gs never give the NaN byte). */
-	t = __fmul_rn(__fmul_rn((float)si, 0x1p-9f), inv_gs);
-	os = t == 0 ? 0.0f : __fdiv_rn(1.0f, t);
-	if (a.xb) { /* 2*e2m1 * Sa: at most 6 significant bits, exact in BF16 */
-		uint32_t pk[8];
-		for (int e = 0; e < 16; e += 2) {
-			const float q0 = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
-			const float q1 = fminf(fmaxf(__fmul_rn(v[e + 1], os), -6.0f), 6.0f);
-			pk[e / 2] = (__float_as_uint(__int2float_rn(e2m1_a(q0) * si)) >> 16) |
-				    (__float_as_uint(__int2float_rn(e2m1_a(q1) * si)) & 0xffff0000u);
-		}
-		uint4 *dst = (uint4 *)(a.xb + row * k + b * 16);
-		dst[0] = make_uint4(pk[0], pk[1], pk[2], pk[3]);
-		dst[1] = make_uint4(pk[4], pk[5], pk[6], pk[7]);
+	const struct quant_scale q = quant_scale_of(bam, gs, inv_gs);
+	quant_codes<16>(v, b, 0, row, k, q, a);
+	if (!a.xb)
+		a.sa[row * nb + b] = q.si;
+}
+
+/* A quarter of block b (its values 4 qq .. 4 qq + 3) by one of the block's four lanes, which
+ * are neighbours in a warp: the block's largest magnitude over the four (fmaxf: exact in any
+ * order), then the same scale and codes as quant_block's. Every lane of the warp calls it. */
+static __device__ __forceinline__ void quant_quarter(const float *v, bool live, uint64_t b, unsigned qq, uint64_t row,
+						     uint64_t k, uint64_t nb, float gs, float inv_gs,
+						     const struct lin_act &a)
+{
+	float bam = 0;
+
+	for (int e = 0; e < 4; e++)
+		bam = fmaxf(bam, fabsf(v[e]));
+	bam = fmaxf(bam, __shfl_xor_sync(FULL, bam, 1));
+	bam = fmaxf(bam, __shfl_xor_sync(FULL, bam, 2));
+	if (!live)
 		return;
-	}
-	for (int e = 0; e < 16; e++) {
-		float q = fminf(fmaxf(__fmul_rn(v[e], os), -6.0f), 6.0f);
-		word[e / 4] |= ((uint32_t)e2m1_a(q) & 0xff) << (8 * (e % 4));
-	}
-	*(uint4 *)(a.qa + row * k + b * 16) = make_uint4(word[0], word[1], word[2], word[3]);
-	a.sa[row * nb + b] = si;
+	const struct quant_scale q = quant_scale_of(bam, gs, inv_gs);
+	quant_codes<4>(v, b, 4 * qq, row, k, q, a);
+	if (!a.xb && qq == 0)
+		a.sa[row * nb + b] = q.si;
 }
 
 /* The row's amax and Inf/NaN flag over the block's threads (every thread gets them). */
@@ -291,6 +371,29 @@ static __global__ void __launch_bounds__(QTHREADS)
 	if (a.sel && a.sel[i / a.sel_div] != a.sel_val)
 		return; /* the whole block: a row of the other kind */
 	constexpr int R = QREG(SWIGLU);
+	if (4 * nb <= QTHREADS) {
+		/* Short rows (an expert's intermediate rows, 512 values: 32 blocks): four lanes a
+		 * block, so every thread works (with SwiGLU, a quarter of the exps each). */
+		const uint64_t b = tid / 4;
+		const unsigned qq = tid % 4;
+		const bool live = b < nb, vec = ((uintptr_t)xr & 15) == 0 && (k & 3) == 0;
+		const int32_t id = w.ids ? w.ids[i] : 0;
+		float v[4] = { 0, 0, 0, 0 };
+		if (live)
+			quant_load4(xr, b * 16 + 4 * qq, k, SWIGLU, vec, v);
+		if (id < 0)
+			return; /* a slot whose expert is not here (expert offload: the CPU computes it) */
+		const float is = w.ids ? ((const float *)(w.data + (uint64_t)id * w.stride + w.globals_off))[w.nparts + p]
+				       : is_fixed;
+		for (int e = 0; e < 4; e++) {
+			bad |= !isfinite(v[e]);
+			amax = fmaxf(amax, fabsf(v[e]));
+		}
+		quant_row_amax(&amax, &bad);
+		quant_row_scale(is, amax, bad, row, a, &gs, &inv_gs);
+		quant_quarter(v, live, b, qq, row, k, nb, gs, inv_gs, a);
+		return;
+	}
 	if (nb <= R * QTHREADS) {
 		const bool vec = ((uintptr_t)xr & 15) == 0 && (k & 3) == 0;
 		const int32_t id = w.ids ? w.ids[i] : 0;
