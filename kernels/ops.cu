@@ -52,6 +52,50 @@ struct rope_term {
  * which no kernel writes, are loaded before the wait for the kernel before (under its tail).
  * Longer groups take the loop below it, with the same order of operations. */
 #define NORM_REG 8
+/* The MoE fold's register path: a thread's elements (a decode row of 2048 or 2560 values over
+ * 512 threads: 4 or 5) and their experts (top-8 or top-10) loaded at once. */
+#define MOE_REG 5
+#define MOE_KMAX 10
+
+/* v[e] = x[i_e] + the MoE block's output at i_e for the thread's elements i_e = tid + e bd
+ * (< group), moe_term_with's operations in its order, with every load issued before the first
+ * add (a chain of round trips otherwise: the experts' loop is not pipelined by the compiler),
+ * and the shared expert's gate (a double-precision exp) computed under them. */
+__device__ __forceinline__ void moe_fold_row(const float *xr, const struct moe_term &m, uint64_t r, uint64_t xs,
+					     uint32_t g0, uint32_t group, uint32_t tid, uint32_t bd, float v[MOE_REG])
+{
+	float o[MOE_REG][MOE_KMAX], wk[MOE_KMAX], sh[MOE_REG];
+
+#pragma unroll
+	for (int j = 0; j < MOE_KMAX; j++)
+		wk[j] = j < (int)m.k ? m.w[r * m.k + j] : 0.0f;
+#pragma unroll
+	for (int e = 0; e < MOE_REG; e++) {
+		const uint32_t i = tid + e * bd;
+		if (i >= group)
+			continue;
+		v[e] = xr[i];
+		sh[e] = m.shared ? m.shared[r * xs + g0 + i] : 0.0f;
+#pragma unroll
+		for (int j = 0; j < MOE_KMAX; j++)
+			o[e][j] = j < (int)m.k ? m.out[(r * m.k + j) * xs + g0 + i] : 0.0f;
+	}
+	const float g = moe_term_gate(m, r);
+#pragma unroll
+	for (int e = 0; e < MOE_REG; e++) {
+		if (tid + e * bd >= group)
+			continue;
+		float t = 0.0f;
+#pragma unroll
+		for (int j = 0; j < MOE_KMAX; j++)
+			if (j < (int)m.k)
+				t = __fadd_rn(t, __fmul_rn(o[e][j], wk[j]));
+		if (m.shared)
+			t = __fadd_rn(t, __fmul_rn(g, sh[e]));
+		v[e] = __fadd_rn(v[e], t);
+	}
+}
+
 template <bool ADD, bool MOE = false, bool ROPE = false>
 __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const float *w, bool per_value, float *y,
 			       uint64_t ys, uint32_t group, float eps, struct moe_term moe, struct rope_term rope)
@@ -64,6 +108,32 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 	float *yr = y ? y + r * ys + g0 : NULL;
 	float ss = 0, rs;
 
+	if (MOE && ADD && group <= MOE_REG * bd && moe.k <= MOE_KMAX) {
+		float v[MOE_REG], wv[MOE_REG];
+#pragma unroll
+		for (int e = 0; e < MOE_REG; e++)
+			if (tid + e * bd < group && y)
+				wv[e] = wr[tid + e * bd];
+		ck_grid_enter();
+		moe_fold_row(xr, moe, r, xs, g0, group, tid, bd, v);
+#pragma unroll
+		for (int e = 0; e < MOE_REG; e++) {
+			const uint32_t i = tid + e * bd;
+			if (i >= group)
+				break;
+			xr[i] = v[e];
+			ss = __fadd_rn(ss, __fmul_rn(v[e], v[e]));
+		}
+		if (!y)
+			return;
+		ss = ck_block_sum(ss, red);
+		rs = 1.0f / sqrtf(ss / (float)group + eps);
+#pragma unroll
+		for (int e = 0; e < MOE_REG; e++)
+			if (tid + e * bd < group)
+				yr[tid + e * bd] = __fmul_rn(__fmul_rn(v[e], rs), wv[e]);
+		return;
+	}
 	if (group <= NORM_REG * bd) {
 		float v[NORM_REG], wv[NORM_REG];
 #pragma unroll
