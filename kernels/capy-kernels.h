@@ -31,10 +31,6 @@ extern "C" {
  * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
  * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
 void ck_set_dependent_launch(int on);
-/* Decode GEMVs ask L2 for the first lines of their weights before they wait for the kernel
- * before them (a hint: the same results either way). On by default; 0 turns it off, for
- * measurement. */
-void ck_set_weight_prefetch(int on);
 
 /* The kernel trace, a measurement knob of TRACE=1 builds (CAPY_CUDA_TRACE, docs/cuda.md;
  * elsewhere ck_trace_start fails with cudaErrorNotSupported): after

@@ -13,7 +13,6 @@
 
 struct lin_mat {
 	enum ck_dtype dtype;
-	bool prefetch;      /* ck_set_weight_prefetch's setting when the launch was made */
 	const uint8_t *data;
 	uint64_t stride;    /* bytes between records of a stack */
 	const int32_t *ids; /* NULL: one matrix for every row; else row i uses record ids[i] */
@@ -56,14 +55,6 @@ struct lin_act {
 };
 
 struct lin_mat lin_mat_of(const struct ck_linear *w, const void *data, uint64_t stride, const int32_t *ids);
-/* Whether GEMVs prefetch their first weight lines before their wait (ck_set_weight_prefetch). */
-bool lin_weight_prefetch(void);
-
-/* Ask L2 for the 128-byte line holding p (a hint; no register waits for it). */
-static __device__ __forceinline__ void lin_prefetch_l2(const void *p)
-{
-	asm volatile("prefetch.global.L2 [%0];\n" ::"l"(p));
-}
 
 /* Bytes lin_act_carve needs for m rows of w (with 256 bytes of slack for the alignment). */
 size_t lin_act_bytes(const struct lin_mat *w, uint64_t m);

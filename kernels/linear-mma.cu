@@ -25,7 +25,6 @@ struct skinny_args {
 	const float *x;
 	uint64_t m, k;
 	uint32_t nmat, swiglu; /* swiglu: x rows are [gate | up] of 2k, the input their SwiGLU */
-	uint32_t prefetch;     /* lin_weight_prefetch() */
 	const uint8_t *w[LIN_MULTI];
 	uint64_t n[LIN_MULTI], tile_end[LIN_MULTI], ldy[LIN_MULTI];
 	float *y[LIN_MULTI];
@@ -103,19 +102,8 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 	const uint8_t *wa = w + (va ? ra : 0) * k * 2 + c * 16, *wb = w + (vb ? rb : 0) * k * 2 + c * 16;
 	const uint64_t ngroups = (a.m + 8 * NB - 1) / (8 * NB);
 
-	/* (Loading a warp's first batch of weight steps into registers before this wait was tried:
-	 * the 248320-row lm_head, whose batches then live across the loop, took 564 us a step
-	 * against 351.) Asking L2 for them holds no register: lane c the 128-byte line c of the
-	 * first batch's 512 bytes of each of its two rows. */
-	if (a.prefetch && live) {
-		const uint64_t first = s0 * MMA_STEP * 2, at = first + (uint64_t)c * 128;
-		if (at < s1 * MMA_STEP * 2) {
-			if (va)
-				lin_prefetch_l2(w + ra * k * 2 + at);
-			if (vb)
-				lin_prefetch_l2(w + rb * k * 2 + at);
-		}
-	}
+	/* (Loading a warp's first batch of weight steps before this wait was tried: the 248320-row
+	 * lm_head, whose batches then live across the loop, took 564 us a step against 351.) */
 	ck_grid_enter();
 	for (uint64_t tg = blockIdx.y; tg < ngroups; tg += gridDim.y) {
 		float acc[NB][4];
@@ -332,7 +320,6 @@ int lin_mma_x(const struct lin_mat *w, const float *x, bool swiglu, uint64_t m, 
 	a.k = w->k;
 	a.nmat = nmat;
 	a.swiglu = swiglu;
-	a.prefetch = lin_weight_prefetch();
 	for (uint32_t j = 0; j < nmat; j++) {
 		const uint64_t n = w->nmulti ? w->mend[j] - rows_before : w->n;
 		const int kj = lin_mma_slices(n, w->k);

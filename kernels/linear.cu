@@ -41,25 +41,12 @@ static dim3 grid_for(uint64_t n, uint64_t ngroups)
 	return dim3((unsigned)gx, (unsigned)gy, 1);
 }
 
-static bool weight_prefetch = true;
-
-extern "C" void ck_set_weight_prefetch(int on)
-{
-	weight_prefetch = on != 0;
-}
-
-bool lin_weight_prefetch(void)
-{
-	return weight_prefetch;
-}
-
 struct lin_mat lin_mat_of(const struct ck_linear *w, const void *data, uint64_t stride, const int32_t *ids)
 {
 	struct lin_mat m;
 
 	memset(&m, 0, sizeof(m));
 	m.dtype = w->dtype;
-	m.prefetch = weight_prefetch;
 	m.data = (const uint8_t *)data;
 	m.stride = stride;
 	m.ids = ids;
@@ -490,6 +477,7 @@ static __device__ __forceinline__ float nv_finish(long long acc, float s2, float
 template <int MT, int VEC, int RPW>
 static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, struct lin_act a, float *y, uint64_t ldy)
 {
+	ck_grid_enter();
 	constexpr int BPL = VEC == 2 ? 2 : 1, LPR = 32 / RPW;
 	const int lane = threadIdx.x & 31, sl = lane % LPR;
 	const uint64_t wr = (uint64_t)blockIdx.x * WARPS + (threadIdx.x >> 5), r0 = wr * RPW;
@@ -498,22 +486,6 @@ static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, stru
 	const uint64_t k = w.k, nb = k / 16, m = a.m, ngroups = (m + MT - 1) / MT, units = nb / BPL;
 	uint32_t p = 0;
 
-	/* Decode: this block's first slot's weight lines asked of L2 under the tail of the kernel
-	 * before (the activations' quantization). The expert ids were written two kernels back
-	 * at least (the router or the offload hand-off, then k_quant), so they are final here;
-	 * and a prefetch changes no result whatever it reads. */
-	if (w.prefetch && MT == 1 && !a.sel && r0 < w.n && blockIdx.y < ngroups) {
-		const int32_t id = w.ids ? __ldcg(w.ids + blockIdx.y) : 0;
-		if (id >= 0) {
-			const uint8_t *rec = w.data + (uint64_t)id * w.stride;
-			const uint64_t bytes = k / 2, at = (uint64_t)sl * 128;
-			if (at < bytes)
-				lin_prefetch_l2(rec + w.codes_off + r * bytes + at);
-			if (sl == 0)
-				lin_prefetch_l2(rec + w.scales_off + r * nb);
-		}
-	}
-	ck_grid_enter();
 	if (r0 >= w.n)
 		return; /* a whole warp: nothing below synchronizes the block */
 	while (p + 1 < w.nparts && r >= w.part_end[p])
