@@ -421,9 +421,9 @@ int ck_gdn_gated_norm(float *o, const float *z, const float *norm_w, uint64_t T,
 
 /* A decode step's GDN core (every item one row, no kept states) in two launches instead of
  * six, the same bits as ck_gdn_conv, ck_gdn_gates, ck_gdn_recurrent and ck_gdn_gated_norm
- * in that order: the conv outputs and the gates, then the recurrence with q and k
- * normalised inside, the windows moved on and each head's gated norm done by the last of
- * its blocks. o [T][nv dv] gets the normed output; conv [T][C] and beta, g [T][nv] are
+ * in that order: the conv outputs, the windows moved on (by the thread that read each) and
+ * the gates, then the recurrence with q and k normalised inside and each head's gated norm
+ * done by the last of its blocks. o [T][nv dv] gets the normed output; conv [T][C] and beta, g [T][nv] are
  * scratch (conv holds q and k unnormalised); count [T][nv] must be zeros and is left so.
  * -cudaErrorInvalidValue for a step with more rows than items or with kept states. */
 struct ck_gdn_decode_args {

@@ -47,7 +47,7 @@ struct gdn_gate_args {
 
 static __global__ void gdn_conv_out(const int32_t *item, const int64_t *t0, float *const *state, uint64_t slot_off,
 				    const float *qkv, const float *w, uint64_t C, uint32_t K, float *conv,
-				    struct gdn_gate_args ga)
+				    struct gdn_gate_args ga, bool move)
 {
 	ck_grid_enter();
 	const uint64_t t = blockIdx.x;
@@ -66,6 +66,15 @@ static __global__ void gdn_conv_out(const int32_t *item, const int64_t *t0, floa
 			acc += w[ch * K + i] * x;
 		}
 		conv[t * C + ch] = silu_(acc);
+		/* ck_gdn_decode (one row an item): this thread is the only one that reads this
+		 * channel's window, so it moves it on itself (gdn_window_after's result for the
+		 * row: entries 1 .. K - 2, then the row), from values it has just read. */
+		if (move && K >= 2) {
+			float *wm = state[it] + slot_off;
+			for (uint32_t i = 0; i + 2 < K; i++)
+				wm[(uint64_t)i * C + ch] = win[(uint64_t)(i + 1) * C + ch];
+			wm[(uint64_t)(K - 2) * C + ch] = qkv[t * C + ch];
+		}
 	}
 	/* ck_gdn_decode: the gates too, over the whole grid (they need only in_proj's rows) */
 	const uint64_t nthr = (uint64_t)gridDim.x * gridDim.y * blockDim.x;
@@ -112,12 +121,12 @@ static __global__ void gdn_conv_window(const int64_t *t0, const int64_t *n, floa
 
 /* The conv outputs (and, with ga.N, the gates) of every row: one launch. */
 static int gdn_conv_launch(const struct ck_step *st, const struct ck_gdn_shape *g, uint64_t slot_off, const float *qkv,
-			   const float *w, float *conv, const struct gdn_gate_args *ga, cudaStream_t s)
+			   const float *w, float *conv, const struct gdn_gate_args *ga, bool move, cudaStream_t s)
 {
 	const uint64_t gy = (g->C + GDN_CONV_THREADS - 1) / GDN_CONV_THREADS;
 
 	ck_launch(gdn_conv_out, dim3((unsigned)st->T, (unsigned)(gy < 65535 ? gy : 65535)), GDN_CONV_THREADS, 0, s,
-		  st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C, (uint32_t)g->K, conv, *ga);
+		  st->item, st->t0, st->gdn_state, slot_off, qkv, w, g->C, (uint32_t)g->K, conv, *ga, move);
 	return ck_launched();
 }
 
@@ -133,7 +142,7 @@ extern "C" int ck_gdn_conv(const struct ck_step *st, const struct ck_gdn_shape *
 		return 0;
 	/* Two kernels in stream order: every conv output has read the old window before any
 	 * window is rewritten. */
-	if ((rc = gdn_conv_launch(st, g, slot_off, qkv, w, conv, &none, s)))
+	if ((rc = gdn_conv_launch(st, g, slot_off, qkv, w, conv, &none, false, s)))
 		return rc;
 	if (g->K < 2)
 		return 0;
@@ -400,13 +409,11 @@ static __device__ __forceinline__ void gdn_store_state(float *S, const float (&s
 		}
 }
 
-/* What the decode kernel (DEC) does besides the recurrence: the conv windows moved on, the
- * gated norm of each (item, head) by the last of its blocks to finish (count[item][head]
- * counts them and is left 0). */
+/* What the decode kernel (DEC) does besides the recurrence: the gated norm of each (item,
+ * head) by the last of its blocks to finish (count[item][head] counts them and is left 0). */
 struct gdn_dec_args {
-	const float *qkv, *z, *norm_w;
+	const float *z, *norm_w;
 	uint32_t *count;
-	uint32_t K;
 	float eps;
 	bool gate_sigmoid;
 };
@@ -420,7 +427,6 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	const float *beta, const float *gg, float *o, uint32_t nk, uint32_t nv, uint32_t dk, uint32_t dv, uint64_t C,
 	struct gdn_dec_args da)
 {
-	ck_grid_enter();
 	extern __shared__ __align__(16) float gdn_ring[];
 	const uint32_t lane = threadIdx.x % 32, r = lane % GDN_LANES, wi = threadIdx.x / 32, SL = gdn_slot_floats(dk);
 	const uint32_t ncb = (dv + GDN_COLS - 1) / GDN_COLS, it = blockIdx.x / ncb, head = blockIdx.y;
@@ -434,6 +440,11 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	float *S = state[it] + s_off + (uint64_t)head * dk * dv, *ring = gdn_ring + (uint64_t)wi * GDN_STAGES * SL;
 	float s[JJ][4];
 
+	/* The step's metadata and S before the wait for the kernel before (the conv, or the q/k
+	 * norm): the metadata was uploaded before the step, and S was last written by this
+	 * layer's recurrence in an earlier step (or by a copy before this one), which completed
+	 * before the kernel before could start, let alone let this one start (PDL: a kernel
+	 * signals the next only after its own wait). The loads run under that kernel's tail. */
 	if (n <= 0)
 		return;
 #pragma unroll
@@ -443,6 +454,7 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 			const uint32_t y = 4 * GDN_LANES * j + 4 * r + u;
 			s[j][u] = act && y < dk ? S[(uint64_t)y * dv + x] : 0.0f;
 		}
+	ck_grid_enter();
 	const uint32_t vn = dv > x0 ? dv - x0 : 0;
 	for (int64_t p = 0; p < GDN_STAGES - 1; p++) {
 		const uint64_t t = first + (uint64_t)(p < n ? p : 0);
@@ -509,22 +521,13 @@ static __global__ __launch_bounds__(GDN_WARPS * 32) void gdn_recurrent_k(
 	gdn_store_state<JJ>(S, s, r, x, act, dk, dv);
 	if (!DEC)
 		return;
-	/* The windows: the conv read them in the kernel before; each (item, channel) once over
-	 * the whole grid. */
-	const uint64_t nthr = (uint64_t)gridDim.x * gridDim.y * blockDim.x, items = gridDim.x / ncb;
-	if (da.K >= 2)
-		for (uint64_t i = ((uint64_t)blockIdx.y * gridDim.x + blockIdx.x) * blockDim.x + threadIdx.x; i < items * C;
-		     i += nthr) {
-			const uint64_t wi_ = i / C, ch = i % C;
-			float *win = state[wi_] + s_off - (uint64_t)(da.K - 1) * C;
-			gdn_window_after(win, win, da.qkv + (uint64_t)t0s[wi_] * C, ns[wi_] - 1, da.K - 1, C, ch);
-		}
-	/* The last of the head's ncb blocks to finish norms its rows. */
+	/* The last of the head's ncb blocks to finish norms its rows: the block's o stores, then
+	 * one device-scope fence and the count (cooperative groups' grid barrier's pattern). */
 	__shared__ bool last;
-	__threadfence(); /* this thread's o before the count */
 	__syncthreads();
 	if (threadIdx.x == 0) {
 		uint32_t *cnt = da.count + (uint64_t)it * nv + head;
+		__threadfence();
 		last = atomicAdd(cnt, 1u) == ncb - 1;
 		if (last)
 			*cnt = 0;
@@ -624,14 +627,14 @@ extern "C" int ck_gdn_decode(const struct ck_step *st, const struct ck_gdn_shape
 {
 	cudaStream_t s = (cudaStream_t)stream;
 	const struct gdn_gate_args ga = { d->b, d->a, d->neg_a, d->dt_bias, st->T * g->nv, g->nv, d->beta, d->g };
-	const struct gdn_dec_args da = { d->qkv, d->z, d->norm_w, d->count, (uint32_t)g->K, d->eps, d->gate_sigmoid };
+	const struct gdn_dec_args da = { d->z, d->norm_w, d->count, d->eps, d->gate_sigmoid };
 	int rc;
 
 	if (st->T == 0 || st->n_items == 0)
 		return 0;
 	if (st->T != st->n_items || st->gdn_keep || g->dk > 256 || g->nv > 65535)
 		return -(int)cudaErrorInvalidValue; /* one row an item, no kept states: the general path */
-	if ((rc = gdn_conv_launch(st, g, (uint64_t)slot * ck_gdn_state_floats(g), d->qkv, d->conv_w, d->conv, &ga, s)))
+	if ((rc = gdn_conv_launch(st, g, (uint64_t)slot * ck_gdn_state_floats(g), d->qkv, d->conv_w, d->conv, &ga, true, s)))
 		return rc;
 	if (d->z_ready && (rc = -(int)cudaStreamWaitEvent(s, (cudaEvent_t)d->z_ready, 0)))
 		return rc;
