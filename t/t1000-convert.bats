@@ -64,11 +64,15 @@ load lib
 }
 
 @test "MTP tensors are kept and counted in the config" {
-	capy-convert -q -m "$FIX/qwen3_5_moe-nvfp4" -o "$BATS_TEST_TMPDIR/a.capy"
-	run capy-convert --inspect "$BATS_TEST_TMPDIR/a.capy" --json
-	[[ "$output" == *'"mtp_num_hidden_layers":	1'* ]]
-	[[ "$output" == *'"name":	"mtp.fc.weight"'* ]]
-	[[ "$output" == *'"name":	"mtp.layers.0.mlp.experts.gate_up_proj"'* ]]
+	# qwen4_exp's config has no MTP field: the checkpoint's mtp.layers.0 says there is one layer
+	for m in qwen3_5_moe-nvfp4 qwen4_exp; do
+		capy-convert -q -m "$FIX/$m" -o "$BATS_TEST_TMPDIR/a.capy"
+		run capy-convert --inspect "$BATS_TEST_TMPDIR/a.capy" --json
+		[[ "$output" == *'"mtp_num_hidden_layers":	1'* ]]
+		[[ "$output" == *'"name":	"mtp.fc.weight"'* ]]
+		[[ "$output" == *'"name":	"mtp.layers.0.mlp.experts.gate_up_proj"'* ]]
+		[[ "$output" == *'"mtp":	"checked"'* ]]
+	done
 }
 
 @test "NVFP4 checkpoints keep their scales: ModelOpt quads become NVFP4 tensors with parts" {
@@ -95,7 +99,10 @@ load lib
 	[[ "$output" == *"tokenizer.json"* ]]
 	[[ "$output" == *"layers.0.ple.ple_embedding.ngram_embedding.weight"*"BF16"*"[4096, 8]"* ]]
 	[[ "$output" == *"hyper_connection_mixer.input_mix_weight_up.weight"* ]]
-	[[ "$output" == *"expert stacks: 4"* ]]
+	[[ "$output" == *"expert stacks: 5"* ]] # the four layers' and the MTP head's
+	[[ "$output" == *"MTP 1"* ]]
+	[[ "$output" == *"mtp.layers.0.self_attn.indexer.index_qk_proj.weight"* ]]
+	[[ "$output" == *"mtp.hyper_connection_mixer.input_mix_weight_up.weight"* ]]
 }
 
 @test "--inspect --json prints the directory as valid JSON with the header facts" {

@@ -146,6 +146,31 @@ convert_fails() {
 	[[ "$stderr" == *"tensor 'model.language_model.layers.2.mlp.experts.5.up_proj.weight' is missing"* ]]
 }
 
+@test "qwen4_exp's MTP head is checked tensor by tensor: missing, misshapen and unknown mtp.* are named" {
+	# capy's layout of the head (docs/spec.md): a QSA layer with its hc mixers, and the head's mixer
+	for t in mtp.layers.0.self_attn.indexer.index_qk_proj.weight mtp.layers.0.mlp_hyper_connection.hc_norm.weight \
+		mtp.layers.0.mlp.experts.7.down_proj.weight mtp.hyper_connection_mixer.input_mix_weight_down.weight; do
+		rm -rf "$BATS_TEST_TMPDIR/qwen4_exp"
+		d=$(copy_fixture qwen4_exp)
+		edit "$d/model.safetensors" rename "$t" gone
+		convert_fails "$d"
+		[[ "$stderr" == *"tensor '$t' is missing from '$d' (a qwen4_exp model with this config.json needs it)" ]]
+	done
+	rm -rf "$BATS_TEST_TMPDIR/qwen4_exp"
+	d=$(copy_fixture qwen4_exp)
+	edit "$d/model.safetensors" shape mtp.hyper_connection_mixer.input_mix_weight_up.weight 16,256
+	convert_fails "$d"
+	[[ "$stderr" == *"tensor 'mtp.hyper_connection_mixer.input_mix_weight_up.weight' in '$d/model.safetensors' has shape [16, 256], expected [256, 16]" ]]
+	# the head's mixer has no block_inject_weight, as the model's final one; its layer no PLE
+	for t in mtp.hyper_connection_mixer.block_inject_weight.weight mtp.layers.0.ple.norm_key.weight; do
+		rm -rf "$BATS_TEST_TMPDIR/qwen4_exp"
+		d=$(copy_fixture qwen4_exp)
+		edit "$d/model.safetensors" add "$t" BF16 4,64
+		convert_fails "$d"
+		[[ "$stderr" == *"unexpected tensor '$t' in '$d/model.safetensors' (not part of a qwen4_exp model with this config.json)" ]]
+	done
+}
+
 @test "an index that puts a tensor in the wrong shard" {
 	d=$(copy_fixture qwen3_5_moe)
 	python3 - "$d/model.safetensors.index.json" <<'PY'

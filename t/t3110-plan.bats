@@ -12,6 +12,8 @@ setup_file() {
 		capy-convert -q -m "$FIX/$m" -o "$BATS_FILE_TMPDIR/$m.capy"
 		capy-convert --inspect "$BATS_FILE_TMPDIR/$m.capy" --json >"$BATS_FILE_TMPDIR/$m.json"
 	done
+	# a model without an MTP head: random weights from qwen4_exp's config, no mtp.* tensors
+	capy-convert -q --synthetic "$FIX/qwen4_exp/config.json" -o "$BATS_FILE_TMPDIR/no-head.capy"
 	# Flash-Next's shape at full size (48 layers of 512 NVFP4 experts, 60 GiB), as a layout.
 	cat >"$BATS_FILE_TMPDIR/flash.json" <<'JSON'
 {"model_type": "qwen4_exp", "text_config": {"vocab_size": 248320, "hidden_size": 2560, "num_hidden_layers": 48,
@@ -129,7 +131,7 @@ slot_bytes() { stacks "$@" | jq '[.[].stride] | max // 0'; }
 
 @test "--spec mtp counts the MTP head: its tensors and experts, one more layer's rows in every page; without it, none of them" {
 	local j
-	for m in qwen3_5-dense qwen3_5_moe qwen3_next; do
+	for m in qwen3_5-dense qwen3_5_moe qwen3_next qwen4_exp; do
 		j=$BATS_FILE_TMPDIR/$m.json
 		[ "$(jq '[.tensors[] | select(.name | startswith("mtp."))] | length' "$j")" -gt 0 ]
 		run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/$m.capy" --plan --max-context 4096 --max-concurrency 2
@@ -162,9 +164,9 @@ slot_bytes() { stacks "$@" | jq '[.[].stride] | max // 0'; }
 		  "$(printf '%s\n' "$ngram" | grep -v -e 'recurrent states' -e 'fixed parts' -e total -e slots -e 'all [0-9]* experts')" ]
 	done
 	# a model without a head: auto is ngram
-	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --spec ngram
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/no-head.capy" --plan --spec ngram
 	local plain=$output
-	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/qwen4_exp.capy" --plan --spec auto
+	run --separate-stderr capy-serve "$BATS_FILE_TMPDIR/no-head.capy" --plan --spec auto
 	[ "$output" = "$plain" ]
 	[[ "$output" != *MTP* ]]
 }

@@ -12,10 +12,12 @@
 load lib
 load helper/serve
 
-MTP_FIXTURES="qwen3_5-dense qwen3_5_moe qwen3_next"
+MTP_FIXTURES="qwen3_5-dense qwen3_5_moe qwen3_next qwen4_exp"
 
 setup_file() {
-	convert_fixtures $MTP_FIXTURES qwen4_exp
+	convert_fixtures $MTP_FIXTURES
+	# a model without a head: random weights from qwen4_exp's config, no mtp.* tensors
+	capy-convert -q --synthetic "$FIX/qwen4_exp/config.json" -o "$ART/no-head.capy"
 	export BODIES=$BATS_FILE_TMPDIR/bodies TINY=$BATS_FILE_TMPDIR/capy-tiny.capy
 	capy-convert -q -m "$SRC/share/models/capy-tiny" -o "$TINY"
 	mkdir -p "$BODIES"
@@ -223,12 +225,12 @@ same() {
 @test "--spec values, the agent profile (mtp+ngram with a head, ngram without), a model or backend without the head" {
 	run -2 --separate-stderr capy-serve "$TINY" --spec eagle
 	[ "${stderr_lines[0]}" = "capy-serve: error: --spec: 'eagle' is not mtp, mtp+ngram, ngram, auto or off" ]
-	run -1 --separate-stderr capy-serve "$ART/qwen4_exp.capy" --port 0 --spec mtp
+	run -1 --separate-stderr capy-serve "$ART/no-head.capy" --port 0 --spec mtp
 	[ "${#stderr_lines[@]}" = 1 ]
-	[ "${stderr_lines[0]}" = "capy-serve: error: --spec mtp: '$ART/qwen4_exp.capy' has no MTP head (no mtp.* tensors)" ]
+	[ "${stderr_lines[0]}" = "capy-serve: error: --spec mtp: '$ART/no-head.capy' has no MTP head (no mtp.* tensors)" ]
 	serve_start capy-serve "$TINY" --profile agent --threads 1
 	grep -q "^capy-serve: speculative decoding: MTP and n-gram drafts of up to 4 tokens per request and step (n-gram where a match of 2 tokens or more fills the window, else the model's head;" "$SERVER_LOG"
-	serve_start capy-serve "$ART/qwen4_exp.capy" --profile agent --threads 1
+	serve_start capy-serve "$ART/no-head.capy" --profile agent --threads 1
 	grep -q "^capy-serve: speculative decoding: n-gram drafts of up to 4 tokens" "$SERVER_LOG"
 	! grep -q "MTP" "$SERVER_LOG"
 	serve_start capy-serve "$TINY" --profile agent --threads 1 --spec ngram

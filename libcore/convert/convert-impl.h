@@ -81,7 +81,6 @@ struct plan {
 	bool quantize_experts;
 	bool vision;
 	uint64_t mtp_layers;
-	bool mtp_verbatim;           /* qwen4_exp: MTP kept as published, not checked */
 	cJSON *transforms;           /* descriptions for provenance.recipe */
 	struct capy_err *err;
 };

@@ -537,7 +537,7 @@ static cJSON *provenance(const struct run *r, const char *source_dir)
 	recipe = cJSON_AddObjectToObject(pv, "recipe");
 	cJSON_AddStringToObject(recipe, "experts", p->quantize_experts ? "nvfp4-modelopt" : "as-published");
 	cJSON_AddBoolToObject(recipe, "vision", p->vision);
-	cJSON_AddStringToObject(recipe, "mtp", !p->mtp_layers ? "none" : p->mtp_verbatim ? "as-published" : "checked");
+	cJSON_AddStringToObject(recipe, "mtp", !p->mtp_layers ? "none" : "checked");
 	cJSON_AddItemReferenceToObject(recipe, "transforms", p->transforms);
 	if (r->o->layout_only)
 		cJSON_AddBoolToObject(pv, "layout_only", true);

@@ -449,11 +449,12 @@ static void ple(struct ctx *c, uint64_t ple_index, int64_t *bufs)
 	plain(c, "ple.conv1d.weight", 0, 0.2, hh, 1, m->ple_conv_kernel);
 }
 
-/* One decoder layer at c->sp / c->op. */
+/* One decoder layer at c->sp / c->op. An MTP layer has no PLE (qwen4_exp puts PLE on
+ * linear-attention layers only). */
 static void decoder_layer(struct ctx *c, uint64_t i, bool mtp, int64_t *ple_bufs, uint64_t *ple_index)
 {
 	const struct capy_model_config *m = &c->p->cfg;
-	enum capy_layer_type t = mtp ? CAPY_LAYER_FULL : (enum capy_layer_type)m->layer_types[i];
+	enum capy_layer_type t = mtp ? capy_mtp_layer_type(m) : (enum capy_layer_type)m->layer_types[i];
 	bool q4 = m->family == CAPY_FAMILY_QWEN4_EXP;
 
 	if (q4 && !mtp && m->ple_layer[i])
@@ -477,8 +478,10 @@ static void decoder_layer(struct ctx *c, uint64_t i, bool mtp, int64_t *ple_bufs
 		dense_mlp(c, m->intermediate_size);
 }
 
-/* MTP tensors of a family whose MTP block capy knows: mtp.fc, the norms and
- * mtp.layers.* (a full-attention decoder layer each). */
+/* MTP tensors: mtp.fc, the norms and mtp.layers.* (a full-attention decoder layer each, with
+ * the main layers' hyper-connection mixers on qwen4_exp), and on qwen4_exp the head's own
+ * final mixer mtp.hyper_connection_mixer (no block_inject_weight, as the model's). qwen4_exp's
+ * config and transformers say nothing of its head: this is capy's layout, docs/spec.md. */
 static void mtp_block(struct ctx *c)
 {
 	struct plan *p = c->p;
@@ -496,9 +499,13 @@ static void mtp_block(struct ctx *c)
 		c->sp = c->op = sp;
 		decoder_layer(c, i, true, NULL, NULL);
 	}
+	if (p->cfg.family == CAPY_FAMILY_QWEN4_EXP) {
+		c->sp = c->op = "mtp.";
+		hyper_connection(c, "hyper_connection_mixer", false);
+	}
 }
 
-/* Tensors kept as published under a name prefix (vision, unknown MTP blocks). */
+/* Tensors kept as published under a name prefix (vision). */
 static void verbatim(struct ctx *c, const char *prefix, const char *out_prefix)
 {
 	const struct capy_ckpt *ck = c->p->ck;
@@ -605,18 +612,14 @@ int plan_build(struct plan *p, const struct capy_ckpt *ck, struct capy_err *err)
 	if (!m->tie_word_embeddings || ck_has(p, "lm_head.weight"))
 		linear(&c, "lm_head.weight", m->vocab_size, h);
 
+	/* The checkpoint's mtp.* say there is a head, and mtp.layers.N how many layers it has (the
+	 * artifact's mtp_num_hidden_layers): qwen4_exp configs have no field for it. Every tensor
+	 * is checked for name and shape, and one the head does not have is refused. */
 	if (ck && ck_has_prefix(ck, "mtp.")) {
-		if (m->family == CAPY_FAMILY_QWEN4_EXP) {
-			/* The MTP block of qwen4_exp is not in transformers: keep it as published. */
-			p->mtp_verbatim = true;
-			p->mtp_layers = count_mtp_layers(p);
-			verbatim(&c, "mtp.", "mtp.");
-		} else {
-			p->mtp_layers = count_mtp_layers(p);
-			if (!p->mtp_layers)
-				p->mtp_layers = m->mtp_layers ? m->mtp_layers : 1;
-			mtp_block(&c);
-		}
+		p->mtp_layers = count_mtp_layers(p);
+		if (!p->mtp_layers)
+			p->mtp_layers = m->mtp_layers ? m->mtp_layers : 1;
+		mtp_block(&c);
 	}
 	if (ck && p->vision && c.rc == 0)
 		verbatim(&c, "model.visual.", "visual.");

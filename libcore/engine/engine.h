@@ -64,7 +64,7 @@ struct capy_engine_opts {
 	 * sequences of max_context tokens (0: none; pages are then taken on demand) */
 	uint64_t max_context, max_seqs;
 	const char *backend_arg; /* backend-specific setting (NULL: none) */
-	/* Bind the model's MTP head (capy_engine_mtp; qwen3_5, qwen3_5_moe, qwen3_next): its
+	/* Bind the model's MTP head (capy_engine_mtp; every family, qwen4_exp's in capy's layout): its
 	 * attention layer gets rows in the attention-cache pages after the main layers', so pages
 	 * are larger. Backends without one refuse it (CAPY_EUNSUPPORTED). */
 	bool mtp;
@@ -246,7 +246,8 @@ struct capy_step_item {
 	const uint32_t *(*mask)(void *mask_ud);
 	void *mask_ud;
 	/* NULL, or n * hidden_size floats: the hidden state of each of the n tokens after the
-	 * final norm (what lm_head reads and the MTP head takes). Engines with an MTP head only. */
+	 * final norm (qwen4_exp: its final hc mixer; what lm_head reads and the MTP head takes).
+	 * Engines with an MTP head only. */
 	float *hidden;
 };
 

@@ -13,6 +13,11 @@ const char *capy_family_name(enum capy_family f)
 	return (unsigned)f < ARRAY_SIZE(family_names) ? family_names[f] : "?";
 }
 
+enum capy_layer_type capy_mtp_layer_type(const struct capy_model_config *c)
+{
+	return c->family == CAPY_FAMILY_QWEN4_EXP ? CAPY_LAYER_QSA : CAPY_LAYER_FULL;
+}
+
 int capy_family_parse(const char *name, enum capy_family *out)
 {
 	for (size_t i = 0; i < ARRAY_SIZE(family_names); i++) {

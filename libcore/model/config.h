@@ -60,7 +60,9 @@ struct capy_model_config {
 	int n_eos;
 	int64_t bos_id, pad_id; /* -1 when unset */
 	bool tie_word_embeddings;
-	uint64_t mtp_layers;    /* MTP decoder layers declared by the config */
+	uint64_t mtp_layers;    /* MTP decoder layers: the config's field, or (an artifact's
+				 * config, and qwen4_exp's, which has no field) what capy-convert
+				 * found under mtp.layers.N of the checkpoint */
 };
 
 /* family_name is config.json's model_type; text is the text config object. what
@@ -74,6 +76,9 @@ cJSON *capy_model_config_json(const struct capy_model_config *c);
 const char *capy_family_name(enum capy_family f);
 int capy_family_parse(const char *name, enum capy_family *out);
 const char *capy_layer_type_name(enum capy_layer_type t);
+/* The type of an MTP decoder layer: full attention; on qwen4_exp, whose attention layers all
+ * carry the QSA indexer, attention with it (docs/spec.md "MTP drafts": capy's layout). */
+enum capy_layer_type capy_mtp_layer_type(const struct capy_model_config *c);
 
 /* PLE: the prime vocabulary sizes of the first n n-gram heads (numbered across all PLE
  * layers in order) and a layer's hash multipliers, derived exactly as transformers does. */

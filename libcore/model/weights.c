@@ -358,6 +358,17 @@ int capy_weights_bind(struct capy_weights *w, const struct capy_artifact *a, con
 	return b.rc;
 }
 
+/* Whether a's head was kept as published (capy-convert before capy knew qwen4_exp's head
+ * stored its tensors unchecked, experts per expert): binding it would name a missing tensor
+ * where the fix is to convert again. */
+static bool mtp_as_published(const struct capy_artifact *a)
+{
+	const cJSON *r = cJSON_GetObjectItemCaseSensitive(a->provenance, "recipe");
+	const cJSON *m = cJSON_GetObjectItemCaseSensitive(r, "mtp");
+
+	return cJSON_IsString(m) && !strcmp(m->valuestring, "as-published");
+}
+
 int capy_weights_bind_mtp(struct capy_weights *w, const struct capy_artifact *a, const struct capy_model_config *c,
 			  struct capy_err *err)
 {
@@ -365,12 +376,14 @@ int capy_weights_bind_mtp(struct capy_weights *w, const struct capy_artifact *a,
 	struct capy_mtp_w *m = &w->mtp;
 	struct capy_layer_w *l = &m->layer;
 	const char *p = "mtp.layers.0.";
+	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
 	uint64_t H = c->hidden_size;
 
-	if (c->family != CAPY_FAMILY_QWEN3_5 && c->family != CAPY_FAMILY_QWEN3_5_MOE &&
-	    c->family != CAPY_FAMILY_QWEN3_NEXT)
-		return capy_err_set(err, CAPY_EUNSUPPORTED, "'%s': capy knows the MTP head of qwen3_5, qwen3_5_moe and "
-				    "qwen3_next only", a->path);
+	if (!capy_artifact_find(a, "mtp.fc.weight"))
+		return capy_err_set(err, CAPY_EUNSUPPORTED, "'%s' has no MTP head (no mtp.* tensors)", a->path);
+	if (mtp_as_published(a))
+		return capy_err_set(err, CAPY_EUNSUPPORTED, "'%s': its MTP head was kept as published, unchecked (a "
+				    "capy-convert older than capy's qwen4_exp head): convert the checkpoint again", a->path);
 	if (c->mtp_layers != 1)
 		return capy_err_set(err, CAPY_EUNSUPPORTED, "'%s': the config declares %" PRIu64 " MTP layers (capy runs "
 				    "exactly one)", a->path, c->mtp_layers);
@@ -379,16 +392,23 @@ int capy_weights_bind_mtp(struct capy_weights *w, const struct capy_artifact *a,
 	m->norm_emb = vec(&b, H, true, "mtp.pre_fc_norm_embedding.weight");
 	m->norm_hidden = vec(&b, H, true, "mtp.pre_fc_norm_hidden.weight");
 	m->norm = vec(&b, H, true, "mtp.norm.weight");
-	l->type = CAPY_LAYER_FULL;
+	l->type = capy_mtp_layer_type(c);
 	l->moe = c->family != CAPY_FAMILY_QWEN3_5;
 	l->kv_slot = w->n_kv;
 	l->gdn_slot = l->ple_slot = -1;
-	bind_layer_norms(&b, l, p);
-	bind_attention(&b, &l->attn, p, false);
+	if (q4) {
+		bind_hc(&b, &l->hc_attn, p, "attn_hyper_connection", true);
+		bind_hc(&b, &l->hc_mlp, p, "mlp_hyper_connection", true);
+	} else {
+		bind_layer_norms(&b, l, p);
+	}
+	bind_attention(&b, &l->attn, p, l->type == CAPY_LAYER_QSA);
 	if (l->moe)
 		bind_moe(&b, &l->moe_w, p);
 	else
 		bind_mlp(&b, &l->mlp, p, "mlp", c->intermediate_size);
+	if (q4)
+		bind_hc(&b, &m->mixer, "mtp.", "hyper_connection_mixer", false);
 	if (b.rc < 0) {
 		memset(m, 0, sizeof(*m)); /* what it owns is in w->owned*, freed by capy_weights_release */
 		capy_err_prefix(err, "MTP head");
@@ -457,6 +477,11 @@ void capy_weights_each_mtp_linear(const struct capy_weights *w, const struct cap
 	if (!w->mtp.present)
 		return;
 	fn(&w->mtp.fc, ctx);
+	if (c->family == CAPY_FAMILY_QWEN4_EXP) {
+		each_hc(&w->mtp.layer.hc_attn, fn, ctx);
+		each_hc(&w->mtp.layer.hc_mlp, fn, ctx);
+		each_hc(&w->mtp.mixer, fn, ctx);
+	}
 	each_layer_linear(&w->mtp.layer, c, fn, ctx);
 }
 

@@ -72,15 +72,22 @@ struct capy_layer_w {
 	int kv_slot, gdn_slot, ple_slot;  /* index into the sequence's per-kind state, or -1 */
 };
 
-/* The MTP head (qwen3_5, qwen3_5_moe, qwen3_next; docs/spec.md "MTP drafts"): row t at position t
- * takes h (the main model's hidden state after its final norm, or the head's own output when
- * chaining) and e = embed(the token at t + 1); g = norm(layer(fc([norm_emb(e) | norm_hidden(h)])))
+/* The MTP head (docs/spec.md "MTP drafts"): row t at position t takes h (the main model's
+ * hidden state after its final norm, or the head's own output when chaining) and e = embed(the
+ * token at t + 1); u = fc([norm_emb(e) | norm_hidden(h)]) and
+ *
+ *	qwen3_5, qwen3_5_moe, qwen3_next:  g = norm(layer(u))
+ *	qwen4_exp (capy's layout; h the output of the model's final mixer):
+ *		g = norm(mixer(layer(hc_count copies of u)))   the layer's hc mixers, QSA, no PLE
+ *
  * and the logits are lm_head(g). */
 struct capy_mtp_w {
 	bool present;                     /* bound by capy_weights_bind_mtp */
 	struct capy_linear fc;            /* [H, 2H] */
 	float *norm_emb, *norm_hidden, *norm; /* [H], 1 + w */
-	struct capy_layer_w layer;        /* one full-attention decoder layer; kv_slot after the main ones */
+	struct capy_layer_w layer;        /* one full-attention (qwen4_exp: QSA) decoder layer; kv_slot
+					   * after the main ones */
+	struct capy_hc_w mixer;           /* qwen4_exp: mtp.hyper_connection_mixer, no inject */
 };
 
 struct capy_weights {
@@ -106,9 +113,10 @@ void capy_weights_release(struct capy_weights *w);
 
 /* Bind the MTP head mtp.* of a (after capy_weights_bind): mtp.fc, mtp.pre_fc_norm_embedding,
  * mtp.pre_fc_norm_hidden, mtp.norm and mtp.layers.0 (a full-attention layer with the family's
- * MLP: dense for qwen3_5, MoE for the others). Its layer's kv_slot is w->n_kv: the caller gives
- * it a place in the attention-cache pages after the main layers'. Fails (w unchanged but for
- * what capy_weights_release frees) for a family or config without a head capy knows. */
+ * MLP: dense for qwen3_5, MoE for the others; on qwen4_exp a QSA layer with its two hc mixers,
+ * and mtp.hyper_connection_mixer). Its layer's kv_slot is w->n_kv: the caller gives it a place
+ * in the attention-cache pages after the main layers'. Fails (w unchanged but for what
+ * capy_weights_release frees) for an artifact without a head, or with one capy does not run. */
 int capy_weights_bind_mtp(struct capy_weights *w, const struct capy_artifact *a, const struct capy_model_config *c,
 			  struct capy_err *err);
 /* Call fn on every matrix of the bound MTP head (nothing when none is bound). */

@@ -245,7 +245,7 @@ done
 # The windows are verified and cut back with the backend's kept states, as the n-gram ones above.
 printf 'Repeat this exactly: def add(a, b): return a + b. def sub(a, b): return a - b. def mul(a, b): return a * b.' |
 	$B/bin/capy-gen --tokenize "$T/capy-tiny.capy" >"$T/repeat.ids"
-for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next capy-tiny capy-tiny-nvfp4; do
+for m in qwen3_5-dense qwen3_5_moe qwen3_5_moe-nvfp4 qwen3_next qwen4_exp capy-tiny capy-tiny-nvfp4; do
 	[ -f "$T/$m.capy" ] || continue
 	prompt="5 6 7 8 9 5 6 7 8 9 5 6 7 8"
 	[[ $m == capy-tiny* ]] && prompt=$(cat "$T/repeat.ids")

@@ -3,7 +3,8 @@
  * - teacher-forced rows along each fixture's reference sequence against ref.json's "mtp"
  *   section (make_fixtures.py's mtp_logits: transformers' own decoder layer and norms on the
  *   stored mtp.* tensors): every row's argmax equal, the last row's top-10 logits within
- *   MTP_TOL; for qwen3_5-dense, qwen3_5_moe, qwen3_next and capy-tiny;
+ *   MTP_TOL; for qwen3_5-dense, qwen3_5_moe, qwen3_next, qwen4_exp (capy's layout of its head,
+ *   docs/spec.md: hc streams, a QSA layer, its own final mixer) and capy-tiny;
  * - the same rows run in pieces and one at a time give the same bits as one call, and logits
  *   over a draft vocabulary are bitwise those of the whole vocabulary at its ids;
  * - the chained drafts of t/fixtures/mtp_reference.py (mtp_ref.json: draft ids equal, draft
@@ -168,7 +169,7 @@ static void check_teacher_forced(const char *name)
 
 static void test_teacher_forced(void)
 {
-	const char *models[] = { "qwen3_5-dense", "qwen3_5_moe", "qwen3_next", "share/models/capy-tiny" };
+	const char *models[] = { "qwen3_5-dense", "qwen3_5_moe", "qwen3_next", "qwen4_exp", "share/models/capy-tiny" };
 
 	for (size_t i = 0; i < ARRAY_SIZE(models); i++)
 		check_teacher_forced(models[i]);
@@ -253,6 +254,7 @@ static void check_chained(const char *name)
 static void test_chained_reference(void)
 {
 	check_chained("qwen3_5_moe");
+	check_chained("qwen4_exp");
 	check_chained("share/models/capy-tiny");
 }
 
@@ -353,6 +355,10 @@ static void test_rollback(void)
 	}
 	check_rollback("qwen3_next", 3, true);
 	check_rollback("qwen3_5-dense", 2, false);
+	/* the head's QSA keys and block summaries are in the pages too: windows of 4 rows cross
+	 * its 4-token blocks, every rejected draft leaving a block completed by scratch rows */
+	check_rollback("qwen4_exp", 1, false);
+	check_rollback("qwen4_exp", 4, true);
 }
 
 /* The head's rows live in the sequence's pages, shared by a fork until written: a fork that

@@ -311,9 +311,11 @@ int attention_forward(struct cpu_engine *e, const struct capy_layer_w *l, const 
 				rope_apply(e, dst, pos);
 			}
 		}
+		/* from the item's first row's position: the sequence's length in a step, anywhere for
+		 * the MTP head's rows (which rewrite the head's blocks they complete) */
 		for (size_t i = 0; i < bt->n_items; i++)
-			qsa_update_blocks(e, bt->items[i].seq, l, bt->items[i].seq->len,
-					  bt->items[i].seq->len + bt->items[i].n);
+			qsa_update_blocks(e, bt->items[i].seq, l, e->s.pos[bt->items[i].t0],
+					  e->s.pos[bt->items[i].t0] + bt->items[i].n);
 		par_for_work(e, T, T * (e->s.pos[T - 1] / c->indexer_compress_ratio + 1) * ni * ih, qsa_select, &qj);
 		job.sel = e->s.sel;
 	}

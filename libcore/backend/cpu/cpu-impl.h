@@ -217,10 +217,14 @@ int cpu_state_write(struct capy_engine *core, void *st, const void *src, struct 
 void cpu_state_free(struct capy_engine *core, void *st);
 
 /* forward.c: the backend's step; the embedding rows of ids into x [T][hc * H]; one decoder
- * layer (not qwen4_exp) on the residual rows s.x [T][H] in place. */
+ * layer (not qwen4_exp) on the residual rows s.x [T][H] in place; one qwen4_exp layer (PLE if
+ * it has one, each block between its hc mixers) on the streams s.x [T][hc * H] in place; rows
+ * u [T][H] copied into every stream of X [T][hc * H], as the embedding is (u may be X). */
 int cpu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err);
 void cpu_embed(const struct cpu_engine *e, const int32_t *ids, uint64_t T, float *x);
 int cpu_layer_forward(struct cpu_engine *e, const struct capy_layer_w *l, uint64_t T, struct capy_err *err);
+int cpu_layer_hc(struct cpu_engine *e, const struct capy_layer_w *l, uint64_t T, struct capy_err *err);
+void cpu_streams(const struct cpu_engine *e, const float *u, uint64_t T, float *X);
 
 /* mtp.c: the MTP head's rows (backend op mtp). */
 int cpu_mtp(struct capy_engine *core, const struct capy_mtp_rows *r, struct capy_err *err);

@@ -13,6 +13,15 @@
 
 #include <math.h>
 
+void cpu_streams(const struct cpu_engine *e, const float *u, uint64_t T, float *X)
+{
+	uint64_t H = e->c.hidden_size, hc = e->c.hc_count;
+
+	for (uint64_t t = T; t-- > 0;) /* backwards: u may be X's first rows */
+		for (uint64_t s = hc; s-- > 0;)
+			memmove(X + (t * hc + s) * H, u + t * H, H * sizeof(float));
+}
+
 void cpu_embed(const struct cpu_engine *e, const int32_t *ids, uint64_t T, float *x)
 {
 	const struct capy_model_config *c = &e->c;
@@ -135,14 +144,54 @@ int cpu_layer_forward(struct cpu_engine *e, const struct capy_layer_w *l, uint64
 	return 0;
 }
 
+int cpu_layer_hc(struct cpu_engine *e, const struct capy_layer_w *l, uint64_t T, struct capy_err *err)
+{
+	struct scratch *sc = &e->s;
+	uint64_t H = e->c.hidden_size, hc = e->c.hc_count;
+	int rc;
+
+	if (l->has_ple && (rc = ple_forward(e, l, sc->x, T, err)) < 0)
+		return rc;
+	hc_mix(e, &l->hc_attn, sc->x, T, sc->blk, sc->inj, sc->xn);
+	if ((rc = mixer(e, l, sc->blk, T, sc->out, err)) < 0)
+		return rc;
+	add_injected(sc->x, sc->out, sc->inj, T, H, hc);
+	hc_mix(e, &l->hc_mlp, sc->x, T, sc->blk, sc->inj, sc->xn);
+	ffn(e, l, sc->blk, T, sc->out);
+	add_injected(sc->x, sc->out, sc->inj, T, H, hc);
+	return 0;
+}
+
+/* The MTP head's input of the items that ask: what lm_head reads of their rows (the final
+ * norm, or qwen4_exp's final mixer), the same per-row arithmetic as logits_out's. */
+static void hidden_out(struct cpu_engine *e, const struct capy_batch *b)
+{
+	const struct capy_model_config *c = &e->c;
+	struct scratch *sc = &e->s;
+	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
+	uint64_t H = c->hidden_size, hh = H * (q4 ? c->hc_count : 1);
+
+	for (size_t i = 0; i < b->n_items; i++) {
+		const struct capy_batch_item *it = &b->items[i];
+		if (!it->hidden)
+			continue;
+		if (q4) {
+			hc_mix(e, &e->w.hc_final, sc->x + it->t0 * hh, it->n, it->hidden, NULL, sc->xn);
+			continue;
+		}
+		for (uint64_t t = 0; t < it->n; t++)
+			rmsnorm_1p(sc->x + (it->t0 + t) * H, e->w.final_norm, it->hidden + t * H, H, H,
+				   (float)c->rms_norm_eps);
+	}
+}
+
 int cpu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_err *err)
 {
 	struct cpu_engine *e = core->be;
 	const struct capy_model_config *c = &e->c;
 	struct scratch *sc = &e->s;
 	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
-	uint64_t H = c->hidden_size, hc = q4 ? c->hc_count : 1, T = b->n_tokens, ctx = 0;
-	float eps = (float)c->rms_norm_eps;
+	uint64_t T = b->n_tokens, ctx = 0;
 	int rc;
 
 	for (size_t i = 0; i < b->n_items; i++) {
@@ -160,24 +209,10 @@ int cpu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_e
 	cpu_embed(e, sc->ids, T, sc->x);
 	for (uint64_t i = 0; i < c->n_layers; i++) {
 		const struct capy_layer_w *l = &e->w.layers[i];
-		if (q4) {
-			if (l->has_ple && (rc = ple_forward(e, l, sc->x, T, err)) < 0)
-				return rc;
-			hc_mix(e, &l->hc_attn, sc->x, T, sc->blk, sc->inj, sc->xn);
-			if ((rc = mixer(e, l, sc->blk, T, sc->out, err)) < 0)
-				return rc;
-			add_injected(sc->x, sc->out, sc->inj, T, H, hc);
-			hc_mix(e, &l->hc_mlp, sc->x, T, sc->blk, sc->inj, sc->xn);
-			ffn(e, l, sc->blk, T, sc->out);
-			add_injected(sc->x, sc->out, sc->inj, T, H, hc);
-			continue;
-		}
-		if ((rc = cpu_layer_forward(e, l, T, err)) < 0)
+		if ((rc = q4 ? cpu_layer_hc(e, l, T, err) : cpu_layer_forward(e, l, T, err)) < 0)
 			return rc;
 	}
-	for (size_t i = 0; i < b->n_items; i++) /* the MTP head's input: what lm_head reads */
-		for (uint64_t t = 0; b->items[i].hidden && t < b->items[i].n; t++)
-			rmsnorm_1p(sc->x + (b->items[i].t0 + t) * H, e->w.final_norm, b->items[i].hidden + t * H, H, H, eps);
+	hidden_out(e, b);
 	rc = logits_out(e, b, err);
 	e->batch = NULL;
 	return rc;

@@ -67,12 +67,14 @@ struct cu_layer {
 };
 
 /* The MTP head (opts.mtp; mtp.c): fc over [embedding | hidden], its three norms and its
- * decoder layer (full attention on kv_slot n_kv, the family's MLP or MoE). */
+ * decoder layer (full attention on kv_slot n_kv, the family's MLP or MoE; qwen4_exp: QSA
+ * attention between the layer's hc mixers, and the head's own final mixer). */
 struct cu_mtp {
 	bool present;
 	struct ck_linear fc;
 	const float *norm_emb, *norm_hidden, *norm;
 	struct cu_layer layer;
+	struct cu_hc mixer;               /* qwen4_exp */
 };
 
 /* A range of the mapped artifact copied to device memory. */
@@ -318,6 +320,9 @@ int cu_stage(struct cuda_engine *e, const struct capy_batch *b, const uint64_t *
  * the staged step: its input normed in xn, its mixer and FFN added into the residual x, then x
  * normed with next_norm into xn (NULL: x alone). */
 int cu_layer_plain(struct cuda_engine *e, const struct cu_layer *l, const float *next_norm, struct capy_err *err);
+/* A qwen4_exp decoder layer on the staged step's streams x [T][hc * H]: PLE (if the layer has
+ * it), each block between its hc mixers, the block's output injected into the streams. */
+int cu_layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy_err *err);
 
 /* mtp.c: the MTP head's rows (backend op mtp). */
 int cu_mtp(struct capy_engine *core, const struct capy_mtp_rows *r, struct capy_err *err);

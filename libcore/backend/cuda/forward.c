@@ -449,9 +449,7 @@ int cu_layer_plain(struct cuda_engine *e, const struct cu_layer *l, const float 
 	return 0;
 }
 
-/* A layer with hyper-connections (qwen4_exp): PLE, then each block between the streams'
- * mixers, its output injected into the streams. */
-static int layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy_err *err)
+int cu_layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	struct cu_scratch *s = &e->s;
@@ -477,21 +475,35 @@ static int layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy
 /* The final-normed hidden states of the items that ask (the MTP head's input): the final norm
  * of their rows into xn (free once the layers are done), the same ck_rmsnorm as the logits
  * rows' (so lm_head reads these bits), copied to the host; logits_out's synchronization ends
- * the copies. Nothing for steps where no item asks. */
+ * the copies. Nothing for steps where no item asks. qwen4_exp: the final mixer of every row of
+ * the step into blk (free too; its xn and big buffers are scratch), once, as a linear over all
+ * the step's rows is run (cu_linear's paths per item), so a row's bits are lm_head's input's
+ * where the logits rows take the same path: one-row items always, prompt items up to the
+ * cuBLASLt sums of a gathered chunk of another size. */
 static int hidden_out(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
 {
 	const uint64_t H = e->c.hidden_size;
-	float *xn = e->s.xn;
+	const bool q4 = e->c.family == CAPY_FAMILY_QWEN4_EXP;
+	float *hid = q4 ? e->s.blk : e->s.xn;
+	bool any = false;
 	cudaError_t r;
+	int rc;
 
+	for (size_t i = 0; i < b->n_items; i++)
+		any |= b->items[i].hidden != NULL;
+	if (!any)
+		return 0;
+	if (q4 && (rc = cu_hc_mix(e, &e->hc_final, e->s.x, b->n_tokens, hid, NULL, err)) < 0)
+		return rc;
 	for (size_t i = 0; i < b->n_items; i++) {
 		const struct capy_batch_item *it = &b->items[i];
 		if (!it->hidden)
 			continue;
-		TRY(ck_rmsnorm(e->s.x + it->t0 * H, H, e->final_norm, H, xn + it->t0 * H, H, it->n, H, H,
-			       (float)e->c.rms_norm_eps, e->stream),
-		    "final norm of the hidden states");
-		if ((r = cudaMemcpyAsync(it->hidden, xn + it->t0 * H, it->n * H * sizeof(float), cudaMemcpyDeviceToHost,
+		if (!q4)
+			TRY(ck_rmsnorm(e->s.x + it->t0 * H, H, e->final_norm, H, hid + it->t0 * H, H, it->n, H, H,
+				       (float)e->c.rms_norm_eps, e->stream),
+			    "final norm of the hidden states");
+		if ((r = cudaMemcpyAsync(it->hidden, hid + it->t0 * H, it->n * H * sizeof(float), cudaMemcpyDeviceToHost,
 					 e->stream)) != cudaSuccess)
 			return cu_err(err, r, "copying the hidden states");
 	}
@@ -516,7 +528,7 @@ static int layers(struct cuda_engine *e, struct capy_err *err)
 	for (uint64_t i = 0; i < c->n_layers; i++) {
 		/* the input norm is done: after the embedding, or with the last residual add */
 		const float *next_norm = i + 1 < c->n_layers ? e->layers[i + 1].in_norm : NULL;
-		if ((rc = q4 ? layer_hc(e, &e->layers[i], err) : cu_layer_plain(e, &e->layers[i], next_norm, err)) < 0)
+		if ((rc = q4 ? cu_layer_hc(e, &e->layers[i], err) : cu_layer_plain(e, &e->layers[i], next_norm, err)) < 0)
 			return rc;
 	}
 	return e->off ? cu_offload_layers_end(e, err) : 0;

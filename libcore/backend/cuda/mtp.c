@@ -1,13 +1,17 @@
 /* mtp.c - the MTP head on the GPU (engine.h capy_engine_mtp; the CPU's is libcore/backend/cpu/
  * mtp.c, the oracle): per row
  *
- *	g = norm(layer(fc([norm_emb(embed(token)) | norm_hidden(hidden)]))), logits = lm_head(g)
+ *	u = fc([norm_emb(embed(token)) | norm_hidden(hidden)])
+ *	g = norm(layer(u))                                      qwen3_5, qwen3_5_moe, qwen3_next
+ *	g = norm(mixer(layer(hc_count copies of u)))            qwen4_exp (capy's layout, docs/spec.md)
+ *	logits = lm_head(g)
  *
  * as host orchestration of the main model's kernels. The rows are staged as a step of one item
- * at the rows' positions (cu_stage), so the head's layer runs through cu_layer_plain exactly as
- * a main layer would, its attention reading and writing the head's own rows (kv_slot after the
- * main layers') of the sequence's pages. Launched eagerly (no graph): a call is one head row
- * per chained draft, or the rows a window or a prompt piece left to catch up on.
+ * at the rows' positions (cu_stage), so the head's layer runs through cu_layer_plain (qwen4_exp:
+ * cu_layer_hc) exactly as a main layer would, its attention reading and writing the head's own
+ * rows (kv_slot after the main layers'; QSA's keys and block summaries with them) of the
+ * sequence's pages. Launched eagerly (no graph): a call is one head row per chained draft, or
+ * the rows a window or a prompt piece left to catch up on.
  *
  * lm_head over a draft vocabulary runs only the vocabulary's rows (ck_linear_rows), each logit
  * the bits of the whole lm_head's; where that kernel does not take the matrix (not BF16, or
@@ -37,6 +41,27 @@ static int ids_upload(struct cuda_engine *e, const int32_t *ids, uint64_t n, boo
 	return 0;
 }
 
+/* qwen4_exp: fc's rows u (in blk) copied into every stream of x, as the main model's
+ * embedding is (ck_embed), then the layer on the streams, the head's mixer into blk and its
+ * norm: g in xn. */
+static int head_rows_hc(struct cuda_engine *e, struct capy_err *err)
+{
+	const struct cu_mtp *m = &e->mtp;
+	struct cu_scratch *s = &e->s;
+	const uint64_t T = e->step.T, H = e->c.hidden_size, hc = e->c.hc_count;
+	cudaError_t cr;
+	int rc;
+
+	for (uint64_t k = 0; k < hc; k++)
+		if ((cr = cudaMemcpy2DAsync(s->x + k * H, hc * H * sizeof(float), s->blk, H * sizeof(float), H * sizeof(float),
+					    T, cudaMemcpyDeviceToDevice, e->stream)) != cudaSuccess)
+			return cu_err(err, cr, "the MTP head's streams");
+	if ((rc = cu_layer_hc(e, &m->layer, err)) < 0 || (rc = cu_hc_mix(e, &m->mixer, s->x, T, s->blk, NULL, err)) < 0)
+		return rc;
+	TRY(ck_rmsnorm(s->blk, H, m->norm, H, s->xn, H, T, H, H, (float)e->c.rms_norm_eps, e->stream), "MTP norm");
+	return 0;
+}
+
 /* Embedding and hidden states normed and concatenated (the order of vLLM's glue), fc, then
  * the head's layer: g = norm(layer(...)) of every row in xn. */
 static int head_rows(struct cuda_engine *e, const struct capy_mtp_rows *r, struct capy_err *err)
@@ -58,6 +83,8 @@ static int head_rows(struct cuda_engine *e, const struct capy_mtp_rows *r, struc
 	TRY(ck_embed(e->embed, e->embed_dtype, e->step.ids, T, H, 1, s->x, e->stream), "MTP embedding");
 	TRY(ck_rmsnorm(s->x, H, m->norm_emb, H, cat, 2 * H, T, H, H, eps, e->stream), "MTP embedding norm");
 	TRY(ck_rmsnorm(s->out, H, m->norm_hidden, H, cat + H, 2 * H, T, H, H, eps, e->stream), "MTP hidden norm");
+	if (e->c.family == CAPY_FAMILY_QWEN4_EXP)
+		return (rc = cu_linear(e, &m->fc, cat, T, s->blk, err)) < 0 ? rc : head_rows_hc(e, err);
 	if ((rc = cu_linear(e, &m->fc, cat, T, s->x, err)) < 0)
 		return rc;
 	TRY(ck_rmsnorm(s->x, H, m->layer.in_norm, H, s->xn, H, T, H, H, eps, e->stream), "MTP input norm");

@@ -228,6 +228,8 @@ static void mtp_upload(struct cuda_engine *e, struct capy_err *err, int *rc)
 	m->norm_hidden = vec(e, h->norm_hidden, H, err, rc);
 	m->norm = vec(e, h->norm, H, err, rc);
 	layer_upload(e, &m->layer, &h->layer, err, rc);
+	if (e->c.family == CAPY_FAMILY_QWEN4_EXP)
+		hc(e, &m->mixer, &h->mixer, err, rc);
 	m->present = *rc == 0;
 }
 
