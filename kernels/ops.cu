@@ -58,11 +58,11 @@ struct rope_term {
 #define MOE_KMAX 10
 
 /* v[e] = x[i_e] + the MoE block's output at i_e for the thread's elements i_e = tid + e bd
- * (< group), moe_term_with's operations in its order, with every load issued before the first
+ * (< group <= MOE_REG bd), moe_term_with's operations in its order, with every load issued before the first
  * add (a chain of round trips otherwise: the experts' loop is not pipelined by the compiler),
  * and the shared expert's gate (a double-precision exp) computed under them. */
 __device__ __forceinline__ void moe_fold_row(const float *xr, const struct moe_term &m, uint64_t r, uint64_t xs,
-					     uint32_t g0, uint32_t group, uint32_t tid, uint32_t bd, float v[MOE_REG])
+					     uint32_t g0, uint32_t group, uint32_t tid, uint32_t bd, float *v)
 {
 	float o[MOE_REG][MOE_KMAX], wk[MOE_KMAX], sh[MOE_REG];
 
@@ -108,32 +108,6 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 	float *yr = y ? y + r * ys + g0 : NULL;
 	float ss = 0, rs;
 
-	if (MOE && ADD && group <= MOE_REG * bd && moe.k <= MOE_KMAX) {
-		float v[MOE_REG], wv[MOE_REG];
-#pragma unroll
-		for (int e = 0; e < MOE_REG; e++)
-			if (tid + e * bd < group && y)
-				wv[e] = wr[tid + e * bd];
-		ck_grid_enter();
-		moe_fold_row(xr, moe, r, xs, g0, group, tid, bd, v);
-#pragma unroll
-		for (int e = 0; e < MOE_REG; e++) {
-			const uint32_t i = tid + e * bd;
-			if (i >= group)
-				break;
-			xr[i] = v[e];
-			ss = __fadd_rn(ss, __fmul_rn(v[e], v[e]));
-		}
-		if (!y)
-			return;
-		ss = ck_block_sum(ss, red);
-		rs = 1.0f / sqrtf(ss / (float)group + eps);
-#pragma unroll
-		for (int e = 0; e < MOE_REG; e++)
-			if (tid + e * bd < group)
-				yr[tid + e * bd] = __fmul_rn(__fmul_rn(v[e], rs), wv[e]);
-		return;
-	}
 	if (group <= NORM_REG * bd) {
 		float v[NORM_REG], wv[NORM_REG];
 #pragma unroll
@@ -141,14 +115,18 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 			if (tid + j * bd < group && y)
 				wv[j] = wr[tid + j * bd];
 		ck_grid_enter();
-		const float g = MOE ? moe_term_gate(moe, r) : 0.0f;
+		if (MOE && ADD && group <= MOE_REG * bd && moe.k <= MOE_KMAX) {
+			moe_fold_row(xr, moe, r, xs, g0, group, tid, bd, v); /* its loads at once */
+		} else {
+			const float g = MOE ? moe_term_gate(moe, r) : 0.0f;
 #pragma unroll
-		for (int j = 0; j < NORM_REG; j++) {
-			const uint32_t i = tid + j * bd;
-			if (i < group)
-				v[j] = xr[i];
-			if (ADD && i < group)
-				v[j] = __fadd_rn(v[j], MOE ? moe_term_with(moe, r, xs, g0 + i, g) : add[r * xs + g0 + i]);
+			for (int j = 0; j < NORM_REG; j++) {
+				const uint32_t i = tid + j * bd;
+				if (i < group)
+					v[j] = xr[i];
+				if (ADD && i < group)
+					v[j] = __fadd_rn(v[j], MOE ? moe_term_with(moe, r, xs, g0 + i, g) : add[r * xs + g0 + i]);
+			}
 		}
 #pragma unroll
 		for (int j = 0; j < NORM_REG; j++) {
