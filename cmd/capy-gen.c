@@ -648,11 +648,12 @@ static int generate(const char *model)
 	eo.max_seqs = 1;
 	capy_expert_opts(usage, opts, opt_expert_slots, opt_expert_threads, &eo);
 	capy_tp_opts(usage, opts, opt_tp, opt_tp_payload, &eo);
+	eo.kept_states = spec ? (uint64_t)opt_draft_tokens : 0;
 	if (opt_plan) {
 		int rc = capy_plan_print(model, &(struct capy_plan_opts){ .gpu_mem = opt_gpu_mem,
 					 .max_context = eo.max_context, .max_seqs = 1, .kv = eo.kv,
 					 .expert_slots = eo.expert_slots, .mtp = use_mtp,
-					 .kept_states = spec ? (uint64_t)opt_draft_tokens : 0 });
+					 .kept_states = eo.kept_states });
 		capy_tokens_release(&prompt);
 		capy_assets_release(&as);
 		capy_artifact_close(a);
@@ -660,7 +661,6 @@ static int generate(const char *model)
 	}
 	capy_device_opts(usage, opts, opt_device, opt_gpu, opt_gpu_mem, &eo);
 	eo.mtp = use_mtp;
-	eo.kept_states = spec ? (uint64_t)opt_draft_tokens : 0;
 	eo.backend_arg = opt_backend_arg;
 	if (capy_engine_new(&e, a, &eo, &err) < 0 ||
 	    capy_seq_new(e, &s, &err) < 0)

@@ -298,6 +298,7 @@ int cmd_main(int argc, char **argv)
 	spec = strcmp(opt_spec, "off") != 0;
 	/* With drafts, a decoding request's item is a window of up to --draft-tokens + 1 tokens. */
 	eo.step_tokens = (uint64_t)opt_chunk + (uint64_t)opt_concurrency * (spec ? (uint64_t)opt_draft_tokens + 1 : 1);
+	eo.kept_states = spec ? (uint64_t)opt_draft_tokens : 0; /* one state a window row but the last */
 	/* the MTP head where --spec takes it (auto: where the artifact has one, as the plan counts) */
 	if (opt_plan)
 		return capy_plan_print(args[0], &(struct capy_plan_opts){
@@ -305,7 +306,7 @@ int cmd_main(int argc, char **argv)
 			.max_seqs = (uint64_t)opt_concurrency, .step_tokens = eo.step_tokens,
 			.kv = parse_kv(), .expert_slots = eo.expert_slots,
 			.mtp = !strncmp(opt_spec, "mtp", 3) || !strcmp(opt_spec, "auto"),
-			.kept_states = spec ? (uint64_t)opt_draft_tokens : 0 });
+			.kept_states = eo.kept_states });
 	/* MTP named on the command line must run; from auto (the agent profile's) it is dropped
 	 * where the model or the backend has none, as drafts are where they cannot be verified. */
 	mtp_asked = spec_asked && !strncmp(opt_spec, "mtp", 3);
@@ -340,7 +341,6 @@ int cmd_main(int argc, char **argv)
 	eo.kv = parse_kv();
 	eo.max_context = (uint64_t)opt_max_context;
 	eo.max_seqs = (uint64_t)opt_concurrency;
-	eo.kept_states = spec ? (uint64_t)opt_draft_tokens : 0;
 	eo.backend_arg = opt_backend_arg; /* set only by test builds (t/helper/capy-serve-scripted.c) */
 	/* auto: the head's tensors say whether there is one (capy-convert keeps mtp.*). */
 	if (spec && !strcmp(opt_spec, "auto") && capy_artifact_find(a, "mtp.fc.weight"))
