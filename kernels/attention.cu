@@ -720,6 +720,51 @@ __global__ void __launch_bounds__(QSA_NT) qsa_scores_kernel(struct ck_step st, s
 		ws[t * nbs + b] = __fmul_rn(sum, inv);
 }
 
+/* qsa_scores_kernel's scores for steps of few rows (decode, verification windows): one warp a
+ * (row, block), lane h the dot of head h (in dim order, loads issued 8 ahead), then the heads'
+ * relu added in order: each row's chain of 16 heads x 128 adds was one lane's, the heads now
+ * run side by side. The same operations in the same order, so the same bits. ni <= 32. */
+#define QSA_RW 8 /* warps a block */
+#define QSA_ROWS_MAX 64 /* steps of at most this many rows take it */
+__global__ void __launch_bounds__(QSA_RW * 32) qsa_scores_rows_kernel(struct ck_step st, struct ck_kv_layer l,
+								      const float *iq, uint64_t ni, uint64_t idh,
+								      uint64_t ratio, float inv, float *ws, uint64_t nbs)
+{
+	ck_grid_enter();
+	const unsigned lane = threadIdx.x % 32;
+	const uint64_t t = blockIdx.y, b = (uint64_t)blockIdx.x * QSA_RW + threadIdx.x / 32;
+	const uint64_t nb = ((uint64_t)st.pos[t] + 1) / ratio;
+
+	if (b >= nb)
+		return; /* uniform in the warp */
+	const float *kp = qsa_block_row(st, l, st.block_table + st.bt_off[st.item[t]], idh, ratio, b);
+	float d = 0;
+	if (lane < ni) {
+		const float *q = iq + (t * ni + lane) * idh;
+		uint64_t i = 0;
+		for (; i + 8 <= idh; i += 8) {
+			float qa[8], ka[8];
+#pragma unroll
+			for (int u = 0; u < 8; u++) {
+				qa[u] = q[i + u];
+				ka[u] = kp[i + u];
+			}
+#pragma unroll
+			for (int u = 0; u < 8; u++)
+				d = __fadd_rn(d, __fmul_rn(qa[u], ka[u]));
+		}
+		for (; i < idh; i++)
+			d = __fadd_rn(d, __fmul_rn(q[i], kp[i]));
+	}
+	float sum = 0;
+	for (uint64_t h = 0; h < ni; h++) {
+		const float dh = __shfl_sync(0xffffffffu, d, (int)h);
+		sum = __fadd_rn(sum, dh > 0 ? dh : 0.0f);
+	}
+	if (lane == 0)
+		ws[t * nbs + b] = __fmul_rn(sum, inv);
+}
+
 /* Block t: the best K = min(topk, nb) of row t's block scores (qsa_scores_kernel) by a radix
  * select on the scores' bits (scores are >= +0, so their bits order as they do), ties at the
  * K-th value to the lower indices; then the mask. */
@@ -817,7 +862,12 @@ extern "C" int ck_qsa_select(const struct ck_step *st, const struct ck_kv_layer 
 	const size_t smem = (QSA_SB * (idh + 1) + QSA_SR * idh) * sizeof(float);
 	int rc;
 
-	if (nbs) {
+	if (nbs && st->T <= QSA_ROWS_MAX && ni <= 32) {
+		ck_launch(qsa_scores_rows_kernel, dim3((unsigned)((nbs + QSA_RW - 1) / QSA_RW), (unsigned)st->T), QSA_RW * 32, 0,
+			  (cudaStream_t)stream, *st, *l, iq, ni, idh, ratio, 1.0f / sqrtf((float)idh), (float *)ws, nbs);
+		if ((rc = ck_launched()))
+			return rc;
+	} else if (nbs) {
 		if (smem > 48 * 1024) /* idh > 300: no model; the default limit covers the rest */
 			cudaFuncSetAttribute(qsa_scores_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem);
 		ck_launch(qsa_scores_kernel, dim3((unsigned)((nbs + QSA_SB - 1) / QSA_SB), (unsigned)((st->T + QSA_SR - 1) / QSA_SR)),

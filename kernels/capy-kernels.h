@@ -139,6 +139,15 @@ int ck_linear_swiglu(const struct ck_linear *w, const float *act, uint64_t m, fl
 int ck_linear_multi(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
 		    void *ws, void *stream);
 
+/* ck_linear_multi with each result put through an epilogue in the same launch, the bits of
+ * ck_linear_multi then the epilogue's own kernel (CK_EP_HC_LOW: ck_hc_low_act, CK_EP_HC_INJECT:
+ * ck_hc_inject_act, both with divisor d), for what ck_linear_multi_ep_ok accepts: BF16
+ * matrices on the tensor cores that share a launch, and decode rows. */
+enum ck_epilogue { CK_EP_NONE, CK_EP_HC_LOW, CK_EP_HC_INJECT };
+bool ck_linear_multi_ep_ok(const struct ck_linear *const *w, int nw, const float *x, uint64_t m);
+int ck_linear_multi_ep(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
+		       const enum ck_epilogue *ep, float d, void *stream);
+
 /* Some rows of a matrix (kernels/linear-mma.cu): y[t][i] = (x W^T)[t][rows[i]] for t < m,
  * i < nr (y row stride ldy, x row stride k), each element the bits ck_linear gives it in the
  * whole product (the same k slices and chain of tensor-core steps), without computing the
@@ -315,6 +324,11 @@ int ck_hc_inject_act(float *inj, uint64_t n, float hc, void *stream);
 /* X[t][s H + i] += out[t][i] * inj[t][s]. */
 int ck_hc_add_injected(float *X, const float *out, const float *inj, uint64_t T, uint64_t H, uint64_t hc,
 		       void *stream);
+/* ck_hc_add_injected then ck_rmsnorm of every stream (X [T][hc H], w1p [hc H], y [T][hc H],
+ * group H) in one launch, the same bits: the next mixer's norm takes the last block's
+ * injection with it. */
+int ck_hc_add_rmsnorm(float *X, const float *out, const float *inj, const float *w1p, float *y, uint64_t T, uint64_t H,
+		      uint64_t hc, float eps, void *stream);
 
 /* --- attention (kernels/attention.cu) --------------------------------------------------- */
 
@@ -445,7 +459,9 @@ int ck_gdn_decode(const struct ck_step *st, const struct ck_gdn_shape *g, int sl
 /* Per row t and stream s (hh = hc H): key [T][hh] normed per stream of H with norm_key,
  * q = X normed per stream with norm_query, g = <key_s, q_s> / sqrt(H),
  * g = sqrt(max(|g|, 1e-6)) sign(g), gv[t][s H + i] = sigmoid(g) val[t][i]; gvn = gv normed
- * per stream with norm_conv. key is overwritten with its normed value. */
+ * per stream with norm_conv. key is overwritten with its normed value. H at most
+ * CK_PLE_HIDDEN_MAX (a stream's values stay in one block's registers). */
+#define CK_PLE_HIDDEN_MAX 6144
 int ck_ple_gate(float *key, const float *X, const float *val, const float *norm_key, const float *norm_query,
 		const float *norm_conv, uint64_t T, uint64_t H, uint64_t hc, float eps, float *gv, float *gvn,
 		void *stream);

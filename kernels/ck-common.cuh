@@ -137,21 +137,34 @@ __device__ __forceinline__ struct ck_trace_buf *ck_grid_enter_named(const char *
 	return NULL;
 }
 
+// ck_launch in clusters of `cluster` blocks along x (sm_90 and later; 0 or 1: no cluster): the
+// blocks of a cluster run at once and read each other's shared memory.
 template <typename... KernelArgs, typename... Args>
-static inline void ck_launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
-			     Args &&...args)
+static inline void ck_launch_cluster(unsigned cluster, void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem,
+				     cudaStream_t st, Args &&...args)
 {
-	cudaLaunchAttribute attr[1];
+	cudaLaunchAttribute attr[2];
 	attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
 	attr[0].val.programmaticStreamSerializationAllowed = ck_dependent_launch ? 1 : 0;
+	attr[1].id = cudaLaunchAttributeClusterDimension;
+	attr[1].val.clusterDim.x = cluster;
+	attr[1].val.clusterDim.y = 1;
+	attr[1].val.clusterDim.z = 1;
 	cudaLaunchConfig_t cfg = {};
 	cfg.gridDim = grid;
 	cfg.blockDim = block;
 	cfg.dynamicSmemBytes = smem;
 	cfg.stream = st;
 	cfg.attrs = attr;
-	cfg.numAttrs = 1;
+	cfg.numAttrs = cluster > 1 ? 2 : 1;
 	cudaLaunchKernelEx(&cfg, kernel, static_cast<Args &&>(args)...); /* errors: ck_launched() */
+}
+
+template <typename... KernelArgs, typename... Args>
+static inline void ck_launch(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t st,
+			     Args &&...args)
+{
+	ck_launch_cluster(0, kernel, grid, block, smem, st, static_cast<Args &&>(args)...);
 }
 
 static inline uint64_t ck_align_up(uint64_t x, uint64_t a)
@@ -178,6 +191,25 @@ __device__ __forceinline__ float ck_silu(float x)
 __device__ __forceinline__ float ck_sigmoid(float x)
 {
 	return __fdiv_rn(1.0f, __fadd_rn(1.0f, expf(-x)));
+}
+
+// The hyper-connection mixers' activations (the CPU's hc_mix): the low-rank path's
+// silu(v / hc) and the injection weight 2 sigmoid(v / hc). Their own kernels (ops.cu) and the
+// decode GEMV's epilogue (linear-mma.cu) share them, so either gives the same bits.
+__device__ __forceinline__ float ck_hc_low(float v, float hc)
+{
+	return ck_silu(__fdiv_rn(v, hc));
+}
+
+__device__ __forceinline__ float ck_hc_inject(float v, float hc)
+{
+	return __fmul_rn(2.0f, ck_sigmoid(__fdiv_rn(v, hc)));
+}
+
+// v through epilogue ep (enum ck_epilogue) with its divisor d.
+__device__ __forceinline__ float ck_epilogue_apply(float v, uint32_t ep, float d)
+{
+	return ep == CK_EP_HC_LOW ? ck_hc_low(v, d) : ep == CK_EP_HC_INJECT ? ck_hc_inject(v, d) : v;
 }
 
 // Candidate (v2, x2) beats (v1, x1): a valid one (x >= 0) beats none, a larger value beats a

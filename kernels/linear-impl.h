@@ -30,6 +30,10 @@ struct lin_mat {
 	const uint8_t *mdata[LIN_MULTI];
 	uint64_t mend[LIN_MULTI], mldy[LIN_MULTI];
 	float *my[LIN_MULTI];
+	/* BF16 on the tensor cores only: each matrix's epilogue (enum ck_epilogue; ep[0] for one
+	 * matrix) with its divisor (ck_linear_multi_ep). */
+	uint32_t ep[LIN_MULTI];
+	float ep_div;
 };
 
 /* NVFP4 activations quantized for rows [0, m), one copy per part p (with that part's
@@ -84,6 +88,8 @@ int lin_mma(const struct lin_mat *w, const float *x, uint64_t m, float *y, uint6
  * (ck_swiglu's bits), for one matrix and rows the skinny kernel takes (lin_mma_swiglu_ok). */
 bool lin_mma_swiglu_ok(const struct lin_mat *w, const float *x, uint64_t m);
 int lin_mma_x(const struct lin_mat *w, const float *x, bool swiglu, uint64_t m, float *y, uint64_t ldy, cudaStream_t st);
+/* Whether lin_mma runs w over m rows as the skinny kernel, the one that applies epilogues. */
+bool lin_mma_ep_ok(const struct lin_mat *w, const float *x, uint64_t m);
 
 /* float expf as the CPU's libm gives it, as near as the device can: exp in double, rounded
  * once to float (correctly rounded except for values within ~2^-29 of a rounding midpoint,

@@ -14,10 +14,15 @@
  * its own activation row and W only, never on m or on the other rows (batch invariance). */
 #include "mma-tile.cuh"
 
+#include <cooperative_groups.h>
+
 #include <string.h>
 
+namespace cg = cooperative_groups;
+
 #define SK_WARPS 8  /* warps per block, or KS where more slices than that share a tile */
-#define SK_MAX_KS 32
+#define SK_MAX_KS 32 /* slices in one block; more in clusters (k_skinny_wide) */
+#define SK_MAX_CLUSTER 8 /* blocks a cluster (the portable limit) */
 #define SK_BW(KS) ((KS) > SK_WARPS ? (KS) : SK_WARPS)
 #define SK_STEPS 8 /* steps loaded ahead per warp: 512 contiguous bytes of each of its rows */
 
@@ -28,6 +33,8 @@ struct skinny_args {
 	const uint8_t *w[LIN_MULTI];
 	uint64_t n[LIN_MULTI], tile_end[LIN_MULTI], ldy[LIN_MULTI];
 	float *y[LIN_MULTI];
+	uint32_t ep[LIN_MULTI]; /* enum ck_epilogue of each matrix, with divisor ep_div */
+	float ep_div;
 };
 
 /* A lane's 8 activations of step s of row xr (zeros for a row past m); with swiglu (a row of
@@ -66,7 +73,112 @@ static __device__ __forceinline__ uint4 sk_ldw(const uint8_t *p)
 	return r;
 }
 
-template <int NB, int KS>
+/* The matrix of a tile of a combined launch: its weights, rows, output and epilogue (constant
+ * indices: the arrays stay in the parameter space). */
+struct sk_mat {
+	const uint8_t *w;
+	uint64_t n, ldy, r0;
+	float *y;
+	uint32_t ep;
+	bool live;
+};
+
+static __device__ __forceinline__ struct sk_mat sk_find(const struct skinny_args &a, uint64_t tile)
+{
+	struct sk_mat m = { a.w[0], 0, 0, 0, NULL, CK_EP_NONE, false };
+	uint64_t start = 0;
+
+#pragma unroll
+	for (int j = 0; j < LIN_MULTI; j++) {
+		if (j >= (int)a.nmat || m.live)
+			continue;
+		if (tile < a.tile_end[j]) {
+			m.w = a.w[j];
+			m.n = a.n[j];
+			m.y = a.y[j];
+			m.ldy = a.ldy[j];
+			m.ep = a.ep[j];
+			m.r0 = (tile - start) * 16;
+			m.live = true;
+		} else {
+			start = a.tile_end[j];
+		}
+	}
+	return m;
+}
+
+/* A warp's part of a tile in k_skinny_wide (k_skinny keeps the same loop written out: as this
+ * function it compiled to 4-20 more registers there): its two weight rows a lane reads (wa,
+ * wb; va, vb: inside the matrix) over steps [s0, s1) of k, applied to NB groups of 8
+ * activation rows (xr, xv) into
+ * acc, step after step in order. Batches of SK_STEPS steps are loaded at once, so a warp's
+ * time is a few L2 round trips, not one a step; the rest one step at a time. PF0: one group (decode
+ * in blocks of 8 warps), whose activations are loaded with each batch of weights (wider
+ * blocks cannot spare the registers). (Loading a short last batch at once instead of single
+ * steps raised the registers and slowed every GEMV of a decode step by 1-5 %.) */
+template <int NB, bool PF0>
+static __device__ __forceinline__ void sk_slice(float (&acc)[NB][4], const uint8_t *wa, const uint8_t *wb, bool va,
+						bool vb, const float *const (&xr)[NB], const bool (&xv)[NB], uint64_t s0,
+						uint64_t s1, bool swiglu, uint64_t k)
+{
+	const bool PF = PF0 && !swiglu;
+	uint64_t s = s0;
+
+	for (; s + SK_STEPS <= s1; s += SK_STEPS) {
+		uint4 A[SK_STEPS], B[SK_STEPS];
+		float4 X[PF0 ? SK_STEPS : 1][2];
+#pragma unroll
+		for (int u = 0; u < SK_STEPS; u++) {
+			A[u] = va ? sk_ldw(wa + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
+			B[u] = vb ? sk_ldw(wb + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
+			if (PF) {
+				const float4 z = make_float4(0, 0, 0, 0);
+				X[PF0 ? u : 0][0] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP) : z;
+				X[PF0 ? u : 0][1] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP + 4) : z;
+			}
+		}
+#pragma unroll
+		for (int u = 0; u < SK_STEPS; u++) {
+#pragma unroll
+			for (int nb = 0; nb < NB; nb++) {
+				uint32_t hi[4], lo[4];
+				if (PF) {
+					const float4 a = X[PF0 ? u : 0][0], b = X[PF0 ? u : 0][1];
+					const float f[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
+					mma_split8(f, hi, lo);
+				} else {
+					sk_load_x(xr[nb], xv[nb], s + u, hi, lo, swiglu, k);
+				}
+				mma_step_split(acc[nb], A[u], B[u], hi, lo);
+			}
+		}
+	}
+	for (; s < s1; s++) {
+		const uint4 A = va ? sk_ldw(wa + s * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
+		const uint4 B = vb ? sk_ldw(wb + s * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+		for (int nb = 0; nb < NB; nb++) {
+			uint32_t hi[4], lo[4];
+			sk_load_x(xr[nb], xv[nb], s, hi, lo, swiglu, k);
+			mma_step_split(acc[nb], A, B, hi, lo);
+		}
+	}
+}
+
+/* An element's result into y through its epilogue: fragment element q of lane (g, c), in the
+ * group of 8 activation rows that starts at row tok0. */
+static __device__ __forceinline__ void sk_store(const struct skinny_args &a, const struct sk_mat &mt, uint64_t tok0,
+						int q, int g, int c, float v)
+{
+	const uint64_t r = mt.r0 + g + (q >= 2 ? 8 : 0), t = tok0 + 2 * c + (q & 1);
+
+	if (mt.live && r < mt.n && t < a.m)
+		mt.y[t * mt.ldy + r] = ck_epilogue_apply(v, mt.ep, a.ep_div);
+}
+
+/* EP: the launch has epilogues (a separate instantiation: the epilogue's registers slowed
+ * every plain GEMV of a decode step by 1-5 % when they were always there). */
+template <int NB, int KS, bool EP>
 static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_args a)
 {
 	__shared__ float part[KS > 1 ? SK_BW(KS) : 1][NB][4][32];
@@ -76,6 +188,7 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 	const uint64_t s0 = nsteps * (uint64_t)slice / KS, s1 = nsteps * (uint64_t)(slice + 1) / KS;
 	const uint8_t *w = a.w[0];
 	uint64_t n = 0, ldy = 0, r0 = 0, start = 0;
+	uint32_t ep = CK_EP_NONE;
 	float *y = NULL;
 	bool live = false;
 
@@ -89,6 +202,7 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 			n = a.n[j];
 			y = a.y[j];
 			ldy = a.ldy[j];
+			ep = a.ep[j];
 			r0 = (tile - start) * 16;
 			live = true;
 		} else {
@@ -186,14 +300,68 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 				for (int q = 0; q < 4; q++) {
 					const uint64_t r = q >= 2 ? rb : ra, t = tg * 8 * NB + nb * 8 + 2 * c + (q & 1);
 					if (r < n && t < a.m)
-						y[t * ldy + r] = acc[nb][q];
+						y[t * ldy + r] = EP ? ck_epilogue_apply(acc[nb][q], ep, a.ep_div) : acc[nb][q];
 				}
 	}
 }
 
-/* Slices of k per 16-row tile: enough tiles x slices to keep every multiprocessor streaming
- * (~4k warps, few round trips each), each slice at least SK_STEPS steps. From n and k
- * alone. */
+/* Matrices of few tiles and long rows (the hyper-connection mixers' 10240-long inputs), where
+ * even 32 slices in one block leave most multiprocessors idle: a tile's KS = 8 x CL slices run
+ * in a cluster of CL blocks of 8 warps, one slice a warp, so its rows stream through CL
+ * multiprocessors. The slices' sums meet in the cluster's shared memory and the first block
+ * adds them in slice order, as k_skinny adds its warps' (and the tiled kernel its slices'). */
+static __global__ void __launch_bounds__(SK_WARPS * 32) k_skinny_wide(struct skinny_args a)
+{
+	__shared__ float part[SK_WARPS][4][32];
+	cg::cluster_group cl = cg::this_cluster();
+	const unsigned rank = cl.block_rank(), ncl = cl.num_blocks();
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3;
+	const uint64_t ks = (uint64_t)ncl * SK_WARPS, slice = (uint64_t)rank * SK_WARPS + (uint64_t)warp;
+	const uint64_t k = a.k, nsteps = k / MMA_STEP, s0 = nsteps * slice / ks, s1 = nsteps * (slice + 1) / ks;
+	const struct sk_mat mt = sk_find(a, blockIdx.x / ncl);
+	const uint64_t ra = mt.r0 + g, rb = mt.r0 + g + 8;
+	const bool va = mt.live && ra < mt.n, vb = mt.live && rb < mt.n;
+	const uint8_t *wa = mt.w + (va ? ra : 0) * k * 2 + c * 16, *wb = mt.w + (vb ? rb : 0) * k * 2 + c * 16;
+	const uint64_t ngroups = (a.m + 7) / 8;
+
+	ck_grid_enter();
+	for (uint64_t tg = blockIdx.y; tg < ngroups; tg += gridDim.y) {
+		const uint64_t tok = tg * 8 + g;
+		const bool xv[1] = { tok < a.m };
+		const float *const xr[1] = { a.x + (xv[0] ? tok : 0) * (a.swiglu ? 2 * k : k) + c * 8 };
+		float acc[1][4] = { { 0.0f, 0.0f, 0.0f, 0.0f } };
+
+		if (mt.live)
+			sk_slice<1, true>(acc, wa, wb, va, vb, xr, xv, s0, s1, a.swiglu, k);
+#pragma unroll
+		for (int q = 0; q < 4; q++)
+			part[warp][q][lane] = acc[0][q];
+		cl.sync();
+		if (rank == 0 && warp < 4) { /* warp q adds fragment element q of every lane */
+			const int q = warp;
+			float sum = part[0][q][lane];
+			for (unsigned r = 0; r < ncl; r++) {
+				const float *src = cl.map_shared_rank(&part[0][0][0], r);
+				float v[SK_WARPS];
+#pragma unroll
+				for (int w = 0; w < SK_WARPS; w++)
+					v[w] = src[(w * 4 + q) * 32 + lane];
+#pragma unroll
+				for (int w = 0; w < SK_WARPS; w++)
+					if (r || w)
+						sum = __fadd_rn(sum, v[w]);
+			}
+			sk_store(a, mt, tg * 8, q, g, c, sum);
+		}
+		cl.sync(); /* every block's part read before it is written again or the block ends */
+	}
+}
+
+/* Slices of k per 16-row tile, from n and k alone: enough tiles x slices to keep every
+ * multiprocessor streaming (~4k warps, few round trips each), each slice at least SK_STEPS
+ * steps, at most 32 in one block. Where 32 are not enough (few tiles of long rows: the rule
+ * ran out of slices), one batch of SK_STEPS steps a slice, 8 slices a block, up to
+ * SK_MAX_CLUSTER blocks a tile (k_skinny_wide). */
 int lin_mma_slices(uint64_t n, uint64_t k)
 {
 	const uint64_t tiles = (n + 15) / 16, nsteps = k / MMA_STEP;
@@ -201,6 +369,10 @@ int lin_mma_slices(uint64_t n, uint64_t k)
 
 	while (ks < SK_MAX_KS && tiles * (uint64_t)ks < 4096 && nsteps >= (uint64_t)(2 * ks * SK_STEPS))
 		ks *= 2;
+	if (ks == SK_MAX_KS) {
+		const uint64_t cl = (nsteps + SK_WARPS * SK_STEPS - 1) / (SK_WARPS * SK_STEPS);
+		ks = SK_WARPS * (int)(cl < SK_MAX_CLUSTER ? cl : SK_MAX_CLUSTER);
+	}
 	return ks;
 }
 
@@ -217,47 +389,61 @@ bool lin_mma_ok(const struct lin_mat *w, const float *x)
 	return (uint64_t)(uintptr_t)w->data % 16 == 0;
 }
 
-template <int NB>
+template <int NB, bool EP>
 static void launch_skinny_nb(int ks, dim3 grid, const struct skinny_args *a, cudaStream_t st)
 {
 	switch (ks) {
 	case 1:
-		ck_launch(k_skinny<NB, 1>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 1, EP>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 2:
-		ck_launch(k_skinny<NB, 2>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 2, EP>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 4:
-		ck_launch(k_skinny<NB, 4>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 4, EP>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 8:
-		ck_launch(k_skinny<NB, 8>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 8, EP>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
-	case 16: /* more slices than a block of 8 warps: NB 1 only (launch_skinny) */
-		ck_launch(k_skinny<1, 16>, grid, 16 * 32, 0, st, *a);
-		break;
-	default:
-		ck_launch(k_skinny<1, 32>, grid, 32 * 32, 0, st, *a);
+	default: /* 16: more slices than a block of 8 warps: NB 1 only (launch_skinny) */
+		ck_launch(k_skinny<1, 16, EP>, grid, 16 * 32, 0, st, *a);
 		break;
 	}
+}
+
+template <bool EP>
+static void launch_skinny_ep(int nb, int ks, dim3 grid, const struct skinny_args *a, cudaStream_t st)
+{
+	if (nb == 1)
+		launch_skinny_nb<1, EP>(ks, grid, a, st);
+	else if (nb == 2)
+		launch_skinny_nb<2, EP>(ks, grid, a, st);
+	else
+		launch_skinny_nb<4, EP>(ks, grid, a, st);
 }
 
 static int launch_skinny(const struct skinny_args *a, int ks, cudaStream_t st)
 {
 	/* Tokens per pass: a speed choice only (an element's chain does not depend on it). */
 	const int nb = ks > SK_WARPS || a->m <= 8 ? 1 : a->m <= 16 ? 2 : 4;
-	const uint64_t bw = SK_BW(ks), tiles = a->tile_end[a->nmat - 1], gx = (tiles * (uint64_t)ks + bw - 1) / bw;
+	const bool wide = ks > 16;
+	const uint64_t bw = wide ? SK_WARPS : SK_BW(ks), tiles = a->tile_end[a->nmat - 1];
+	const uint64_t gx = (tiles * (uint64_t)ks + bw - 1) / bw;
 	const uint64_t ngroups = (a->m + 8 * (uint64_t)nb - 1) / (8 * (uint64_t)nb), want = (4 * 132 + gx - 1) / gx;
 	uint64_t gy = ngroups < want ? ngroups : want;
 
 	gy = gy < 1 ? 1 : gy > 65535 ? 65535 : gy;
 	const dim3 grid((unsigned)gx, (unsigned)gy, 1);
-	if (nb == 1)
-		launch_skinny_nb<1>(ks, grid, a, st);
-	else if (nb == 2)
-		launch_skinny_nb<2>(ks, grid, a, st);
+	bool ep = false;
+
+	for (uint32_t j = 0; j < a->nmat; j++)
+		ep |= a->ep[j] != CK_EP_NONE;
+	if (wide)
+		ck_launch_cluster((unsigned)(ks / SK_WARPS), k_skinny_wide, grid, SK_WARPS * 32, 0, st, *a);
+	else if (ep)
+		launch_skinny_ep<true>(nb, ks, grid, a, st);
 	else
-		launch_skinny_nb<4>(ks, grid, a, st);
+		launch_skinny_ep<false>(nb, ks, grid, a, st);
 	return ck_launched();
 }
 
@@ -300,6 +486,21 @@ bool lin_mma_swiglu_ok(const struct lin_mat *w, const float *x, uint64_t m)
 	return !w->nmulti && lin_mma_ok(w, x) && !use_tiled((w->n + 15) / 16 * 16, m);
 }
 
+/* Rows of w's 16-row tiles (each matrix of a multi set starts a tile), as lin_mma_x counts them. */
+static uint64_t tile_rows(const struct lin_mat *w)
+{
+	uint64_t tiles = 0;
+
+	for (uint32_t j = 0; j < (w->nmulti ? w->nmulti : 1); j++)
+		tiles += ((w->nmulti ? w->mend[j] - (j ? w->mend[j - 1] : 0) : w->n) + 15) / 16;
+	return tiles * 16;
+}
+
+bool lin_mma_ep_ok(const struct lin_mat *w, const float *x, uint64_t m)
+{
+	return lin_mma_ok(w, x) && !use_tiled(tile_rows(w), m);
+}
+
 int lin_mma(const struct lin_mat *w, const float *x, uint64_t m, float *y, uint64_t ldy, cudaStream_t st)
 {
 	return lin_mma_x(w, x, false, m, y, ldy, st);
@@ -320,6 +521,7 @@ int lin_mma_x(const struct lin_mat *w, const float *x, bool swiglu, uint64_t m, 
 	a.k = w->k;
 	a.nmat = nmat;
 	a.swiglu = swiglu;
+	a.ep_div = w->ep_div;
 	for (uint32_t j = 0; j < nmat; j++) {
 		const uint64_t n = w->nmulti ? w->mend[j] - rows_before : w->n;
 		const int kj = lin_mma_slices(n, w->k);
@@ -327,6 +529,7 @@ int lin_mma_x(const struct lin_mat *w, const float *x, bool swiglu, uint64_t m, 
 		a.n[j] = n;
 		a.y[j] = w->nmulti ? w->my[j] : y;
 		a.ldy[j] = w->nmulti ? w->mldy[j] : ldy;
+		a.ep[j] = w->ep[j];
 		tiles += (n + 15) / 16;
 		a.tile_end[j] = tiles;
 		rows_before = w->nmulti ? w->mend[j] : 0;
@@ -414,7 +617,7 @@ extern "C" bool ck_linear_rows_ok(const struct ck_linear *w, const float *x)
 {
 	const struct lin_mat lm = lin_mat_of(w, w->data, 0, NULL);
 
-	return lin_mma_ok(&lm, x);
+	return lin_mma_ok(&lm, x) && lin_mma_slices(w->n, w->k) <= 16; /* not k_skinny_wide's */
 }
 
 extern "C" int ck_linear_rows(const struct ck_linear *w, const float *x, uint64_t m, const int32_t *rows, uint64_t nr,
@@ -443,11 +646,8 @@ extern "C" int ck_linear_rows(const struct ck_linear *w, const float *x, uint64_
 	case 8:
 		ck_launch(k_skinny_rows<8>, grid, (unsigned)bw * 32, 0, st, a);
 		break;
-	case 16:
-		ck_launch(k_skinny_rows<16>, grid, (unsigned)bw * 32, 0, st, a);
-		break;
 	default:
-		ck_launch(k_skinny_rows<32>, grid, (unsigned)bw * 32, 0, st, a);
+		ck_launch(k_skinny_rows<16>, grid, (unsigned)bw * 32, 0, st, a);
 		break;
 	}
 	return ck_launched();

@@ -930,6 +930,48 @@ extern "C" int ck_linear_multi(const struct ck_linear *const *w, int nw, const f
 	return 0;
 }
 
+/* The nw matrices as one combined lin_mat (outputs y[j]), if they may share a launch. */
+static bool multi_set(const struct ck_linear *const *w, int nw, const float *x, float *const *y, struct lin_mat *lm)
+{
+	if (nw < 1 || nw > LIN_MULTI || w[0]->dtype == CK_NVFP4)
+		return false;
+	*lm = lin_mat_of(w[0], w[0]->data, 0, NULL);
+	lm->ks = lin_slices(w[0]->n, w[0]->k, w[0]->dtype == CK_F32 ? 4 : 2);
+	lm->n = 0;
+	for (int q = 0; q < nw; q++) {
+		if (w[q]->dtype != w[0]->dtype || w[q]->k != w[0]->k || multi_key(w[q], x) != multi_key(w[0], x))
+			return false;
+		lm->mdata[lm->nmulti] = (const uint8_t *)w[q]->data;
+		lm->n += w[q]->n;
+		lm->mend[lm->nmulti] = lm->n;
+		lm->my[lm->nmulti] = y ? y[q] : NULL;
+		lm->mldy[lm->nmulti++] = w[q]->n;
+	}
+	return true;
+}
+
+extern "C" bool ck_linear_multi_ep_ok(const struct ck_linear *const *w, int nw, const float *x, uint64_t m)
+{
+	struct lin_mat lm;
+
+	return multi_set(w, nw, x, NULL, &lm) && lin_mma_ep_ok(&lm, x, m);
+}
+
+extern "C" int ck_linear_multi_ep(const struct ck_linear *const *w, int nw, const float *x, uint64_t m, float *const *y,
+				  const enum ck_epilogue *ep, float d, void *stream)
+{
+	struct lin_mat lm;
+
+	if (!multi_set(w, nw, x, y, &lm) || !lin_mma_ep_ok(&lm, x, m))
+		return -(int)cudaErrorInvalidValue;
+	if (!m)
+		return 0;
+	for (int q = 0; q < nw; q++)
+		lm.ep[q] = (uint32_t)ep[q];
+	lm.ep_div = d;
+	return lin_mma(&lm, x, m, y[0], w[0]->n, (cudaStream_t)stream);
+}
+
 extern "C" bool ck_linear_swiglu_ok(const struct ck_linear *w, const float *act, uint64_t m)
 {
 	const struct lin_mat lm = lin_mat_of(w, w->data, 0, NULL);

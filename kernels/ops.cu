@@ -96,9 +96,16 @@ __device__ __forceinline__ void moe_fold_row(const float *xr, const struct moe_t
 	}
 }
 
-template <bool ADD, bool MOE = false, bool ROPE = false>
+/* The hyper-connection injection as an added term (hc_add_kernel's): the block's output row
+ * times the stream's weight, the stream being the launch's group (blockIdx.y). */
+struct hc_term {
+	const float *out, *inj;
+};
+
+template <bool ADD, bool MOE = false, bool ROPE = false, bool HC = false>
 __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const float *w, bool per_value, float *y,
-			       uint64_t ys, uint32_t group, float eps, struct moe_term moe, struct rope_term rope)
+			       uint64_t ys, uint32_t group, float eps, struct moe_term moe, struct rope_term rope,
+			       struct hc_term hct)
 {
 	__shared__ float red[1024 / 32];
 	const uint64_t r = blockIdx.x;
@@ -118,14 +125,16 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 		if (MOE && ADD && group <= MOE_REG * bd && moe.k <= MOE_KMAX) {
 			moe_fold_row(xr, moe, r, xs, g0, group, tid, bd, v); /* its loads at once */
 		} else {
-			const float g = MOE ? moe_term_gate(moe, r) : 0.0f;
+			const float g = MOE ? moe_term_gate(moe, r) : HC ? hct.inj[r * gridDim.y + blockIdx.y] : 0.0f;
 #pragma unroll
 			for (int j = 0; j < NORM_REG; j++) {
 				const uint32_t i = tid + j * bd;
 				if (i < group)
 					v[j] = xr[i];
 				if (ADD && i < group)
-					v[j] = __fadd_rn(v[j], MOE ? moe_term_with(moe, r, xs, g0 + i, g) : add[r * xs + g0 + i]);
+					v[j] = __fadd_rn(v[j], MOE  ? moe_term_with(moe, r, xs, g0 + i, g)
+							       : HC ? __fmul_rn(hct.out[r * group + i], g)
+								    : add[r * xs + g0 + i]);
 			}
 		}
 #pragma unroll
@@ -147,10 +156,13 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 				yr[tid + j * bd] = __fmul_rn(__fmul_rn(v[j], rs), wv[j]);
 	} else {
 		ck_grid_enter();
+		const float hw = HC ? hct.inj[r * gridDim.y + blockIdx.y] : 0.0f;
 		for (uint32_t i = tid; i < group; i += bd) {
 			float v = xr[i];
 			if (ADD) {
-				v = __fadd_rn(v, MOE ? moe_term_at(moe, r, xs, g0 + i) : add[r * xs + g0 + i]);
+				v = __fadd_rn(v, MOE  ? moe_term_at(moe, r, xs, g0 + i)
+						 : HC ? __fmul_rn(hct.out[r * group + i], hw)
+						      : add[r * xs + g0 + i]);
 				xr[i] = v;
 			}
 			ss = __fadd_rn(ss, __fmul_rn(v, v));
@@ -221,7 +233,7 @@ __global__ void hc_low_kernel(float *low, uint64_t n, float hc)
 {
 	ck_grid_enter();
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
-		low[i] = ck_silu(__fdiv_rn(low[i], hc));
+		low[i] = ck_hc_low(low[i], hc);
 }
 
 __global__ void hc_combine_kernel(const float *mix, const float *xn, uint64_t H, uint64_t hc, float *mixed)
@@ -240,7 +252,7 @@ __global__ void hc_inject_kernel(float *inj, uint64_t n, float hc)
 {
 	ck_grid_enter();
 	for (uint64_t i = blockIdx.x * (uint64_t)blockDim.x + threadIdx.x; i < n; i += (uint64_t)gridDim.x * blockDim.x)
-		inj[i] = __fmul_rn(2.0f, ck_sigmoid(__fdiv_rn(inj[i], hc)));
+		inj[i] = ck_hc_inject(inj[i], hc);
 }
 
 __global__ void hc_add_kernel(float *X, const float *out, const float *inj, uint64_t H, uint64_t hc)
@@ -255,47 +267,78 @@ __global__ void hc_add_kernel(float *X, const float *out, const float *inj, uint
 
 // One block per (row, stream): the two norms (fixed trees), the gate's dot product, the
 // gated value and its norm, as the CPU's ple_forward loop.
-__global__ void ple_gate_kernel(float *key, const float *X, const float *val, const float *nk, const float *nq,
-				const float *nc, uint64_t H, uint64_t hc, float eps, float *gv, float *gvn)
+#define PLE_REG (CK_PLE_HIDDEN_MAX / 512) /* a thread's values of a stream at most (2560 over 256 threads: 10) */
+__global__ void __launch_bounds__(512) ple_gate_kernel(float *key, const float *X, const float *val, const float *nk,
+						       const float *nq, const float *nc, uint64_t H, uint64_t hc, float eps,
+						       float *gv, float *gvn)
 {
-	ck_grid_enter();
-	__shared__ float red[CK_BLOCK / 32];
-	uint64_t t = blockIdx.x, s = blockIdx.y, hh = hc * H, off = t * hh + s * H;
+	__shared__ float red[512 / 32];
+	const uint64_t t = blockIdx.x, s = blockIdx.y, hh = hc * H, off = t * hh + s * H, bd = blockDim.x;
 	float *k = key + off;
 	const float *x = X + off;
-	float ssk = 0, ssq = 0;
+	float ssk = 0, ssq = 0, kv[PLE_REG], xv[PLE_REG], wk[PLE_REG], wq[PLE_REG], wc[PLE_REG];
 
-	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x) {
-		ssk = __fadd_rn(ssk, __fmul_rn(k[i], k[i]));
-		ssq = __fadd_rn(ssq, __fmul_rn(x[i], x[i]));
+	/* A thread's values and weights in registers, every load issued before the first use (the
+	 * weights before the wait): the loop form's chain of round trips was the kernel's time. The
+	 * operations and their order are the loop's: the same bits. */
+#pragma unroll
+	for (int j = 0; j < PLE_REG; j++) {
+		const uint64_t i = threadIdx.x + j * bd;
+		if (i < H) {
+			wk[j] = nk[s * H + i];
+			wq[j] = nq[s * H + i];
+			wc[j] = nc[s * H + i];
+		}
 	}
+	ck_grid_enter();
+#pragma unroll
+	for (int j = 0; j < PLE_REG; j++) {
+		const uint64_t i = threadIdx.x + j * bd;
+		if (i < H) {
+			kv[j] = k[i];
+			xv[j] = x[i];
+		}
+	}
+#pragma unroll
+	for (int j = 0; j < PLE_REG; j++)
+		if (threadIdx.x + j * bd < H) {
+			ssk = __fadd_rn(ssk, __fmul_rn(kv[j], kv[j]));
+			ssq = __fadd_rn(ssq, __fmul_rn(xv[j], xv[j]));
+		}
 	ssk = ck_block_sum(ssk, red);
 	ssq = ck_block_sum(ssq, red);
-	float rk = 1.0f / sqrtf(ssk / (float)H + eps), rq = 1.0f / sqrtf(ssq / (float)H + eps);
+	const float rk = 1.0f / sqrtf(ssk / (float)H + eps), rq = 1.0f / sqrtf(ssq / (float)H + eps);
 	float dot = 0;
-	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x) {
-		float kn = __fmul_rn(__fmul_rn(k[i], rk), nk[s * H + i]);
-		float qn = __fmul_rn(__fmul_rn(x[i], rq), nq[s * H + i]);
-		dot = __fadd_rn(dot, __fmul_rn(kn, qn));
-	}
+#pragma unroll
+	for (int j = 0; j < PLE_REG; j++)
+		if (threadIdx.x + j * bd < H) {
+			const float kn = __fmul_rn(__fmul_rn(kv[j], rk), wk[j]);
+			const float qn = __fmul_rn(__fmul_rn(xv[j], rq), wq[j]);
+			dot = __fadd_rn(dot, __fmul_rn(kn, qn));
+			kv[j] = kn;
+		}
 	dot = ck_block_sum(dot, red);
-	// Every thread has the same dot; the key rows are overwritten only after the dot's
-	// reads (ck_block_sum ends with a barrier).
-	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x)
-		k[i] = __fmul_rn(__fmul_rn(k[i], rk), nk[s * H + i]);
-	float g = __fdiv_rn(dot, sqrtf((float)H));
+	float vv[PLE_REG], ssv = 0, g = __fdiv_rn(dot, sqrtf((float)H));
 	g = __fmul_rn(sqrtf(fmaxf(fabsf(g), 1e-6f)), g > 0 ? 1.0f : g < 0 ? -1.0f : 0.0f);
-	float sg = ck_sigmoid(g);
-	float ssv = 0;
-	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x) {
-		float v = __fmul_rn(sg, val[t * H + i]);
-		gv[off + i] = v;
-		ssv = __fadd_rn(ssv, __fmul_rn(v, v));
+	const float sg = ck_sigmoid(g);
+#pragma unroll
+	for (int j = 0; j < PLE_REG; j++) {
+		const uint64_t i = threadIdx.x + j * bd;
+		if (i < H) {
+			k[i] = kv[j]; /* the normed key, as the loop form wrote it */
+			vv[j] = __fmul_rn(sg, val[t * H + i]);
+			gv[off + i] = vv[j];
+			ssv = __fadd_rn(ssv, __fmul_rn(vv[j], vv[j]));
+		}
 	}
 	ssv = ck_block_sum(ssv, red);
-	float rv = 1.0f / sqrtf(ssv / (float)H + eps);
-	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x)
-		gvn[off + i] = __fmul_rn(__fmul_rn(gv[off + i], rv), nc[s * H + i]);
+	const float rv = 1.0f / sqrtf(ssv / (float)H + eps);
+#pragma unroll
+	for (int j = 0; j < PLE_REG; j++) {
+		const uint64_t i = threadIdx.x + j * bd;
+		if (i < H)
+			gvn[off + i] = __fmul_rn(__fmul_rn(vv[j], rv), wc[j]);
+	}
 }
 
 // The window after an item's row t (the last win inputs of [old window | rows 0 .. t], oldest
@@ -439,7 +482,7 @@ int ck_rmsnorm(const float *x, uint64_t xs, const float *w1p, uint64_t wn, float
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		ck_launch(rmsnorm_kernel<false>, dim3((unsigned)nr, (unsigned)(n / group)), norm_threads(group), 0,
 					(cudaStream_t)stream, (float *)x + r0 * xs, xs, (const float *)NULL, w1p, wn == n && n != group,
-								y + r0 * ys, ys, (uint32_t)group, eps, moe_term{}, rope_term{});
+								y + r0 * ys, ys, (uint32_t)group, eps, moe_term{}, rope_term{}, hc_term{});
 	}
 	return ck_launched();
 }
@@ -452,7 +495,7 @@ int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint6
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		ck_launch(rmsnorm_kernel<true>, dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream, 
-			x + r0 * n, n, add + r0 * n, w1p, true, y + r0 * n, n, (uint32_t)n, eps, moe_term{}, rope_term{});
+			x + r0 * n, n, add + r0 * n, w1p, true, y + r0 * n, n, (uint32_t)n, eps, moe_term{}, rope_term{}, hc_term{});
 	}
 	return ck_launched();
 }
@@ -468,7 +511,7 @@ int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const floa
 		const struct moe_term m = { moe_out + r0 * k * n, mw + r0 * k, shared ? shared + r0 * n : NULL, gate + r0, k };
 		ck_launch(rmsnorm_kernel<true, true>, dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream,
 			  x + r0 * n, n, (const float *)NULL, w1p, true, y ? y + r0 * n : NULL, n, (uint32_t)n, eps, m,
-			  rope_term{});
+			  rope_term{}, hc_term{});
 	}
 	return ck_launched();
 }
@@ -486,7 +529,7 @@ int ck_rmsnorm_rope(const float *x, uint64_t xs, const float *w1p, float *y, uin
 		const struct rope_term rt = { pos, inv_freq, rot, heads, r0 };
 		ck_launch(rmsnorm_kernel<false, false, true>, dim3((unsigned)nr, (unsigned)(n / group)), norm_threads(group),
 			  0, (cudaStream_t)stream, (float *)x + r0 * xs, xs, (const float *)NULL, w1p, false, y + r0 * ys, ys,
-			  (uint32_t)group, eps, moe_term{}, rt);
+			  (uint32_t)group, eps, moe_term{}, rt, hc_term{});
 	}
 	return ck_launched();
 }
@@ -566,12 +609,33 @@ int ck_hc_add_injected(float *X, const float *out, const float *inj, uint64_t T,
 	return ck_launched();
 }
 
-int ck_ple_gate(float *key, const float *X, const float *val, const float *norm_key, const float *norm_query,
-		const float *norm_conv, uint64_t T, uint64_t H, uint64_t hc, float eps, float *gv, float *gvn, void *stream)
+int ck_hc_add_rmsnorm(float *X, const float *out, const float *inj, const float *w1p, float *y, uint64_t T, uint64_t H,
+		      uint64_t hc, float eps, void *stream)
 {
 	if (!T)
 		return 0;
-	ck_launch(ple_gate_kernel, dim3((unsigned)T, (unsigned)hc), CK_BLOCK, 0, (cudaStream_t)stream, 
+	for (uint64_t r0 = 0; r0 < T; r0 += CK_MAX_GRID_X) {
+		const uint64_t nr = T - r0 < CK_MAX_GRID_X ? T - r0 : CK_MAX_GRID_X, hh = hc * H;
+		const struct hc_term h = { out + r0 * H, inj + r0 * hc };
+		ck_launch(rmsnorm_kernel<true, false, false, true>, dim3((unsigned)nr, (unsigned)hc), norm_threads(H), 0,
+			  (cudaStream_t)stream, X + r0 * hh, hh, (const float *)NULL, w1p, true, y + r0 * hh, hh, (uint32_t)H,
+			  eps, moe_term{}, rope_term{}, h);
+	}
+	return ck_launched();
+}
+
+int ck_ple_gate(float *key, const float *X, const float *val, const float *norm_key, const float *norm_query,
+		const float *norm_conv, uint64_t T, uint64_t H, uint64_t hc, float eps, float *gv, float *gvn, void *stream)
+{
+	/* CK_BLOCK threads up to 3072 values a stream, then as many as it takes (from H alone: the
+	 * block sums' order, so the bits, never depend on the step) */
+	const uint64_t threads = H <= PLE_REG * CK_BLOCK ? CK_BLOCK : (H + PLE_REG * 32 - 1) / (PLE_REG * 32) * 32;
+
+	if (!T)
+		return 0;
+	if (H > CK_PLE_HIDDEN_MAX)
+		return -(int)cudaErrorInvalidValue; /* the backend refuses such a model at open */
+	ck_launch(ple_gate_kernel, dim3((unsigned)T, (unsigned)hc), (unsigned)threads, 0, (cudaStream_t)stream,
 		key, X, val, norm_key, norm_query, norm_conv, H, hc, eps, gv, gvn);
 	return ck_launched();
 }

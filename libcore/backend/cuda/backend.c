@@ -226,6 +226,17 @@ static int mtp_check(const struct cuda_engine *e, struct capy_err *err)
 			    "--gpu-mem room for every expert (--plan --spec mtp says how much), or leave --spec mtp out");
 }
 
+/* Shapes the kernels are built for beyond what the artifact checks. */
+static int shape_check(const struct cuda_engine *e, struct capy_err *err)
+{
+	if (e->hw.n_ple && e->c.hidden_size > CK_PLE_HIDDEN_MAX)
+		return capy_err_set(err, CAPY_EUNSUPPORTED,
+				    "cuda: the PLE gate is built for hidden_size up to %d, the model has %" PRIu64
+				    " (run it with --device cpu)",
+				    CK_PLE_HIDDEN_MAX, e->c.hidden_size);
+	return 0;
+}
+
 static int cu_open(struct capy_engine *core, struct capy_err *err)
 {
 	struct cuda_engine *e = calloc(1, sizeof(*e));
@@ -276,7 +287,7 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		goto fail;
 	}
 	if ((rc = trace_open(e, err)) < 0 || (rc = cu_plan(e, err)) < 0 || (rc = capy_weights_bind(&e->hw, e->a, c, err)) < 0 ||
-	    (e->opts.mtp && (rc = capy_weights_bind_mtp(&e->hw, e->a, c, err)) < 0) || (rc = mtp_check(e, err)) < 0 ||
+	    (e->opts.mtp && (rc = capy_weights_bind_mtp(&e->hw, e->a, c, err)) < 0) || (rc = mtp_check(e, err)) < 0 || (rc = shape_check(e, err)) < 0 ||
 	    (rc = cu_weights_upload(e, err)) < 0 || (rc = cu_offload_open(e, err)) < 0 || (rc = alloc_scratch(e, err)) < 0 ||
 	    (rc = cu_pages_layout(e, err)) < 0)
 		goto fail;
@@ -354,8 +365,9 @@ static void cu_close(struct capy_engine *core)
 		cudaStreamSynchronize(e->stream);
 	trace_close(e);
 	for (int i = 0; i < CU_GRAPHS; i++)
-		if (e->graphs[i].exec)
-			cudaGraphExecDestroy(e->graphs[i].exec);
+		for (int p = 0; p < 2; p++)
+			if (e->graphs[i].exec[p])
+				cudaGraphExecDestroy(e->graphs[i].exec[p]);
 	free_scratch(&e->s);
 	cu_offload_close(e);
 	capy_pool_free(e->ple_pool);

@@ -301,24 +301,36 @@ int cu_ffn_fold(struct cuda_engine *e, const float *next_norm, struct capy_err *
 	return 0;
 }
 
-int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, const float *X, uint64_t T, float *mixed, float *inj,
-	      struct capy_err *err)
+int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, float *X, uint64_t T, float *mixed, float *inj,
+	      bool pending, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t H = c->hidden_size, hc = c->hc_count, hh = hc * H, r = c->hc_lowrank;
 	float *low = e->s.big1, *mix = e->s.big2, *xn = e->s.xn;
+	const struct ck_linear *w[2] = { &h->down, &h->inject };
+	const enum ck_epilogue ep[2] = { CK_EP_HC_LOW, CK_EP_HC_INJECT };
+	const int nw = inj ? 2 : 1;
 	void *s = e->stream;
 
-	TRY(ck_rmsnorm(X, hh, h->norm, hh, xn, hh, T, hh, H, (float)c->rms_norm_eps, s), "hc norm");
-	if (inj)
-		MULTI(xn, T, LINS(&h->down, &h->inject), OUTS(low, inj));
+	if (pending)
+		TRY(ck_hc_add_rmsnorm(X, e->s.out, e->s.inj, h->norm, xn, T, H, hc, (float)c->rms_norm_eps, s),
+		    "injection and hc norm");
 	else
-		LIN(&h->down, xn, T, low);
-	TRY(ck_hc_low_act(low, T * r, (float)hc, s), "hc low");
+		TRY(ck_rmsnorm(X, hh, h->norm, hh, xn, hh, T, hh, H, (float)c->rms_norm_eps, s), "hc norm");
+	if (!gemm_step(e, T) && ck_linear_multi_ep_ok(w, nw, xn, T)) {
+		/* decode rows: the activations in the GEMV's epilogue (the same bits) */
+		TRY(ck_linear_multi_ep(w, nw, xn, T, (float *[]){ low, inj }, ep, (float)hc, s), "hc down");
+	} else {
+		if (inj)
+			MULTI(xn, T, LINS(&h->down, &h->inject), OUTS(low, inj));
+		else
+			LIN(&h->down, xn, T, low);
+		TRY(ck_hc_low_act(low, T * r, (float)hc, s), "hc low");
+		if (inj)
+			TRY(ck_hc_inject_act(inj, T * hc, (float)hc, s), "hc inject");
+	}
 	LIN(&h->up, low, T, mix);
 	TRY(ck_hc_combine(mix, xn, T, H, hc, mixed, s), "hc combine");
-	if (inj)
-		TRY(ck_hc_inject_act(inj, T * hc, (float)hc, s), "hc inject");
 	return 0;
 }
 

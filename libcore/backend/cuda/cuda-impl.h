@@ -126,7 +126,7 @@ struct cu_scratch {
 	int32_t *hist;                    /* host: a sequence's PLE context and tokens */
 };
 
-/* A decode step captured as a CUDA graph: the layers' kernels for steps of T rows in
+/* A decode step captured as CUDA graphs: the layers' kernels for steps of T rows in
  * n_items items, valid while the buffers its kernels were given stay where they are (gen). */
 #define CU_GRAPH_ITEMS 16 /* items of a captured step with windows (each one's rows in its shape) */
 
@@ -134,7 +134,7 @@ struct cu_graph {
 	uint64_t T, gen, used;
 	uint32_t n_items;
 	uint16_t rows[CU_GRAPH_ITEMS];   /* the first items' rows (windows: K + 1; decode: 1) */
-	cudaGraphExec_t exec;
+	cudaGraphExec_t exec[2];         /* the step's two parts (forward.c, ple_split) */
 };
 
 #define CU_GRAPHS 32
@@ -282,8 +282,11 @@ int cu_gdn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, flo
  * next_norm (NULL: the add alone), the bits of combine, then ck_add_rmsnorm. */
 int cu_ffn(struct cuda_engine *e, const struct cu_layer *l, const float *xn, float *out, bool fold, struct capy_err *err);
 int cu_ffn_fold(struct cuda_engine *e, const float *next_norm, struct capy_err *err);
-int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, const float *X, uint64_t T, float *mixed, float *inj,
-	      struct capy_err *err);
+/* A hyper-connection mixer: X's streams normed into xn, mixed into mixed [T][H], and with inj
+ * the injection weights [T][hc]. pending: X is first given the last block's injection (out
+ * times inj, ck_hc_add_injected) in the norm's launch; X is then written. */
+int cu_hc_mix(struct cuda_engine *e, const struct cu_hc *h, float *X, uint64_t T, float *mixed, float *inj,
+	      bool pending, struct capy_err *err);
 int cu_ple(struct cuda_engine *e, const struct cu_layer *l, float *X, struct capy_err *err);
 int cu_linear(struct cuda_engine *e, const struct ck_linear *w, const float *x, uint64_t m, float *y,
 	      struct capy_err *err);
@@ -321,8 +324,10 @@ int cu_stage(struct cuda_engine *e, const struct capy_batch *b, const uint64_t *
  * normed with next_norm into xn (NULL: x alone). */
 int cu_layer_plain(struct cuda_engine *e, const struct cu_layer *l, const float *next_norm, struct capy_err *err);
 /* A qwen4_exp decoder layer on the staged step's streams x [T][hc * H]: PLE (if the layer has
- * it), each block between its hc mixers, the block's output injected into the streams. */
-int cu_layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy_err *err);
+ * it), each block between its hc mixers, the block's output injected into the streams.
+ * pending: x still lacks the last layer's final injection (out times inj); defer: leave this
+ * layer's final injection to the next layer's first mixer (the same bits, one launch less). */
+int cu_layer_hc(struct cuda_engine *e, const struct cu_layer *l, bool pending, bool defer, struct capy_err *err);
 
 /* mtp.c: the MTP head's rows (backend op mtp). */
 int cu_mtp(struct capy_engine *core, const struct capy_mtp_rows *r, struct capy_err *err);

@@ -213,11 +213,38 @@ static void ple_gather(void *ctx, int ith, int nth)
 	}
 }
 
+/* After an item's rows of PLE slot `slot` are gathered from j's context: the contexts its
+ * kept states resume from, and the sequence's own moved on. */
+static int ple_item_done(const struct capy_batch_item *it, uint32_t slot, const struct ple_job *j,
+			 struct capy_err *err)
+{
+	int32_t *sctx = ((struct cu_state *)it->seq->state)->ple_ctx[slot];
+
+	if (j->bad)
+		return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64, j->bad - 1,
+				    j->pl->rows);
+	/* keep_states: the context after row t is the ids hist[t + 1 .. t + ctx] */
+	for (uint64_t t = 0; item_keeps(it) && t + 1 < it->n; t++)
+		memcpy(((struct cu_state *)it->states[t])->ple_ctx[slot], j->hist + t + 1, j->ctx * sizeof(int32_t));
+	memcpy(sctx, j->hist + it->n, j->ctx * sizeof(int32_t));
+	return 0;
+}
+
+static int ple_upload(struct cuda_engine *e, uint32_t slot, uint64_t T, struct capy_err *err)
+{
+	const uint64_t dim = e->c.ple_embed_dim, off = (uint64_t)slot * e->s.tmax * dim;
+	cudaError_t r = cudaMemcpyAsync(e->s.ple_emb + off, e->s.ple_host + off, T * dim * sizeof(float),
+					cudaMemcpyHostToDevice, e->stream);
+
+	return r == cudaSuccess ? 0 : cu_err(err, r, "uploading PLE rows");
+}
+
 static int ple_rows(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
-	uint64_t ctx = c->ngram_size - 1, dim = c->ple_embed_dim, T = b->n_tokens;
+	uint64_t ctx = c->ngram_size - 1, dim = c->ple_embed_dim;
 	int32_t *hist = e->s.hist;
+	int rc;
 
 	if (!e->hw.n_ple || !PART(CU_PLE_HOST))
 		return 0;
@@ -228,28 +255,19 @@ static int ple_rows(struct cuda_engine *e, const struct capy_batch *b, struct ca
 		float *emb = e->s.ple_host + (uint64_t)l->ple_slot * e->s.tmax * dim;
 		for (size_t i = 0; i < b->n_items; i++) {
 			const struct capy_batch_item *it = &b->items[i];
-			int32_t *sctx = ((struct cu_state *)it->seq->state)->ple_ctx[l->ple_slot];
 			struct ple_job j = { c, &l->ple, hist, emb + it->t0 * dim, it->n, ctx, 0 };
-			memcpy(hist, sctx, ctx * sizeof(int32_t));
+			memcpy(hist, ((struct cu_state *)it->seq->state)->ple_ctx[l->ple_slot], ctx * sizeof(int32_t));
 			memcpy(hist + ctx, it->tokens, it->n * sizeof(int32_t));
 			/* threads only where they pay: a prompt chunk, not a decoding row */
 			if (it->n >= 64)
 				capy_pool_run(e->ple_pool, ple_gather, &j);
 			else
 				ple_gather(&j, 0, 1);
-			if (j.bad)
-				return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64,
-						    j.bad - 1, l->ple.rows);
-			/* keep_states: the context after row t is the ids hist[t + 1 .. t + ctx] */
-			for (uint64_t t = 0; item_keeps(it) && t + 1 < it->n; t++)
-				memcpy(((struct cu_state *)it->states[t])->ple_ctx[l->ple_slot], hist + t + 1,
-				       ctx * sizeof(int32_t));
-			memcpy(sctx, hist + it->n, ctx * sizeof(int32_t));
+			if ((rc = ple_item_done(it, l->ple_slot, &j, err)) < 0)
+				return rc;
 		}
-		cudaError_t r = cudaMemcpyAsync(e->s.ple_emb + (uint64_t)l->ple_slot * e->s.tmax * dim, emb,
-						T * dim * sizeof(float), cudaMemcpyHostToDevice, e->stream);
-		if (r != cudaSuccess)
-			return cu_err(err, r, "uploading PLE rows");
+		if ((rc = ple_upload(e, l->ple_slot, b->n_tokens, err)) < 0)
+			return rc;
 	}
 	return 0;
 }
@@ -319,7 +337,7 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 
 	TRY(ck_gather_rows(s->x, hh, idx_dev, m, hh, s->rows, hh, e->stream), "gathering rows");
 	if (q4) {
-		if ((rc = cu_hc_mix(e, &e->hc_final, s->rows, m, s->hid, NULL, err)) < 0)
+		if ((rc = cu_hc_mix(e, &e->hc_final, s->rows, m, s->hid, NULL, false, err)) < 0)
 			return rc;
 	} else {
 		TRY(ck_rmsnorm(s->rows, H, e->final_norm, H, s->hid, H, m, H, H, (float)c->rms_norm_eps, e->stream), "final norm");
@@ -449,7 +467,7 @@ int cu_layer_plain(struct cuda_engine *e, const struct cu_layer *l, const float 
 	return 0;
 }
 
-int cu_layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy_err *err)
+int cu_layer_hc(struct cuda_engine *e, const struct cu_layer *l, bool pending, bool defer, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	struct cu_scratch *s = &e->s;
@@ -457,18 +475,23 @@ int cu_layer_hc(struct cuda_engine *e, const struct cu_layer *l, struct capy_err
 	void *st = e->stream;
 	int rc;
 
-	if (l->h->has_ple && (rc = cu_ple(e, l, s->x, err)) < 0)
-		return rc;
-	if ((rc = cu_hc_mix(e, &l->hc_attn, s->x, T, s->blk, s->inj, err)) < 0)
+	if (l->h->has_ple) { /* PLE reads the streams whole */
+		if (pending)
+			TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
+		pending = false;
+		if ((rc = cu_ple(e, l, s->x, err)) < 0)
+			return rc;
+	}
+	if ((rc = cu_hc_mix(e, &l->hc_attn, s->x, T, s->blk, s->inj, pending, err)) < 0)
 		return rc;
 	rc = l->h->type == CAPY_LAYER_LINEAR ? cu_gdn(e, l, s->blk, s->out, err) : cu_attention(e, l, s->blk, s->out, err);
 	if (rc < 0)
 		return rc;
-	TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
-	if ((rc = cu_hc_mix(e, &l->hc_mlp, s->x, T, s->blk, s->inj, err)) < 0 ||
+	if ((rc = cu_hc_mix(e, &l->hc_mlp, s->x, T, s->blk, s->inj, true, err)) < 0 ||
 	    (rc = cu_ffn(e, l, s->blk, s->out, false, err)) < 0)
 		return rc;
-	TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
+	if (!defer)
+		TRY(ck_hc_add_injected(s->x, s->out, s->inj, T, H, hc, st), "injection");
 	return 0;
 }
 
@@ -493,7 +516,7 @@ static int hidden_out(struct cuda_engine *e, const struct capy_batch *b, struct 
 		any |= b->items[i].hidden != NULL;
 	if (!any)
 		return 0;
-	if (q4 && (rc = cu_hc_mix(e, &e->hc_final, e->s.x, b->n_tokens, hid, NULL, err)) < 0)
+	if (q4 && (rc = cu_hc_mix(e, &e->hc_final, e->s.x, b->n_tokens, hid, NULL, false, err)) < 0)
 		return rc;
 	for (size_t i = 0; i < b->n_items; i++) {
 		const struct capy_batch_item *it = &b->items[i];
@@ -510,28 +533,42 @@ static int hidden_out(struct cuda_engine *e, const struct capy_batch *b, struct 
 	return 0;
 }
 
-/* Embedding and every layer, enqueued on the stream (no copies, no synchronization: the
- * part of a step a CUDA graph can hold). */
-static int layers(struct cuda_engine *e, struct capy_err *err)
+/* Where a step splits in two (cu_step): the first PLE layer, whose rows the host gathers while
+ * the GPU runs the layers before it; the number of layers for a model without PLE. */
+static uint64_t ple_split(const struct cuda_engine *e)
+{
+	for (uint64_t i = 0; e->hw.n_ple && i < e->c.n_layers; i++)
+		if (e->hw.layers[i].has_ple)
+			return i;
+	return e->c.n_layers;
+}
+
+/* Part 0 of a step (the embedding and the layers before ple_split) or part 1 (the rest),
+ * enqueued on the stream (no copies, no synchronization: what a CUDA graph can hold). */
+static int layers(struct cuda_engine *e, int part, struct capy_err *err)
 {
 	const struct capy_model_config *c = &e->c;
 	struct cu_scratch *s = &e->s;
 	bool q4 = c->family == CAPY_FAMILY_QWEN4_EXP;
-	uint64_t H = c->hidden_size, hc = q4 ? c->hc_count : 1, T = e->step.T;
+	uint64_t H = c->hidden_size, hc = q4 ? c->hc_count : 1, T = e->step.T, split = ple_split(e);
+	uint64_t lo = part ? split : 0, hi = part ? c->n_layers : split;
 	float eps = (float)c->rms_norm_eps;
 	void *st = e->stream;
 	int rc;
 
-	TRY(ck_embed(e->embed, e->embed_dtype, e->step.ids, T, H, hc, s->x, st), "embedding");
-	if (!q4)
-		TRY(ck_rmsnorm(s->x, H, e->layers[0].in_norm, H, s->xn, H, T, H, H, eps, st), "input norm");
-	for (uint64_t i = 0; i < c->n_layers; i++) {
+	if (!part) {
+		TRY(ck_embed(e->embed, e->embed_dtype, e->step.ids, T, H, hc, s->x, st), "embedding");
+		if (!q4)
+			TRY(ck_rmsnorm(s->x, H, e->layers[0].in_norm, H, s->xn, H, T, H, H, eps, st), "input norm");
+	}
+	for (uint64_t i = lo; i < hi; i++) {
 		/* the input norm is done: after the embedding, or with the last residual add */
 		const float *next_norm = i + 1 < c->n_layers ? e->layers[i + 1].in_norm : NULL;
-		if ((rc = q4 ? cu_layer_hc(e, &e->layers[i], err) : cu_layer_plain(e, &e->layers[i], next_norm, err)) < 0)
+		if ((rc = q4 ? cu_layer_hc(e, &e->layers[i], i > 0, i + 1 < c->n_layers, err)
+			     : cu_layer_plain(e, &e->layers[i], next_norm, err)) < 0)
 			return rc;
 	}
-	return e->off ? cu_offload_layers_end(e, err) : 0;
+	return e->off && hi == c->n_layers ? cu_offload_layers_end(e, err) : 0;
 }
 
 /* Whether a step can replay a captured graph: decode rows (one token an item) and
@@ -552,12 +589,13 @@ static bool graphable(const struct cuda_engine *e, const struct capy_batch *b)
 	return !windows || (b->n_items <= CU_GRAPH_ITEMS && !e->off && !e->no_window_graphs);
 }
 
-/* Decode steps and verification windows replay a captured graph of layers(), one per shape
- * of the step (rows, items, each window's rows) and buffer generation: one launch instead
- * of hundreds. A shape is captured the first time it runs; the oldest capture makes room.
- * Every host-side choice layers() makes follows from the shape, and every array it hands
- * the kernels is at the same place in the step's metadata for the same shape (cu_stage). */
-static int layers_graphed(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
+/* Decode steps and verification windows replay a captured graph of each part of layers(), one
+ * pair per shape of the step (rows, items, each window's rows) and buffer generation: one
+ * launch instead of hundreds. A shape is captured the first time it runs; the oldest capture
+ * makes room. Every host-side choice layers() makes follows from the shape, and every array
+ * it hands the kernels is at the same place in the step's metadata for the same shape
+ * (cu_stage). Part 1 runs in the same step as part 0, so it finds part 0's entry. */
+static int layers_graphed(struct cuda_engine *e, const struct capy_batch *b, int part, struct capy_err *err)
 {
 	struct cu_graph *g = NULL, *old = &e->graphs[0];
 	cudaGraph_t graph = NULL;
@@ -565,27 +603,37 @@ static int layers_graphed(struct cuda_engine *e, const struct capy_batch *b, str
 	cudaError_t r;
 	int rc;
 
+	if (part && ple_split(e) == e->c.n_layers)
+		return 0; /* no PLE: part 0 was the whole step */
 	if (e->no_graphs || !graphable(e, b))
-		return layers(e, err);
+		return layers(e, part, err);
 	for (size_t i = 0; i < b->n_items && i < CU_GRAPH_ITEMS; i++)
 		rows[i] = (uint16_t)b->items[i].n;
 	for (int i = 0; i < CU_GRAPHS; i++) {
 		struct cu_graph *x = &e->graphs[i];
-		if (x->exec && x->gen == e->gen && x->T == e->step.T && x->n_items == e->step.n_items &&
+		if ((x->exec[0] || x->exec[1]) && x->gen == e->gen && x->T == e->step.T && x->n_items == e->step.n_items &&
 		    !memcmp(x->rows, rows, sizeof(rows))) {
 			g = x;
 			break;
 		}
-		if (!x->exec || x->used < old->used)
+		if (!(x->exec[0] || x->exec[1]) || x->used < old->used)
 			old = x;
 	}
 	if (!g) {
-		if (old->exec)
-			cudaGraphExecDestroy(old->exec);
+		for (int p = 0; p < 2; p++)
+			if (old->exec[p])
+				cudaGraphExecDestroy(old->exec[p]);
 		memset(old, 0, sizeof(*old));
+		old->T = e->step.T;
+		old->n_items = e->step.n_items;
+		memcpy(old->rows, rows, sizeof(rows));
+		old->gen = e->gen;
+		g = old;
+	}
+	if (!g->exec[part]) {
 		if ((r = cudaStreamBeginCapture(e->stream, cudaStreamCaptureModeRelaxed)) != cudaSuccess)
 			return cu_err(err, r, "capturing a decode step");
-		rc = layers(e, err);
+		rc = layers(e, part, err);
 		r = cudaStreamEndCapture(e->stream, &graph);
 		if (rc < 0) {
 			if (graph)
@@ -594,20 +642,15 @@ static int layers_graphed(struct cuda_engine *e, const struct capy_batch *b, str
 		}
 		if (r != cudaSuccess)
 			return cu_err(err, r, "capturing a decode step");
-		r = cudaGraphInstantiate(&old->exec, graph, 0);
+		r = cudaGraphInstantiate(&g->exec[part], graph, 0);
 		cudaGraphDestroy(graph);
 		if (r != cudaSuccess) {
-			old->exec = NULL;
+			g->exec[part] = NULL;
 			return cu_err(err, r, "instantiating a decode step");
 		}
-		old->T = e->step.T;
-		old->n_items = e->step.n_items;
-		memcpy(old->rows, rows, sizeof(rows));
-		old->gen = e->gen;
-		g = old;
 	}
 	g->used = ++e->steps;
-	if ((r = cudaGraphLaunch(g->exec, e->stream)) != cudaSuccess)
+	if ((r = cudaGraphLaunch(g->exec[part], e->stream)) != cudaSuccess)
 		return cu_err(err, r, "a decode step");
 	return 0;
 }
@@ -621,9 +664,12 @@ int cu_step(struct capy_engine *core, const struct capy_batch *b, struct capy_er
 	e->batch = b;
 	if (e->off && (rc = cu_offload_before_step(e, err)) < 0)
 		return rc;
-	if ((rc = cu_stage(e, b, NULL, err)) < 0 || (rc = ple_rows(e, b, err)) < 0)
+	/* the PLE rows are gathered while the GPU runs part 0: the host's page faults in the
+	 * mapped table and the hashing no longer stand between one step and the next */
+	if ((rc = cu_stage(e, b, NULL, err)) < 0 || (rc = layers_graphed(e, b, 0, err)) < 0 ||
+	    (rc = ple_rows(e, b, err)) < 0 || (rc = layers_graphed(e, b, 1, err)) < 0)
 		return rc;
-	if ((rc = layers_graphed(e, b, err)) < 0 || (rc = hidden_out(e, b, err)) < 0 || (rc = logits_out(e, b, err)) < 0)
+	if ((rc = hidden_out(e, b, err)) < 0 || (rc = logits_out(e, b, err)) < 0)
 		return rc;
 	return e->off ? cu_offload_after_step(e, err) : 0;
 }

@@ -56,7 +56,8 @@ static int head_rows_hc(struct cuda_engine *e, struct capy_err *err)
 		if ((cr = cudaMemcpy2DAsync(s->x + k * H, hc * H * sizeof(float), s->blk, H * sizeof(float), H * sizeof(float),
 					    T, cudaMemcpyDeviceToDevice, e->stream)) != cudaSuccess)
 			return cu_err(err, cr, "the MTP head's streams");
-	if ((rc = cu_layer_hc(e, &m->layer, err)) < 0 || (rc = cu_hc_mix(e, &m->mixer, s->x, T, s->blk, NULL, err)) < 0)
+	if ((rc = cu_layer_hc(e, &m->layer, false, true, err)) < 0 ||
+	    (rc = cu_hc_mix(e, &m->mixer, s->x, T, s->blk, NULL, true, err)) < 0)
 		return rc;
 	TRY(ck_rmsnorm(s->blk, H, m->norm, H, s->xn, H, T, H, H, (float)e->c.rms_norm_eps, e->stream), "MTP norm");
 	return 0;
