@@ -29,6 +29,7 @@ struct capy_cpu_experts {
 	int started;
 	/* posts and registered jobs */
 	_Atomic uint32_t go, stop;
+	_Atomic uint32_t armed, arm_gen; /* capy_cpu_experts_arm: on or off, and the arms so far */
 	pthread_mutex_t reg_mu;
 	struct capy_cpu_experts_job *jobs[CAPY_CPU_EXPERTS_MAX_JOBS];
 	_Atomic uint32_t n_jobs;
@@ -398,12 +399,14 @@ static uint64_t now_us(void)
 	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
-/* Spin up to spin_us for done() to become true (checked every few pauses); its last value. */
-static bool spin_for(const struct capy_cpu_experts *p, bool (*done)(struct capy_cpu_experts *, void *), void *ctx)
+/* Spin up to us microseconds for done() to become true (checked every few pauses); its last
+ * value. */
+static bool spin_until(const struct capy_cpu_experts *p, uint32_t us, bool (*done)(struct capy_cpu_experts *, void *),
+		       void *ctx)
 {
-	if (!p->spin_us)
+	if (!us)
 		return false;
-	const uint64_t end = now_us() + p->spin_us;
+	const uint64_t end = now_us() + us;
 	for (uint32_t i = 0;; i++) {
 		if (done((struct capy_cpu_experts *)p, ctx))
 			return true;
@@ -411,6 +414,11 @@ static bool spin_for(const struct capy_cpu_experts *p, bool (*done)(struct capy_
 			return false;
 		cpu_relax();
 	}
+}
+
+static bool spin_for(const struct capy_cpu_experts *p, bool (*done)(struct capy_cpu_experts *, void *), void *ctx)
+{
+	return spin_until(p, p->spin_us, done, ctx);
 }
 
 static bool any_request(struct capy_cpu_experts *p, void *ctx)
@@ -429,6 +437,11 @@ static bool any_request(struct capy_cpu_experts *p, void *ctx)
 	return any;
 }
 
+static bool request_or_disarmed(struct capy_cpu_experts *p, void *ctx)
+{
+	return !atomic_load(&p->armed) || any_request(p, ctx);
+}
+
 static bool work_moved(struct capy_cpu_experts *p, void *seen)
 {
 	return atomic_load(&p->work) != *(const uint32_t *)seen || atomic_load(&p->stop);
@@ -439,6 +452,9 @@ static void *dispatcher(void *arg)
 	struct capy_cpu_experts *p = arg;
 	struct capy_cpu_experts_job *j;
 	const struct timespec poll = { p->poll_us / 1000000, (long)(p->poll_us % 1000000) * 1000 };
+	const struct timespec arm_poll = { 0, CAPY_CPU_EXPERTS_ARM_POLL_US * 1000 };
+	uint32_t arm_seen = 0;
+	bool spun = false; /* armed: the spin since the last arm or job is over, poll */
 
 	pin(p, 0);
 	for (;;) {
@@ -448,10 +464,25 @@ static void *dispatcher(void *arg)
 				finish(j, CAPY_ECANCELED, "cpu experts: the pool was stopped");
 			else
 				run_job(p, j);
+			spun = false;
 			continue;
 		}
 		if (atomic_load(&p->stop))
 			break;
+		if (atomic_load(&p->armed)) {
+			const uint32_t a = atomic_load(&p->arm_gen);
+			if (a != arm_seen) {
+				arm_seen = a;
+				spun = false;
+			}
+			if (!spun) {
+				spun = true;
+				if (spin_until(p, CAPY_CPU_EXPERTS_ARM_SPIN_US, request_or_disarmed, NULL))
+					continue;
+			}
+			futex_wait(&p->go, g, &arm_poll);
+			continue;
+		}
 		if (spin_for(p, any_request, NULL))
 			continue;
 		futex_wait(&p->go, g, p->poll_us ? &poll : NULL);
@@ -622,6 +653,17 @@ void capy_cpu_experts_kick(struct capy_cpu_experts *p)
 {
 	atomic_fetch_add(&p->go, 1);
 	futex_wake(&p->go);
+}
+
+void capy_cpu_experts_arm(struct capy_cpu_experts *p, bool on)
+{
+	if (!on) {
+		atomic_store(&p->armed, 0);
+		return;
+	}
+	atomic_fetch_add(&p->arm_gen, 1);
+	atomic_store(&p->armed, 1);
+	capy_cpu_experts_kick(p);
 }
 
 int capy_cpu_experts_wait(struct capy_cpu_experts_job *job, struct capy_err *err)

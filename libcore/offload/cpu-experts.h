@@ -55,6 +55,11 @@
 
 /* Jobs a pool knows (posted or registered), e.g. one per MoE layer. */
 #define CAPY_CPU_EXPERTS_MAX_JOBS 512
+/* capy_cpu_experts_arm: how long the armed dispatcher spins after an arm or a job before it
+ * polls, and how often it polls then (a decode step's MoE layers hand over a job every
+ * 50-300 us; a long prompt step with decode rows may leave milliseconds between them). */
+#define CAPY_CPU_EXPERTS_ARM_SPIN_US 2000
+#define CAPY_CPU_EXPERTS_ARM_POLL_US 100
 
 struct capy_cpu_experts_opts {
 	int threads;                          /* 0: capy_expert_threads_choose's default */
@@ -118,6 +123,15 @@ int capy_cpu_experts_wait(struct capy_cpu_experts_job *job, struct capy_err *err
 /* Wake the pool to look at its registered jobs' req words (a job whose req another writer
  * set, e.g. the GPU through mapped memory, with done already 0). */
 void capy_cpu_experts_kick(struct capy_cpu_experts *pool);
+/* Arm (on) or disarm the pool for a writer that cannot wake it, e.g. a CUDA step whose graph
+ * raises req words through mapped memory with no host node: while armed, the dispatcher looks
+ * at the registered jobs' req words without sleeping for CAPY_CPU_EXPERTS_ARM_SPIN_US after
+ * the arm and after each job, and then every CAPY_CPU_EXPERTS_ARM_POLL_US (a futex wait with
+ * a timeout) until it is disarmed; disarmed, it sleeps until a post or a kick as before. So
+ * a step that hands over a job every few hundred microseconds has its requests taken within
+ * a microsecond or two, one thread of the pool (the dispatcher) is busy only while a step is
+ * in flight, and an idle engine burns nothing. Arming costs the caller one futex wake. */
+void capy_cpu_experts_arm(struct capy_cpu_experts *pool, bool on);
 /* post, then wait. */
 int capy_cpu_experts_submit(struct capy_cpu_experts *pool, struct capy_cpu_experts_job *job,
 			    struct capy_err *err);

@@ -6,9 +6,9 @@
  * GEMMs, reading non-resident experts from host memory), greedy decode, a prompt in short
  * steps (exact rows with misses on several rows), a batch of prompts of mixed lengths and then
  * decode steps of the batch (several sequences' misses in one CPU job), and greedy decode
- * sampled on the GPU (no logits to the host), through both ways of waking the CPU
- * (CAPY_CUDA_OFFLOAD_WAKE: a host node that posts each layer's job, or the GPU's own request
- * with a wake-up node beside it). The offload counts add up: hits + misses = the exact rows'
+ * sampled on the GPU (no logits to the host), through the three ways of waking the CPU
+ * (CAPY_CUDA_OFFLOAD_WAKE: a host node that posts each layer's job; the GPU's own request
+ * with a wake-up node beside it; the GPU's own request to a pool armed for the step). The offload counts add up: hits + misses = the exact rows'
  * routed slots, no hits without slots, loads into slots. An elastic attention cache lends
  * slots to a long sequence and takes them back, with the same logits.
  * make test-cuda; the first GPU (CAPY_GPU picks another). */
@@ -65,6 +65,9 @@ static const struct config configs[] = {
 	{ "half, 1 thread, kick", 2, 1, "kick" },
 	{ "none, 8 threads, kick", CAPY_EXPERT_SLOTS_NONE, 8, "kick" },
 	{ "none, 2 threads, kick", CAPY_EXPERT_SLOTS_NONE, 2, "kick" },
+	{ "a quarter, 4 threads, arm", 4, 4, "arm" },
+	{ "half, 1 thread, arm", 2, 1, "arm" },
+	{ "none, 8 threads, arm", CAPY_EXPERT_SLOTS_NONE, 8, "arm" },
 };
 
 static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct config *cf, uint64_t experts)

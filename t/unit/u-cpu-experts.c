@@ -584,6 +584,48 @@ static void test_words_and_idle(void)
 		capy_cpu_experts_forget(p, &job);
 		capy_cpu_experts_free(p);
 	}
+
+	/* armed for a step (the CUDA engine's CAPY_CUDA_OFFLOAD_WAKE=arm): words written by
+	 * another writer with no wake-up at all are taken, whether the pool slept before the arm,
+	 * was still spinning, or had gone from spinning to polling; an armed pool with nothing to
+	 * do polls rather than spins, and a disarmed one costs nothing */
+	{
+		p = NULL;
+		CHECK_MSG(capy_cpu_experts_new(&p, &(struct capy_cpu_experts_opts){ .threads = 3 }, &err) == 0, "%s", err.msg);
+	}
+	if (p) {
+		job_of(&job, &l, &s, true);
+		CHECK_EQ_INT(capy_cpu_experts_register(p, &job, &err), 0);
+		sleep_ms(20); /* asleep */
+		capy_cpu_experts_arm(p, true);
+		for (int round = 0; round < 3; round++) {
+			if (round == 2)
+				sleep_ms(10); /* past the arm's spin: polling */
+			memset(s.out, 0, s.n * l.H * sizeof(float));
+			atomic_store(&job.done, 0);
+			atomic_store_explicit(&job.req, 1, memory_order_release);
+			for (int i = 0; i < 2000 && !atomic_load_explicit(&job.done, memory_order_acquire); i++)
+				sleep_ms(1);
+			CHECK_MSG(atomic_load(&job.done) == 1, "round %d: the armed pool did not take the request", round);
+			CHECK_EQ_INT(job.status, 0);
+			CHECK_EQ_INT(compare(&s, l.H), 0);
+		}
+		sleep_ms(10);
+		c0 = cpu_seconds();
+		sleep_ms(200);
+		c1 = cpu_seconds();
+		printf("# armed pool, idle: %.3f ms of CPU in 200 ms\n", (c1 - c0) * 1e3);
+		CHECK_MSG(c1 - c0 < 0.100, "%.1f ms of CPU while armed and idle: spinning, not polling", (c1 - c0) * 1e3);
+		capy_cpu_experts_arm(p, false);
+		sleep_ms(20);
+		c0 = cpu_seconds();
+		sleep_ms(200);
+		c1 = cpu_seconds();
+		printf("# disarmed pool, idle: %.3f ms of CPU in 200 ms\n", (c1 - c0) * 1e3);
+		CHECK_MSG(c1 - c0 < 0.010, "%.1f ms of CPU while disarmed and idle", (c1 - c0) * 1e3);
+		capy_cpu_experts_forget(p, &job);
+		capy_cpu_experts_free(p);
+	}
 	free_misses(&s);
 	close_layer(&l);
 }

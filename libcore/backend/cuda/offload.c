@@ -50,6 +50,7 @@ struct cu_off_layer {
 enum off_wake {
 	OFF_WAKE_HOST, /* a host node posts the job, and the wait for its result follows the node */
 	OFF_WAKE_KICK, /* the hand-over kernel requests it; a host node off the critical path wakes the pool */
+	OFF_WAKE_ARM,  /* the hand-over kernel requests it; the pool is armed for the step (no host node) */
 };
 
 struct cu_offload {
@@ -357,8 +358,10 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 				o->wake = OFF_WAKE_HOST;
 			else if (!strcmp(w, "kick"))
 				o->wake = OFF_WAKE_KICK;
+			else if (!strcmp(w, "arm"))
+				o->wake = OFF_WAKE_ARM;
 			else
-				return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAKE=%s: expected host or kick", w);
+				return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAKE=%s: expected host, kick or arm", w);
 		}
 		struct capy_cpu_experts_opts co = { .threads = e->opts.expert_threads,
 						    .spin_us = sp ? (uint32_t)strtoul(sp, NULL, 10) : OFF_SPIN_US };
@@ -464,7 +467,7 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 
 	TRY(ck_offload_handoff(sc->moe_ids, st->n_grouped ? st->grouped : NULL, xn, T, k, H, o->map_dev + moe * o->E,
 			       o->sids, o->gids, o->route_dev + moe * o->S, o->hd,
-			       o->wake == OFF_WAKE_KICK ? o->jw[moe] : (struct ck_offload_job){ 0 }, exact, e->stream),
+			       o->wake != OFF_WAKE_HOST ? o->jw[moe] : (struct ck_offload_job){ 0 }, exact, e->stream),
 	    "expert hand-over");
 	if (exact) { /* the misses: posted to the CPU, waited for, gathered, beside the GPU's experts */
 		if ((r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess ||
@@ -535,6 +538,10 @@ int cu_offload_before_step(struct cuda_engine *e, struct capy_err *err)
 
 	if ((rc = drain_loads(o, err)) < 0)
 		return rc;
+	/* armed until the step is over (cu_offload_after_step; a step that fails before leaves it
+	 * armed, polling, until the next one ends) */
+	if (o->wake == OFF_WAKE_ARM)
+		capy_cpu_experts_arm(o->cpu, true);
 	if (o->map_dirty) {
 		if ((r = cudaMemcpyAsync(o->map_dev, o->map_host, o->n_moe * o->E * 4, cudaMemcpyHostToDevice, e->stream)) !=
 		    cudaSuccess)
@@ -583,6 +590,8 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 	const uint64_t T = st->T, exact = (T - st->n_grouped) * o->k;
 	cudaError_t r;
 
+	if (o->wake == OFF_WAKE_ARM)
+		capy_cpu_experts_arm(o->cpu, false);
 	for (uint64_t i = 0; i < o->n_moe; i++) {
 		struct capy_cpu_experts_job *j = o->job[i];
 		if (j->status) {
