@@ -33,7 +33,7 @@
 # (LAYERS, default 0 2 4 6 8): llama-bench with `-ncmoe L` (those layers' experts computed on the
 # CPU, 16 threads; pp4096 and tg128) against step-bench with as many expert slots as llama.cpp
 # keeps experts on the GPU ((8 - L) x 256; 0 slots for L = 8) and 15 CPU expert threads, once
-# per CPU wake-up (CAPY_CUDA_OFFLOAD_WAKE=host and kick, docs/offload.md). Both engines hold
+# per CPU wake-up (WAKES, default "host arm": CAPY_CUDA_OFFLOAD_WAKE, docs/offload.md). Both engines hold
 # the same experts' bytes in VRAM; capy's slots cache whichever experts route most.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -78,7 +78,7 @@ if [ "$what" = offload ]; then
 	for r in $(seq "$rounds"); do
 		for l in ${layers:-0 2 4 6 8}; do
 			slots=$(((8 - l) * 256))
-			for w in host kick; do
+			for w in ${WAKES:-host arm}; do
 				echo "### round $r: capy, experts of $l layers off the GPU ($slots slots), wake-up $w"
 				CAPY_CUDA_OFFLOAD_WAKE=$w "$benchbin/step-bench" "$work/m.capy" --device cuda --prefill 4096 \
 					--batch 1,8 --decode 64 --expert-slots "$slots" --expert-threads 15 ${CAPY_ARGS:-} |

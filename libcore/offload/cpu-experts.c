@@ -18,7 +18,8 @@
  * microseconds, where a futex round trip (a few to tens of microseconds) would be felt. */
 #define BARRIER_SPIN 2000
 
-enum { PH_PREP, PH_GATE_UP, PH_DOWN_PREP, PH_DOWN, PH_SCATTER, PH_COUNT };
+/* the counters that hand out a job's work: groups to prepare, gate_up slices, down slices */
+enum { PH_PREP, PH_GATE_UP, PH_DOWN, PH_COUNT };
 
 struct capy_cpu_experts {
 	struct capy_expert_threads th;
@@ -45,6 +46,9 @@ struct capy_cpu_experts {
 	uint8_t *ws;                 /* [n] x row_bytes: the prepared inputs, by group */
 	struct capy_linear_input **in; /* [n_groups]: the group's prepared input */
 	_Atomic uint32_t next[PH_COUNT];
+	/* [order_cap] per group, the row-slice split: gate_up slices done, down's input ready
+	 * (SwiGLU and its quantization), down slices done */
+	_Atomic uint32_t *gu_done, *dn_ready, *dn_done;
 	_Atomic int failed;
 	/* buffers */
 	void *buf;
@@ -200,13 +204,6 @@ static void tile_down(struct capy_cpu_experts *p, uint32_t t)
 	tile(p, t, true);
 }
 
-/* The phases of the row-slice split, in order; the odd ones run over tiles, the others over
- * groups. */
-static void (*const phase_fn[PH_COUNT])(struct capy_cpu_experts *, uint32_t) = {
-	[PH_PREP] = prep_gate_up, [PH_GATE_UP] = tile_gate_up, [PH_DOWN_PREP] = prep_down,
-	[PH_DOWN] = tile_down, [PH_SCATTER] = scatter,
-};
-
 /* Thread ith's share of the current job; every thread ends at the final barrier. */
 static void run_share(struct capy_cpu_experts *p)
 {
@@ -216,14 +213,35 @@ static void run_share(struct capy_cpu_experts *p)
 	if (p->whole) {
 		while ((i = atomic_fetch_add(&p->next[PH_PREP], 1)) < ng)
 			whole_expert(p, i);
-	} else {
-		for (int ph = 0; ph < PH_COUNT; ph++) {
-			const uint32_t n = ph % 2 ? nt : ng;
-			if (ph)
-				barrier(p);
-			while (!atomic_load(&p->failed) && (i = atomic_fetch_add(&p->next[ph], 1)) < n)
-				phase_fn[ph](p, i);
+		barrier(p);
+		return;
+	}
+	while ((i = atomic_fetch_add(&p->next[PH_PREP], 1)) < ng)
+		prep_gate_up(p, i);
+	barrier(p);
+	if (atomic_load(&p->failed)) {
+		barrier(p);
+		return;
+	}
+	/* The rest flows without barriers: whoever finishes a group's last gate_up slice prepares
+	 * its down input; down slices are handed out after every gate_up slice, in group order,
+	 * so a thread that takes one waits only for a group whose gate_up another thread is
+	 * finishing; whoever finishes a group's last down slice scatters it. */
+	while ((i = atomic_fetch_add(&p->next[PH_GATE_UP], 1)) < nt) {
+		const uint32_t a = i / p->pieces;
+		tile_gate_up(p, i);
+		if (atomic_fetch_add(&p->gu_done[a], 1) + 1 == p->pieces) {
+			prep_down(p, a);
+			atomic_store_explicit(&p->dn_ready[a], 1, memory_order_release);
 		}
+	}
+	while ((i = atomic_fetch_add(&p->next[PH_DOWN], 1)) < nt) {
+		const uint32_t a = i / p->pieces;
+		while (!atomic_load_explicit(&p->dn_ready[a], memory_order_acquire))
+			cpu_relax();
+		tile_down(p, i);
+		if (atomic_fetch_add(&p->dn_done[a], 1) + 1 == p->pieces)
+			scatter(p, a);
 	}
 	barrier(p);
 }
@@ -280,9 +298,15 @@ static int lay_out(struct capy_cpu_experts *p, struct capy_cpu_experts_job *j, s
 		if (f)
 			p->first = f;
 		struct capy_linear_input **in = f ? realloc(p->in, n * sizeof(*in)) : NULL;
-		if (!in)
+		if (in)
+			p->in = in;
+		_Atomic uint32_t *flow = in ? calloc(3 * n, sizeof(*flow)) : NULL;
+		if (!flow)
 			return capy_err_set(err, CAPY_ENOMEM, "cpu experts: no memory for %" PRIu64 " misses", n);
-		p->in = in;
+		free((void *)p->gu_done);
+		p->gu_done = flow;
+		p->dn_ready = flow + n;
+		p->dn_done = flow + 2 * n;
 		p->order_cap = n;
 	}
 	for (uint32_t s = 0; s < n; s++)
@@ -356,6 +380,11 @@ static void run_job(struct capy_cpu_experts *p, struct capy_cpu_experts_job *j)
 	atomic_store(&p->failed, 0);
 	for (int ph = 0; ph < PH_COUNT; ph++)
 		atomic_store(&p->next[ph], 0);
+	for (uint32_t a = 0; a < p->n_groups; a++) {
+		atomic_store_explicit(&p->gu_done[a], 0, memory_order_relaxed);
+		atomic_store_explicit(&p->dn_ready[a], 0, memory_order_relaxed);
+		atomic_store_explicit(&p->dn_done[a], 0, memory_order_relaxed);
+	}
 	if (p->nth > 1) {
 		atomic_fetch_add(&p->work, 1);
 		futex_wake(&p->work);
@@ -592,6 +621,7 @@ void capy_cpu_experts_free(struct capy_cpu_experts *p)
 	free(p->order);
 	free(p->first);
 	free(p->in);
+	free((void *)p->gu_done);
 	free(p);
 }
 
