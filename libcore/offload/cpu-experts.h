@@ -25,9 +25,10 @@
  *
  * The split: misses grouped by expert; with at least 4 experts per thread each thread takes
  * whole experts (no synchronization inside a job); else every expert's matrices are split
- * into row slices, about 4 per thread, in phases separated by barriers (gate_up, SwiGLU and
- * down's quantization, down). Rows are independent in the W4A4 definition, so neither
- * the grouping nor the split changes a bit.
+ * into row slices, about 4 per thread: after the inputs are prepared (a barrier) the gate_up
+ * slices, each expert's SwiGLU and down quantization (by whoever finished its last gate_up
+ * slice) and the down slices flow without barriers. Rows are independent in the W4A4
+ * definition, so neither the grouping nor the split changes a bit.
  *
  * Words (each a plain aligned 32-bit word inside the job): req is set to 1 to request the job
  * and the pool takes it (back to 0); done is 0 while the job is pending or running and 1 when
