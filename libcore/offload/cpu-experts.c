@@ -30,7 +30,7 @@ struct capy_cpu_experts {
 	int started;
 	/* posts and registered jobs */
 	_Atomic uint32_t go, stop;
-	_Atomic uint32_t armed, arm_gen; /* capy_cpu_experts_arm: on or off, and the arms so far */
+	_Atomic uint32_t armed;          /* capy_cpu_experts_arm: on or off */
 	pthread_mutex_t reg_mu;
 	struct capy_cpu_experts_job *jobs[CAPY_CPU_EXPERTS_MAX_JOBS];
 	_Atomic uint32_t n_jobs;
@@ -204,29 +204,15 @@ static void tile_down(struct capy_cpu_experts *p, uint32_t t)
 	tile(p, t, true);
 }
 
-/* Thread ith's share of the current job; every thread ends at the final barrier. */
-static void run_share(struct capy_cpu_experts *p)
+/* After the gate_up inputs are prepared, the split flows without barriers: whoever finishes
+ * a group's last gate_up slice prepares its down input; down slices are handed out after
+ * every gate_up slice, in group order, so a thread that takes one waits only for a group whose
+ * gate_up another thread is finishing; whoever finishes a group's last down slice scatters it. */
+static void split_flow(struct capy_cpu_experts *p)
 {
-	const uint32_t ng = p->n_groups, nt = ng * p->pieces;
+	const uint32_t nt = p->n_groups * p->pieces;
 	uint32_t i;
 
-	if (p->whole) {
-		while ((i = atomic_fetch_add(&p->next[PH_PREP], 1)) < ng)
-			whole_expert(p, i);
-		barrier(p);
-		return;
-	}
-	while ((i = atomic_fetch_add(&p->next[PH_PREP], 1)) < ng)
-		prep_gate_up(p, i);
-	barrier(p);
-	if (atomic_load(&p->failed)) {
-		barrier(p);
-		return;
-	}
-	/* The rest flows without barriers: whoever finishes a group's last gate_up slice prepares
-	 * its down input; down slices are handed out after every gate_up slice, in group order,
-	 * so a thread that takes one waits only for a group whose gate_up another thread is
-	 * finishing; whoever finishes a group's last down slice scatters it. */
 	while ((i = atomic_fetch_add(&p->next[PH_GATE_UP], 1)) < nt) {
 		const uint32_t a = i / p->pieces;
 		tile_gate_up(p, i);
@@ -242,6 +228,24 @@ static void run_share(struct capy_cpu_experts *p)
 		tile_down(p, i);
 		if (atomic_fetch_add(&p->dn_done[a], 1) + 1 == p->pieces)
 			scatter(p, a);
+	}
+}
+
+/* Thread ith's share of the current job; every thread ends at the final barrier. */
+static void run_share(struct capy_cpu_experts *p)
+{
+	const uint32_t ng = p->n_groups;
+	uint32_t i;
+
+	if (p->whole) {
+		while ((i = atomic_fetch_add(&p->next[PH_PREP], 1)) < ng)
+			whole_expert(p, i);
+	} else {
+		while ((i = atomic_fetch_add(&p->next[PH_PREP], 1)) < ng)
+			prep_gate_up(p, i);
+		barrier(p);
+		if (!atomic_load(&p->failed))
+			split_flow(p);
 	}
 	barrier(p);
 }
@@ -482,8 +486,8 @@ static void *dispatcher(void *arg)
 	struct capy_cpu_experts_job *j;
 	const struct timespec poll = { p->poll_us / 1000000, (long)(p->poll_us % 1000000) * 1000 };
 	const struct timespec arm_poll = { 0, CAPY_CPU_EXPERTS_ARM_POLL_US * 1000 };
-	uint32_t arm_seen = 0;
-	bool spun = false; /* armed: the spin since the last arm or job is over, poll */
+	uint32_t go_seen = 0;
+	bool spun = false; /* armed: the spin since the last arm, wake-up or job is over, poll */
 
 	pin(p, 0);
 	for (;;) {
@@ -499,9 +503,8 @@ static void *dispatcher(void *arg)
 		if (atomic_load(&p->stop))
 			break;
 		if (atomic_load(&p->armed)) {
-			const uint32_t a = atomic_load(&p->arm_gen);
-			if (a != arm_seen) {
-				arm_seen = a;
+			if (g != go_seen) { /* an arm (or a kick) since: spin again */
+				go_seen = g;
 				spun = false;
 			}
 			if (!spun) {
@@ -691,7 +694,6 @@ void capy_cpu_experts_arm(struct capy_cpu_experts *p, bool on)
 		atomic_store(&p->armed, 0);
 		return;
 	}
-	atomic_fetch_add(&p->arm_gen, 1);
 	atomic_store(&p->armed, 1);
 	capy_cpu_experts_kick(p);
 }

@@ -477,6 +477,26 @@ static void sleep_ms(int ms)
 	nanosleep(&ts, NULL);
 }
 
+/* The process's CPU time over 200 ms of sleep, in ms, printed as "# <what>: ..." and checked
+ * below max_ms. */
+static void idle_cpu_below(const char *what, double max_ms)
+{
+	const double c0 = cpu_seconds();
+
+	sleep_ms(200);
+	const double ms = (cpu_seconds() - c0) * 1e3;
+	printf("# %s: %.3f ms of CPU in 200 ms\n", what, ms);
+	CHECK_MSG(ms < max_ms, "%s: %.1f ms of CPU", what, ms);
+}
+
+/* Waits up to 2 s for the job's done word (written by the pool with no wake-up for us). */
+static bool done_within_2s(struct capy_cpu_experts_job *job)
+{
+	for (int i = 0; i < 2000 && !atomic_load_explicit(&job->done, memory_order_acquire); i++)
+		sleep_ms(1);
+	return atomic_load_explicit(&job->done, memory_order_acquire) == 1;
+}
+
 struct writer {
 	struct capy_cpu_experts_job *job;
 	bool host_fn;
@@ -506,7 +526,6 @@ static void test_words_and_idle(void)
 	struct capy_cpu_experts_job job;
 	struct misses s;
 	pthread_t th;
-	double c0, c1;
 
 	if (!open_misses(&l, &s, 5, 3, 2))
 		return;
@@ -515,11 +534,7 @@ static void test_words_and_idle(void)
 	if ((p = new_pool(3, 0))) {
 		job_of(&job, &l, &s, true);
 		CHECK_EQ_INT(capy_cpu_experts_submit(p, &job, &err), 0);
-		c0 = cpu_seconds();
-		sleep_ms(200);
-		c1 = cpu_seconds();
-		printf("# idle pool of 3 threads: %.3f ms of CPU in 200 ms\n", (c1 - c0) * 1e3);
-		CHECK_MSG(c1 - c0 < 0.010, "%.1f ms of CPU while idle", (c1 - c0) * 1e3);
+		idle_cpu_below("idle pool of 3 threads", 10);
 
 		/* a host node's post from another thread */
 		memset(s.out, 0, s.n * l.H * sizeof(float));
@@ -542,16 +557,10 @@ static void test_words_and_idle(void)
 		memset(s.out, 0, s.n * l.H * sizeof(float));
 		pthread_create(&th, NULL, write_words, &(struct writer){ &job, false });
 		pthread_join(th, NULL);
-		for (int i = 0; i < 2000 && !atomic_load(&job.done); i++)
-			sleep_ms(1);
-		CHECK(atomic_load(&job.done) == 1);
+		CHECK(done_within_2s(&job));
 		CHECK_EQ_INT(job.status, 0);
 		CHECK_EQ_INT(compare(&s, l.H), 0);
-		c0 = cpu_seconds();
-		sleep_ms(200);
-		c1 = cpu_seconds();
-		printf("# polling pool (500 us): %.3f ms of CPU in 200 ms\n", (c1 - c0) * 1e3);
-		CHECK_MSG(c1 - c0 < 0.020, "%.1f ms of CPU while polling", (c1 - c0) * 1e3);
+		idle_cpu_below("polling pool (500 us)", 20);
 		capy_cpu_experts_free(p); /* still registered: the pool forgets it */
 	}
 
@@ -576,11 +585,7 @@ static void test_words_and_idle(void)
 				sleep_ms(20); /* round 2 finds them asleep */
 		}
 		sleep_ms(20);
-		c0 = cpu_seconds();
-		sleep_ms(200);
-		c1 = cpu_seconds();
-		printf("# spinning pool (2 ms), idle: %.3f ms of CPU in 200 ms\n", (c1 - c0) * 1e3);
-		CHECK_MSG(c1 - c0 < 0.010, "%.1f ms of CPU while idle", (c1 - c0) * 1e3);
+		idle_cpu_below("spinning pool (2 ms), idle", 10);
 		capy_cpu_experts_forget(p, &job);
 		capy_cpu_experts_free(p);
 	}
@@ -604,25 +609,15 @@ static void test_words_and_idle(void)
 			memset(s.out, 0, s.n * l.H * sizeof(float));
 			atomic_store(&job.done, 0);
 			atomic_store_explicit(&job.req, 1, memory_order_release);
-			for (int i = 0; i < 2000 && !atomic_load_explicit(&job.done, memory_order_acquire); i++)
-				sleep_ms(1);
-			CHECK_MSG(atomic_load(&job.done) == 1, "round %d: the armed pool did not take the request", round);
+			CHECK_MSG(done_within_2s(&job), "round %d: the armed pool did not take the request", round);
 			CHECK_EQ_INT(job.status, 0);
 			CHECK_EQ_INT(compare(&s, l.H), 0);
 		}
 		sleep_ms(10);
-		c0 = cpu_seconds();
-		sleep_ms(200);
-		c1 = cpu_seconds();
-		printf("# armed pool, idle: %.3f ms of CPU in 200 ms\n", (c1 - c0) * 1e3);
-		CHECK_MSG(c1 - c0 < 0.100, "%.1f ms of CPU while armed and idle: spinning, not polling", (c1 - c0) * 1e3);
+		idle_cpu_below("armed pool, idle (polls, does not spin)", 100);
 		capy_cpu_experts_arm(p, false);
 		sleep_ms(20);
-		c0 = cpu_seconds();
-		sleep_ms(200);
-		c1 = cpu_seconds();
-		printf("# disarmed pool, idle: %.3f ms of CPU in 200 ms\n", (c1 - c0) * 1e3);
-		CHECK_MSG(c1 - c0 < 0.010, "%.1f ms of CPU while disarmed and idle", (c1 - c0) * 1e3);
+		idle_cpu_below("disarmed pool, idle", 10);
 		capy_cpu_experts_forget(p, &job);
 		capy_cpu_experts_free(p);
 	}
