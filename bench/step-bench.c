@@ -17,7 +17,9 @@
  * With cuda, the device's copy bandwidth is measured first in the same run (a 2 GiB
  * device-to-device copy, bytes read + written), and decode is put against its floor:
  * the weight bytes one decode token reads (capy_engine_weight_bytes: every matrix once,
- * k experts per MoE layer, one token's PLE rows) over that bandwidth. --digest: a hash of
+ * k experts per MoE layer, one token's PLE rows) over that bandwidth; with expert offload,
+ * the page-locked host-to-device bandwidth too (1 GiB; bench/linear-bench --only bandwidth
+ * gives the host's read bandwidth, the CPU experts' limit). --digest: a hash of
  * every decode step's logits (or picked tokens) per batch size, to check that two builds give
  * the same bits (the inputs are fixed ids, never sampled ones; the hashing is timed too).
  * Prints one line per measurement on stdout. Benchmarks live in bench/, never in tests. */
@@ -55,24 +57,19 @@ static void die(const char *what, const struct capy_err *err)
 	exit(1);
 }
 
-/* Device-to-device copy bandwidth (read + write bytes per second), median of 5. */
-static double copy_bandwidth(int gpu)
-{
 #ifdef CAPY_HAVE_CUDA
-	size_t n = (size_t)1 << 30;
-	void *a = NULL, *b = NULL;
+/* Seconds of one cudaMemcpy of n bytes: the median of 5 (after one untimed). */
+static double copy_seconds(void *dst, const void *src, size_t n, enum cudaMemcpyKind kind)
+{
 	cudaEvent_t e0, e1;
 	float ms[5];
 
-	if (cudaSetDevice(gpu) != cudaSuccess || cudaMalloc(&a, n) != cudaSuccess || cudaMalloc(&b, n) != cudaSuccess)
-		return 0;
-	cudaMemset(a, 1, n);
 	cudaEventCreate(&e0);
 	cudaEventCreate(&e1);
-	cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+	cudaMemcpy(dst, src, n, kind);
 	for (int i = 0; i < 5; i++) {
 		cudaEventRecord(e0, 0);
-		cudaMemcpy(b, a, n, cudaMemcpyDeviceToDevice);
+		cudaMemcpy(dst, src, n, kind);
 		cudaEventRecord(e1, 0);
 		cudaEventSynchronize(e1);
 		cudaEventElapsedTime(&ms[i], e0, e1);
@@ -84,11 +81,50 @@ static double copy_bandwidth(int gpu)
 				ms[i] = ms[j];
 				ms[j] = t;
 			}
+	cudaEventDestroy(e0);
+	cudaEventDestroy(e1);
+	return ms[2] * 1e-3;
+}
+#endif
+
+/* Device-to-device copy bandwidth (read + write bytes per second) of 1 GiB. */
+static double copy_bandwidth(int gpu)
+{
+#ifdef CAPY_HAVE_CUDA
+	size_t n = (size_t)1 << 30;
+	void *a = NULL, *b = NULL;
+	double bw = 0;
+
+	if (cudaSetDevice(gpu) == cudaSuccess && cudaMalloc(&a, n) == cudaSuccess && cudaMalloc(&b, n) == cudaSuccess) {
+		cudaMemset(a, 1, n);
+		bw = 2.0 * (double)n / copy_seconds(b, a, n, cudaMemcpyDeviceToDevice);
+	}
 	cudaFree(a);
 	cudaFree(b);
-	return 2.0 * (double)n / (ms[2] * 1e-3);
+	return bw;
 #else
 	(void)gpu;
+	return 0;
+#endif
+}
+
+/* Page-locked host to device copy bandwidth of 1 GiB (what fills expert slots; the prompt
+ * rows' zero-copy reads cross the same link). */
+static double h2d_bandwidth(void)
+{
+#ifdef CAPY_HAVE_CUDA
+	size_t n = (size_t)1 << 30;
+	void *h = NULL, *d = NULL;
+	double bw = 0;
+
+	if (cudaMallocHost(&h, n) == cudaSuccess && cudaMalloc(&d, n) == cudaSuccess) {
+		memset(h, 1, n);
+		bw = (double)n / copy_seconds(d, h, n, cudaMemcpyHostToDevice);
+	}
+	cudaFreeHost(h);
+	cudaFree(d);
+	return bw;
+#else
 	return 0;
 #endif
 }
@@ -213,6 +249,11 @@ int main(int argc, char **argv)
 			printf("%s\n", line);
 	}
 	struct capy_offload_stats off0 = { 0 };
+	if (bw > 0 && capy_engine_offload_stats(e, &off0)) {
+		const double h2d = h2d_bandwidth();
+		printf("pinned host to device %.1f GB/s: an expert record of %.2f MB in %.1f us\n", h2d / 1e9,
+		       (double)art->stacks[0].stride / 1e6, (double)art->stacks[0].stride / h2d * 1e6);
+	}
 
 	size_t np, nb;
 	uint64_t *pre = list(prefill, &np), *bat = list(batch, &nb), maxp = 64 + prompt;
