@@ -254,6 +254,13 @@ bool capy_engine_plan_line(const struct capy_engine *e, char *buf, size_t size)
 	return true;
 }
 
+const char *capy_offload_host_name(enum capy_offload_host h)
+{
+	return h == CAPY_OFFLOAD_HOST_PAGEABLE	  ? "mapped artifact (pageable)"
+	       : h == CAPY_OFFLOAD_HOST_REGISTERED ? "mapped artifact (registered)"
+						   : "page-locked copy";
+}
+
 bool capy_engine_offload_stats(const struct capy_engine *e, struct capy_offload_stats *st)
 {
 	struct capy_offload_stats tmp;

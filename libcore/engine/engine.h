@@ -95,13 +95,24 @@ struct capy_engine_opts {
  * filled; per routed (token, expert) of a step, whether it found its expert resident (hits)
  * or was computed on the CPU (misses; prefill chunks read a non-resident expert from host
  * memory instead: streamed); experts copied into slots and evicted; the CPU threads. */
+/* Where an offloading engine holds the routed experts in host RAM (offload/plan.h's pinned). */
+enum capy_offload_host {
+	CAPY_OFFLOAD_HOST_PINNED,     /* one page-locked copy */
+	CAPY_OFFLOAD_HOST_PAGEABLE,   /* the mapped artifact, which the GPU reads as pageable memory */
+	CAPY_OFFLOAD_HOST_REGISTERED, /* the mapped artifact, registered with the GPU's driver */
+};
+
 struct capy_offload_stats {
 	uint64_t experts, slots, resident; /* slots: those the experts have now */
 	uint64_t slots_lent;               /* elastic attention cache: slots its pages took */
 	uint64_t steps, hits, misses, streamed;
 	uint64_t loads, evictions;
 	int cpu_threads;
+	enum capy_offload_host host;
 };
+
+/* "page-locked copy", "mapped artifact (pageable)" or "mapped artifact (registered)". */
+const char *capy_offload_host_name(enum capy_offload_host h);
 
 struct capy_engine;
 struct capy_seq;

@@ -8,7 +8,9 @@
  * decode steps of the batch (several sequences' misses in one CPU job), and greedy decode
  * sampled on the GPU (no logits to the host), through the three ways of waking the CPU
  * (CAPY_CUDA_OFFLOAD_WAKE: a host node that posts each layer's job; the GPU's own request
- * with a wake-up node beside it; the GPU's own request to a pool armed for the step). The offload counts add up: hits + misses = the exact rows'
+ * with a wake-up node beside it; the GPU's own request to a pool armed for the step), and with the experts left in the mapped
+ * artifact (CAPY_MEMLOCK below them: the GPU reads the mapping as pageable memory where it can,
+ * else registered with the driver; CAPY_CUDA_OFFLOAD_PAGEABLE=0 registers it anyway). The offload counts add up: hits + misses = the exact rows'
  * routed slots, no hits without slots, loads into slots. An elastic attention cache lends
  * slots to a long sequence and takes them back, with the same logits.
  * make test-cuda; the first GPU (CAPY_GPU picks another). */
@@ -53,22 +55,34 @@ struct config {
 	int64_t slots;  /* engine.h's expert_slots; > 0 here: a fraction 1 / slots of the experts */
 	int threads;
 	const char *wake; /* CAPY_CUDA_OFFLOAD_WAKE */
+	const char *memlock;  /* CAPY_MEMLOCK (NULL: unset): below the experts, the mapped artifact */
+	const char *pageable; /* CAPY_CUDA_OFFLOAD_PAGEABLE (NULL: unset); "0": the mapping registered */
 };
 
 static const struct config configs[] = {
-	{ "all resident", 0, 0, "host" },
-	{ "a quarter, 3 threads, host", 4, 3, "host" },
-	{ "half, 2 threads, host", 2, 2, "host" },
-	{ "none, 1 thread, host", CAPY_EXPERT_SLOTS_NONE, 1, "host" },
-	{ "none, 3 threads, host", CAPY_EXPERT_SLOTS_NONE, 3, "host" },
-	{ "a quarter, 4 threads, kick", 4, 4, "kick" },
-	{ "half, 1 thread, kick", 2, 1, "kick" },
-	{ "none, 8 threads, kick", CAPY_EXPERT_SLOTS_NONE, 8, "kick" },
-	{ "none, 2 threads, kick", CAPY_EXPERT_SLOTS_NONE, 2, "kick" },
-	{ "a quarter, 4 threads, arm", 4, 4, "arm" },
-	{ "half, 1 thread, arm", 2, 1, "arm" },
-	{ "none, 8 threads, arm", CAPY_EXPERT_SLOTS_NONE, 8, "arm" },
+	{ "all resident", 0, 0, "host", NULL, NULL },
+	{ "a quarter, 3 threads, host", 4, 3, "host", NULL, NULL },
+	{ "half, 2 threads, host", 2, 2, "host", NULL, NULL },
+	{ "none, 1 thread, host", CAPY_EXPERT_SLOTS_NONE, 1, "host", NULL, NULL },
+	{ "none, 3 threads, host", CAPY_EXPERT_SLOTS_NONE, 3, "host", NULL, NULL },
+	{ "a quarter, 4 threads, kick", 4, 4, "kick", NULL, NULL },
+	{ "half, 1 thread, kick", 2, 1, "kick", NULL, NULL },
+	{ "none, 8 threads, kick", CAPY_EXPERT_SLOTS_NONE, 8, "kick", NULL, NULL },
+	{ "none, 2 threads, kick", CAPY_EXPERT_SLOTS_NONE, 2, "kick", NULL, NULL },
+	{ "a quarter, 4 threads, arm", 4, 4, "arm", NULL, NULL },
+	{ "half, 1 thread, arm", 2, 1, "arm", NULL, NULL },
+	{ "none, 8 threads, arm", CAPY_EXPERT_SLOTS_NONE, 8, "arm", NULL, NULL },
+	{ "none, 2 threads, arm, mapped", CAPY_EXPERT_SLOTS_NONE, 2, "arm", "1M", NULL },
+	{ "a quarter, 3 threads, mapped+reg", 4, 3, "host", "1M", "0" },
 };
+
+static void setenv_or_unset(const char *name, const char *value)
+{
+	if (value)
+		setenv(name, value, 1);
+	else
+		unsetenv(name);
+}
 
 static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct config *cf, uint64_t experts)
 {
@@ -82,6 +96,8 @@ static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct 
 	o.expert_threads = cf->threads;
 	o.expert_slots = cf->slots > 0 ? (int64_t)(experts / (uint64_t)cf->slots) : cf->slots;
 	setenv("CAPY_CUDA_OFFLOAD_WAKE", cf->wake, 1); /* read when the engine opens */
+	setenv_or_unset("CAPY_MEMLOCK", cf->memlock);
+	setenv_or_unset("CAPY_CUDA_OFFLOAD_PAGEABLE", cf->pageable);
 	CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s: %s", cf->what, err.msg);
 	return e;
 }
@@ -216,9 +232,9 @@ static void model(const char *name)
 			size_t bad = bits_differ(got, ref, rows * V);
 			printf("%-30s %-26s %zu of %" PRIu64 " logits differ; %" PRIu64 " slots of %" PRIu64
 			       " experts, %" PRIu64 " resident, hits %" PRIu64 " misses %" PRIu64 " streamed %" PRIu64
-			       " loads %" PRIu64 " evictions %" PRIu64 ", %d CPU threads\n",
+			       " loads %" PRIu64 " evictions %" PRIu64 ", %d CPU threads, %s\n",
 			       name, cf->what, bad, rows * V, st.slots, st.experts, st.resident, st.hits, st.misses,
-			       st.streamed, st.loads, st.evictions, st.cpu_threads);
+			       st.streamed, st.loads, st.evictions, st.cpu_threads, capy_offload_host_name(st.host));
 			CHECK_MSG(bad == 0, "%s, %s: logits not bitwise equal to all resident", name, cf->what);
 			CHECK_MSG(!memcmp(ggot, gref, sizeof(gref)), "%s, %s: tokens sampled on the GPU differ from all resident",
 				  name, cf->what);
@@ -228,6 +244,12 @@ static void model(const char *name)
 			CHECK_EQ_U64(st.hits + st.misses, exact * moe_layers(mc));
 			CHECK(st.streamed > 0);
 			CHECK_EQ_INT(st.cpu_threads, cf->threads);
+			if (!cf->memlock)
+				CHECK_EQ_INT(st.host, CAPY_OFFLOAD_HOST_PINNED);
+			else if (cf->pageable)
+				CHECK_EQ_INT(st.host, CAPY_OFFLOAD_HOST_REGISTERED);
+			else
+				CHECK(st.host != CAPY_OFFLOAD_HOST_PINNED);
 			if (cf->slots < 0) {
 				CHECK_EQ_U64(st.slots, 0);
 				CHECK_EQ_U64(st.hits, 0);
@@ -284,6 +306,8 @@ static void test_elastic(void)
 					      .expert_slots = round ? (int64_t)experts / 2 : 0 };
 		struct capy_engine *e = NULL;
 		setenv("CAPY_CUDA_OFFLOAD_WAKE", "host", 1);
+		unsetenv("CAPY_MEMLOCK");
+		unsetenv("CAPY_CUDA_OFFLOAD_PAGEABLE");
 		CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s", err.msg);
 		if (!e)
 			goto out;

@@ -425,8 +425,14 @@ static void cu_describe(const struct capy_engine *core, char *buf, size_t size)
 static void cu_plan_line(const struct capy_engine *core, char *buf, size_t size)
 {
 	const struct cuda_engine *e = core->be;
+	struct capy_offload_stats st;
+	size_t n;
 
 	capy_plan_summary(&e->plan, buf, size);
+	n = strlen(buf);
+	if (!e->plan.pinned && cu_offload_stats(core, &st) && n < size) /* which view of the mapping the GPU has */
+		snprintf(buf + n, size - n, "; the GPU reads it %s",
+			 st.host == CAPY_OFFLOAD_HOST_PAGEABLE ? "as pageable memory (HMM)" : "registered with the driver");
 }
 
 const struct capy_backend_ops capy_backend_cuda = {

@@ -62,8 +62,12 @@ struct cu_offload {
 	uint8_t *arena;                   /* NULL: not elastic */
 	uint64_t lent;                    /* slots [0, lent) are the attention cache's now */
 	uint32_t pages_held, pages_max;   /* the plan's held pages, and all it holds */
-	uint8_t *host, *host_dev;         /* the page-locked copy of every expert stack, its device address */
-	uint64_t *host_off, *stride;      /* [n_moe]: each stack's place in it, its record stride */
+	uint8_t *host;                    /* the page-locked copy of every expert stack (NULL: mapped) */
+	const uint8_t **stack_host;       /* [n_moe]: each stack's host address (in the copy or the mapping) */
+	uint8_t **stack_dev;              /* [n_moe]: the same bytes' device address */
+	uint64_t *stride;                 /* [n_moe]: each stack's record stride */
+	void *registered;                 /* the artifact's mapping, registered with CUDA (mapped, no HMM) */
+	enum capy_offload_host host_mode;
 	int32_t *map_dev, *map_host;      /* [n_moe][E]: the expert's slot, or -1 (host: pinned mirror) */
 	int32_t *slot_at;                 /* [n_moe][E] host: the slot given to the expert (ready or not) */
 	int32_t *owner;                   /* [slots]: the key (moe * E + x) in the slot, or -1 */
@@ -174,6 +178,87 @@ static void CUDART_CB host_kick(void *p)
 		capy_cpu_experts_kick(o->cpu);
 }
 
+/* The routed experts' host side, page-locked: one copy of every stack the model runs (the
+ * plan's host_experts), mapped for the GPU's prompt rows. */
+static int host_copy(struct cuda_engine *e, struct capy_err *err)
+{
+	const struct capy_artifact *a = e->a;
+	struct cu_offload *o = e->off;
+	uint64_t total = 0;
+	uint8_t *dev;
+	cudaError_t r;
+
+	for (uint64_t i = 0; i < o->n_moe; i++)
+		total += host_bytes(a, i);
+	if ((r = cudaHostAlloc((void **)&o->host, total ? total : 256, cudaHostAllocMapped | cudaHostAllocPortable)) !=
+	    cudaSuccess)
+		return capy_err_set(err, CAPY_ENOMEM, "cuda: %.1f MiB of page-locked host memory for the routed experts: %s",
+				    (double)total / 1048576.0, cudaGetErrorString(r));
+	if ((r = cudaHostGetDevicePointer((void **)&dev, o->host, 0)) != cudaSuccess)
+		return cu_err(err, r, "mapping the routed experts' host copy");
+	total = 0;
+	for (uint64_t i = 0; i < o->n_moe; i++) {
+		memcpy(o->host + total, a->base + a->stacks[i].offset, host_bytes(a, i));
+		o->stack_host[i] = o->host + total;
+		o->stack_dev[i] = dev + total;
+		total += host_bytes(a, i);
+	}
+	o->host_mode = CAPY_OFFLOAD_HOST_PINNED;
+	return 0;
+}
+
+/* The routed experts' host side where page-locking them all is not allowed (the plan's
+ * pinned is false: RLIMIT_MEMLOCK below their bytes): no copy, the artifact's mapping itself.
+ * The CPU reads it like any memory and the slots are filled from it (pageable copies, which
+ * the driver stages: slower). The GPU's prompt rows read it where the device can address
+ * pageable memory (HMM or ATS), else through the mapping registered with CUDA, read-only;
+ * where neither works the engine does not open. CAPY_CUDA_OFFLOAD_PAGEABLE=0 skips the first
+ * (tests reach the registered view on any machine). */
+static int host_mapped(struct cuda_engine *e, struct capy_err *err)
+{
+	const struct capy_artifact *a = e->a;
+	struct cu_offload *o = e->off;
+	const char *env = getenv("CAPY_CUDA_OFFLOAD_PAGEABLE");
+	int pageable = 0;
+	cudaError_t r;
+
+	if ((r = cudaDeviceGetAttribute(&pageable, cudaDevAttrPageableMemoryAccess, e->device)) != cudaSuccess)
+		return cu_err(err, r, "asking whether the GPU reads pageable memory");
+	for (uint64_t i = 0; i < o->n_moe; i++)
+		o->stack_host[i] = a->base + a->stacks[i].offset;
+	if (pageable && !(env && !strcmp(env, "0"))) {
+		for (uint64_t i = 0; i < o->n_moe; i++)
+			o->stack_dev[i] = (uint8_t *)(uintptr_t)o->stack_host[i];
+		o->host_mode = CAPY_OFFLOAD_HOST_PAGEABLE;
+		return 0;
+	}
+	/* one registration from the first stack's page to the last one's end */
+	uint64_t lo = UINT64_MAX, hi = 0;
+	uint8_t *dev;
+	for (uint64_t i = 0; i < o->n_moe; i++) {
+		lo = CAPY_MIN(lo, a->stacks[i].offset);
+		hi = CAPY_MAX(hi, a->stacks[i].offset + a->stacks[i].count * a->stacks[i].stride);
+	}
+	const uintptr_t b = (uintptr_t)(a->base + lo) & ~(uintptr_t)4095, end = (uintptr_t)(a->base + hi);
+	if ((r = cudaHostRegister((void *)b, end - b,
+				  cudaHostRegisterMapped | cudaHostRegisterPortable | cudaHostRegisterReadOnly)) != cudaSuccess) {
+		cudaGetLastError();
+		return capy_err_set(err, CAPY_EUNSUPPORTED,
+				    "cuda: the routed experts (%.1f MiB) stay in the mapped artifact (RLIMIT_MEMLOCK %.1f MiB "
+				    "is below them), and this GPU can neither read pageable memory (HMM) nor register the "
+				    "mapping (%s): raise the limit (ulimit -l, or LimitMEMLOCK= in a unit)",
+				    (double)e->plan.host_experts / 1048576.0, (double)e->plan.host.memlock / 1048576.0,
+				    cudaGetErrorString(r));
+	}
+	o->registered = (void *)b;
+	if ((r = cudaHostGetDevicePointer((void **)&dev, (void *)b, 0)) != cudaSuccess)
+		return cu_err(err, r, "mapping the artifact's experts for the GPU");
+	for (uint64_t i = 0; i < o->n_moe; i++)
+		o->stack_dev[i] = dev + ((uintptr_t)o->stack_host[i] - b);
+	o->host_mode = CAPY_OFFLOAD_HOST_REGISTERED;
+	return 0;
+}
+
 int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 {
 	const struct capy_artifact *a = e->a;
@@ -185,12 +270,6 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 
 	if (p->all_resident)
 		return 0;
-	if (!p->pinned)
-		return capy_err_set(err, CAPY_EUNSUPPORTED,
-				    "cuda: expert offload needs the routed experts (%.1f MiB) page-locked, and RLIMIT_MEMLOCK "
-				    "(%.1f MiB) is below that: raise it (ulimit -l, or LimitMEMLOCK= in a unit); reading them "
-				    "from the mapped artifact instead is not built",
-				    (double)p->host_experts / 1048576.0, (double)p->host.memlock / 1048576.0);
 	if (!(o = calloc(1, sizeof(*o))))
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	e->off = o;
@@ -217,7 +296,8 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		e->layers[li].moe.stack = rc;
 	}
 	/* the host copy */
-	o->host_off = calloc(o->n_moe, sizeof(*o->host_off));
+	o->stack_host = calloc(o->n_moe, sizeof(*o->stack_host));
+	o->stack_dev = calloc(o->n_moe, sizeof(*o->stack_dev));
 	o->stride = calloc(o->n_moe, sizeof(*o->stride));
 	o->map_host = NULL;
 	o->slot_at = malloc(o->n_moe * o->E * sizeof(*o->slot_at));
@@ -230,26 +310,17 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	o->jw = calloc(o->n_moe, sizeof(*o->jw));
 	o->used = calloc(o->n_moe, sizeof(*o->used));
 	o->swaps = calloc(o->n_moe * o->E, sizeof(*o->swaps));
-	if (!o->host_off || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu || !o->dn || !o->ud ||
+	if (!o->stack_host || !o->stack_dev || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu || !o->dn || !o->ud ||
 	    !o->swaps || !o->job || !o->jw || !o->used)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
-	uint64_t total = 0;
 	for (uint64_t i = 0; i < o->n_moe; i++) {
-		o->host_off[i] = total;
 		o->stride[i] = a->stacks[i].stride;
-		total += host_bytes(a, i);
 		if (a->stacks[i].count != o->E)
 			return capy_err_set(err, CAPY_EFORMAT, "%s: expert stack %s holds %" PRIu64 " experts, the model %" PRIu64,
 					    a->path, a->stacks[i].name, a->stacks[i].count, o->E);
 	}
-	if ((r = cudaHostAlloc((void **)&o->host, total ? total : 256, cudaHostAllocMapped | cudaHostAllocPortable)) !=
-	    cudaSuccess)
-		return capy_err_set(err, CAPY_ENOMEM, "cuda: %.1f MiB of page-locked host memory for the routed experts: %s",
-				    (double)total / 1048576.0, cudaGetErrorString(r));
-	for (uint64_t i = 0; i < o->n_moe; i++)
-		memcpy(o->host + o->host_off[i], a->base + a->stacks[i].offset, host_bytes(a, i));
-	if ((r = cudaHostGetDevicePointer((void **)&o->host_dev, o->host, 0)) != cudaSuccess)
-		return cu_err(err, r, "mapping the routed experts' host copy");
+	if ((rc = p->pinned ? host_copy(e, err) : host_mapped(e, err)) < 0)
+		return rc;
 	/* the hand-over area */
 	capy_plan_offload_hand(&o->lay, a, c, e->s.tmax);
 	if ((r = cudaHostAlloc((void **)&o->hand, o->lay.bytes, cudaHostAllocMapped | cudaHostAllocPortable)) != cudaSuccess ||
@@ -326,14 +397,14 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 			continue;
 		const struct capy_expert_stack *st = &a->stacks[m->stack];
 		const uint8_t *rec0 = a->base + st->offset;
-		stacks_at(e, &h->moe_w, st, o->host_dev + o->host_off[m->stack], st->stride, o->E, &m->gate_up, &m->down);
+		stacks_at(e, &h->moe_w, st, o->stack_dev[m->stack], st->stride, o->E, &m->gate_up, &m->down);
 		stacks_at(e, &h->moe_w, st, o->pool, o->slot_bytes, o->slots, &m->slot_gu, &m->slot_dn);
 		o->ud[m->stack] = (struct cu_off_layer){ e, (uint32_t)m->stack };
 		o->n_used += !o->used[m->stack];
 		o->used[m->stack] = true;
 		for (uint64_t x = 0; x < o->E; x++) {
 			const struct capy_linear *g = &h->moe_w.gate_up[x], *d = &h->moe_w.down[x];
-			const uint8_t *hb = o->host + o->host_off[m->stack];
+			const uint8_t *hb = o->stack_host[m->stack];
 			if ((rc = capy_linear_init(&o->gu[m->stack * o->E + x], g->dtype, g->n, g->k, g->nparts, g->part_rows,
 						   hb + ((const uint8_t *)g->data - rec0), err)) < 0 ||
 			    (rc = capy_linear_init(&o->dn[m->stack * o->E + x], d->dtype, d->n, d->k, d->nparts, d->part_rows,
@@ -436,7 +507,10 @@ void cu_offload_close(struct cuda_engine *e)
 	cudaFreeHost(o->map_host);
 	cudaFreeHost(o->hand);
 	cudaFreeHost(o->host);
-	free(o->host_off);
+	if (o->registered)
+		cudaHostUnregister(o->registered);
+	free(o->stack_host);
+	free(o->stack_dev);
 	free(o->stride);
 	free(o->slot_at);
 	free(o->owner);
@@ -638,7 +712,7 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 		o->slot_at[kl] = (int32_t)slot;
 		o->owner[slot] = (int32_t)kl;
 		r = cudaMemcpyAsync(o->pool + slot * o->slot_bytes,
-				    o->host + o->host_off[sw->layer] + (uint64_t)sw->load * o->stride[sw->layer],
+				    o->stack_host[sw->layer] + (uint64_t)sw->load * o->stride[sw->layer],
 				    o->stride[sw->layer], cudaMemcpyHostToDevice, o->copy);
 		if (r != cudaSuccess)
 			return cu_err(err, r, "copying an expert into its slot");
@@ -687,6 +761,7 @@ bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats 
 	s->loads = o->loads;
 	s->evictions = o->evictions;
 	s->cpu_threads = o->threads;
+	s->host = o->host_mode;
 	return true;
 }
 
