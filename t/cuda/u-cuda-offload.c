@@ -72,8 +72,8 @@ static const struct config configs[] = {
 	{ "a quarter, 4 threads, arm", 4, 4, "arm", NULL, NULL },
 	{ "half, 1 thread, arm", 2, 1, "arm", NULL, NULL },
 	{ "none, 8 threads, arm", CAPY_EXPERT_SLOTS_NONE, 8, "arm", NULL, NULL },
-	{ "none, 2 threads, arm, mapped", CAPY_EXPERT_SLOTS_NONE, 2, "arm", "1M", NULL },
-	{ "a quarter, 3 threads, mapped+reg", 4, 3, "host", "1M", "0" },
+	{ "none, 2 threads, arm, mapped", CAPY_EXPERT_SLOTS_NONE, 2, "arm", "1", NULL },
+	{ "a quarter, 3 threads, mapped+reg", 4, 3, "host", "1", "0" },
 };
 
 static void setenv_or_unset(const char *name, const char *value)
