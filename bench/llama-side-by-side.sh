@@ -25,6 +25,11 @@
 # LLAMA_BIN=DIR: llama-bench and llama-batched-bench already built (e.g. here, carried to the
 # device: its 16 cores build them in minutes of device time); `prepare` then builds nothing and
 # LLAMA_SRC needs only convert_hf_to_gguf.py with its gguf-py/ and conversion/.
+# The device tool sends the working tree and the carried paths, at most 64 MiB a call; the
+# repository's tracked files are about 40 MB and llama-bench for sm_90 about 40 MB under xz, so
+# the binary goes over in two calls on one warm machine: half of the archive staged in
+# /dev/shm by the first call (with capy's binaries and the converter, which can prepare and
+# run capy alone), the other half joined to it by the second, which runs `offload` or `run`.
 # CAPY_ARGS: more step-bench arguments (e.g. --step-tokens 4096).
 #
 #   bench/llama-side-by-side.sh WORK offload [N] [LAYERS...]   # issue 10's comparison at equal VRAM
