@@ -90,11 +90,6 @@ struct capy_engine_opts {
 
 #define CAPY_EXPERT_SLOTS_NONE (-1)
 
-/* What expert offload has done so far (capy_engine_offload_stats): the GPU's expert cache
- * of `slots` experts (a routed expert of one layer, both its matrices), `resident` of them
- * filled; per routed (token, expert) of a step, whether it found its expert resident (hits)
- * or was computed on the CPU (misses; prefill chunks read a non-resident expert from host
- * memory instead: streamed); experts copied into slots and evicted; the CPU threads. */
 /* Where an offloading engine holds the routed experts in host RAM (offload/plan.h's pinned). */
 enum capy_offload_host {
 	CAPY_OFFLOAD_HOST_PINNED,     /* one page-locked copy */
@@ -102,6 +97,12 @@ enum capy_offload_host {
 	CAPY_OFFLOAD_HOST_REGISTERED, /* the mapped artifact, registered with the GPU's driver */
 };
 
+/* What expert offload has done so far (capy_engine_offload_stats): the GPU's expert cache
+ * of `slots` experts (a routed expert of one layer, both its matrices), `resident` of them
+ * filled; per routed (token, expert) of a step, whether it found its expert resident (hits)
+ * or was computed on the CPU (misses; prefill chunks read a non-resident expert from host
+ * memory instead: streamed); experts copied into slots and evicted; the CPU threads; where
+ * the experts are held in host RAM. */
 struct capy_offload_stats {
 	uint64_t experts, slots, resident; /* slots: those the experts have now */
 	uint64_t slots_lent;               /* elastic attention cache: slots its pages took */

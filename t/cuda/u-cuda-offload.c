@@ -8,10 +8,11 @@
  * decode steps of the batch (several sequences' misses in one CPU job), and greedy decode
  * sampled on the GPU (no logits to the host), through the three ways of waking the CPU
  * (CAPY_CUDA_OFFLOAD_WAKE: a host node that posts each layer's job; the GPU's own request
- * with a wake-up node beside it; the GPU's own request to a pool armed for the step), and with the experts left in the mapped
- * artifact (CAPY_MEMLOCK below them: the GPU reads the mapping as pageable memory where it can,
- * else registered with the driver; CAPY_CUDA_OFFLOAD_PAGEABLE=0 registers it anyway). The offload counts add up: hits + misses = the exact rows'
- * routed slots, no hits without slots, loads into slots. An elastic attention cache lends
+ * with a wake-up node beside it; the GPU's own request to a pool armed for the step), and with
+ * the experts left in the mapped artifact (CAPY_MEMLOCK below them: the GPU reads the mapping
+ * as pageable memory where it can, else registered with the driver; CAPY_CUDA_OFFLOAD_PAGEABLE=0
+ * registers it anyway). The offload counts add up: hits + misses = the exact rows' routed
+ * slots, no hits without slots, loads into slots. An elastic attention cache lends
  * slots to a long sequence and takes them back, with the same logits.
  * make test-cuda; the first GPU (CAPY_GPU picks another). */
 #include "test.h"

@@ -1,6 +1,6 @@
 /* offload.c - expert offload on the CUDA backend (issue 10; docs/offload.md): a model whose
  * routed experts do not all fit the GPU's budget keeps every expert in one page-locked host
- * copy, a pool of device slots as a cache of them (offload/expert-cache.h decides which), and
+ * copy (or, where RLIMIT_MEMLOCK is below them, in the mapped artifact: host_mapped), a pool of device slots as a cache of them (offload/expert-cache.h decides which), and
  * computes each MoE layer's routed slots where their expert is:
  *
  * - decode and short items (the exact W4A4 rows): the resident experts on the GPU from their
@@ -13,8 +13,8 @@
  *   computes an expert exactly as the GPU's exact path does (bit for bit), so the output
  *   does not depend on which experts were resident, nor on the CPU's thread count;
  * - prompt rows (cu_prompt_item: items of CK_GROUPED_MIN_ROWS tokens or more that keep no
- *   states, the grouped GEMMs): every expert read from the host copy through its device mapping (zero-copy over PCIe), so their bits
- *   do not depend on residency either.
+ *   states, the grouped GEMMs): every expert read from the host copy through its device
+ *   mapping (zero-copy over PCIe), so their bits do not depend on residency either.
  *
  * Between steps the expert cache takes the step's routing, and its replacements are carried
  * out by copies on a stream of their own; an expert's slot enters the device slot map only at
@@ -310,8 +310,8 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	o->jw = calloc(o->n_moe, sizeof(*o->jw));
 	o->used = calloc(o->n_moe, sizeof(*o->used));
 	o->swaps = calloc(o->n_moe * o->E, sizeof(*o->swaps));
-	if (!o->stack_host || !o->stack_dev || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu || !o->dn || !o->ud ||
-	    !o->swaps || !o->job || !o->jw || !o->used)
+	if (!o->stack_host || !o->stack_dev || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu ||
+	    !o->dn || !o->ud || !o->swaps || !o->job || !o->jw || !o->used)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	for (uint64_t i = 0; i < o->n_moe; i++) {
 		o->stride[i] = a->stacks[i].stride;
