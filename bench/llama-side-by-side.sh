@@ -87,7 +87,7 @@ if [ "$what" = offload ]; then
 				echo "### round $r: capy, experts of $l layers off the GPU ($slots slots), wake-up $w"
 				CAPY_CUDA_OFFLOAD_WAKE=$w "$benchbin/step-bench" "$work/m.capy" --device cuda --prefill 4096 \
 					--batch 1,8 --decode 64 --expert-slots "$slots" --expert-threads 15 ${CAPY_ARGS:-} |
-					grep -E "^(prefill|decode|  offload)" || true
+					grep -E "^(prefill|decode|  offload|  hand-off)" || true
 			done
 			echo "### round $r: llama.cpp llama-bench -ncmoe $l"
 			"$lb/llama-bench" -m "$work/m.gguf" -ngl 99 -fa 1 -ncmoe "$l" -t 16 -p 4096 -n 128 -r 2 2>&1 |

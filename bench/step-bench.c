@@ -142,6 +142,14 @@ static void offload_line(const struct capy_engine *e, struct capy_offload_stats 
 	       st.slots, st.resident, st.experts, h, m, h + m ? 100.0 * (double)h / (double)(h + m) : 0.0,
 	       st.streamed - prev->streamed, st.loads - prev->loads, st.evictions - prev->evictions, st.cpu_threads,
 	       capy_offload_host_name(st.host));
+	const uint64_t jobs = st.jobs - prev->jobs;
+	if (jobs) { /* where a step's hand-offs go: the CPU's run, and the rest of the GPU's wait */
+		const double run = st.job_seconds - prev->job_seconds, wait = st.wait_seconds - prev->wait_seconds;
+		printf("  hand-off: %" PRIu64 " CPU jobs, %.1f us a job on the CPU (%.1f GB/s of experts), the GPU waited"
+		       " %.1f us a job: %.1f us beyond the CPU's run\n",
+		       jobs, 1e6 * run / (double)jobs, run > 0 ? (double)(st.job_bytes - prev->job_bytes) / run * 1e-9 : 0.0,
+		       1e6 * wait / (double)jobs, 1e6 * (wait - run) / (double)jobs);
+	}
 	*prev = st;
 }
 

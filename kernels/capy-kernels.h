@@ -233,9 +233,10 @@ struct ck_offload_hand {
 	const float *out;
 };
 /* The CPU job's words (offload/cpu-experts.h), device addresses: its miss count, request and
- * done words. */
+ * done words; and where the request's time is written (the globaltimer, ns; NULL: not). */
 struct ck_offload_job {
 	uint32_t *n_misses, *req, *done;
+	uint64_t *requested;
 };
 /* For the T * k slots of one MoE layer (ids from ck_moe_route; grouped the step's prompt-row
  * flags or NULL): sids (exact rows: slot_of[id], -1 when not resident; prompt rows: -1), gids
@@ -246,8 +247,11 @@ struct ck_offload_job {
 int ck_offload_handoff(const int32_t *ids, const uint8_t *grouped, const float *x, uint64_t T, uint64_t k,
 		       uint64_t H, const int32_t *slot_of, int32_t *sids, int32_t *gids, int32_t *route,
 		       struct ck_offload_hand h, struct ck_offload_job job, bool hand, void *stream);
-/* moe_out[miss_slot[m]] = out[m] ([H] floats) for m < *n_misses (S: the grid, every slot). */
-int ck_offload_gather(struct ck_offload_hand h, uint64_t S, uint64_t H, float *moe_out, void *stream);
+/* moe_out[miss_slot[m]] = out[m] ([H] floats) for m < *n_misses (S: the grid, every slot),
+ * after *done (the CPU job's word, device address) is 1 unless done is NULL (the stream has
+ * waited); the time it went on written to *resumed (the globaltimer, ns) unless NULL. */
+int ck_offload_gather(struct ck_offload_hand h, uint64_t S, uint64_t H, float *moe_out, const uint32_t *done,
+		      uint64_t *resumed, void *stream);
 
 /* out[t][H] = sum over j < k in order of moe_out[t * k + j][i] * w[t * k + j], then
  * + sigmoid(gate[t]) * shared[t][i] (sigmoid(v) = 1 / (1 + exp(-v))). As moe_forward. */

@@ -38,6 +38,15 @@ static inline int ck_launched(void)
 // ck_set_dependent_launch(0) turns it off (launches as plain <<<>>>), for measurement.
 extern int ck_dependent_launch;
 
+// The GPU's nanosecond clock (for reports: the kernel trace, expert offload's hand-off times).
+__device__ __forceinline__ unsigned long long ck_globaltimer(void)
+{
+	unsigned long long t;
+
+	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+	return t;
+}
+
 // The kernel trace (ck_trace_start, a measurement knob of TRACE=1 builds: CK_TRACE): the
 // buffer, NULL while off. Each .cu file has its own copy of the variable (no relocatable
 // device code), set by the setter it registers with ops.cu at load time.
@@ -50,14 +59,6 @@ static int ck_trace_set_here(struct ck_trace_buf *b)
 }
 
 static const int ck_trace_registered __attribute__((used)) = ck_trace_register(ck_trace_set_here);
-
-__device__ __forceinline__ unsigned long long ck_globaltimer(void)
-{
-	unsigned long long t;
-
-	asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-	return t;
-}
 
 // One record: the two times and clocks, the launch shape (grid 0: a block's leaving) and the
 // kernel's name.

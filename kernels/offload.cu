@@ -73,6 +73,8 @@ static __global__ void __launch_bounds__(HTHREADS)
 			if (s_n)
 				*(volatile uint32_t *)job.req = 1u;
 		}
+		if (job.requested)
+			*(volatile uint64_t *)job.requested = ck_globaltimer();
 		__threadfence_system();
 	}
 }
@@ -89,24 +91,64 @@ extern "C" int ck_offload_handoff(const int32_t *ids, const uint8_t *grouped, co
 }
 
 /* Block m: miss m's result row into its slot's row of moe_out, for m below the count the
- * CPU was given (read from the hand-over area; the grid is sized for every slot). */
-static __global__ void k_gather(struct ck_offload_hand h, uint64_t H, float *moe_out)
+ * CPU was given (read from the hand-over area; the grid is sized for every slot). The rows
+ * are in host memory: every read crosses PCIe (a microsecond or two each), so the count, the
+ * slot and up to GATHER_LOADS values a thread are all requested before any is used (a row
+ * beyond the count is read and dropped), one round trip where a loop of dependent loads
+ * took one a value. With done, each block's thread 0 first waits for the CPU's done word
+ * (an acquire at system scope; the block's barrier orders the other threads' reads after
+ * it): the kernel is the wait, with no stream memory operation or second stream between
+ * the CPU's results and the combine. V: float4 (rows 16-byte aligned) or float. */
+#define GATHER_THREADS 256
+#define GATHER_LOADS 4
+template <typename V>
+static __global__ void __launch_bounds__(GATHER_THREADS)
+	k_gather(struct ck_offload_hand h, uint64_t H, float *moe_out, const uint32_t *done, uint64_t *resumed)
 {
 	ck_grid_enter();
 	const uint32_t m = blockIdx.x;
+	const uint64_t n = H * sizeof(float) / sizeof(V);
 
-	if (m >= *(volatile uint32_t *)h.n_misses)
-		return;
-	const float *src = h.out + (uint64_t)m * H;
-	float *dst = moe_out + (uint64_t)h.miss_slot[m] * H;
-	for (uint64_t i = threadIdx.x; i < H; i += blockDim.x)
-		dst[i] = src[i];
+	if (done) {
+		if (threadIdx.x == 0) {
+			uint32_t d;
+			for (;;) {
+				asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(d) : "l"(done) : "memory");
+				if (d)
+					break;
+				__nanosleep(64);
+			}
+		}
+		__syncthreads();
+	}
+	if (resumed && m == 0 && threadIdx.x == 0)
+		*(volatile uint64_t *)resumed = ck_globaltimer();
+	const uint32_t count = *(volatile uint32_t *)h.n_misses, slot = h.miss_slot[m];
+	const V *src = (const V *)(h.out + (uint64_t)m * H);
+	for (uint64_t i0 = threadIdx.x; i0 < n; i0 += GATHER_LOADS * GATHER_THREADS) {
+		V v[GATHER_LOADS];
+#pragma unroll
+		for (int u = 0; u < GATHER_LOADS; u++)
+			if (i0 + u * GATHER_THREADS < n)
+				v[u] = src[i0 + u * GATHER_THREADS];
+		if (m >= count)
+			return;
+		V *dst = (V *)(moe_out + (uint64_t)slot * H);
+#pragma unroll
+		for (int u = 0; u < GATHER_LOADS; u++)
+			if (i0 + u * GATHER_THREADS < n)
+				dst[i0 + u * GATHER_THREADS] = v[u];
+	}
 }
 
-extern "C" int ck_offload_gather(struct ck_offload_hand h, uint64_t S, uint64_t H, float *moe_out, void *stream)
+extern "C" int ck_offload_gather(struct ck_offload_hand h, uint64_t S, uint64_t H, float *moe_out, const uint32_t *done,
+				 uint64_t *resumed, void *stream)
 {
 	if (!S)
 		return 0;
-	ck_launch(k_gather, (unsigned)S, 256, 0, (cudaStream_t)stream, h, H, moe_out);
+	if (H % 4 == 0 && (uintptr_t)h.out % 16 == 0 && (uintptr_t)moe_out % 16 == 0)
+		ck_launch(k_gather<float4>, (unsigned)S, GATHER_THREADS, 0, (cudaStream_t)stream, h, H, moe_out, done, resumed);
+	else
+		ck_launch(k_gather<float>, (unsigned)S, GATHER_THREADS, 0, (cudaStream_t)stream, h, H, moe_out, done, resumed);
 	return ck_launched();
 }

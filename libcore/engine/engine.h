@@ -110,6 +110,11 @@ struct capy_offload_stats {
 	uint64_t loads, evictions;
 	int cpu_threads;
 	enum capy_offload_host host;
+	/* the hand-off (docs/offload.md): CPU jobs (a MoE layer's misses of a step, where there
+	 * were any), the expert bytes they read, the seconds the CPU ran them (taken to finished)
+	 * and the seconds the GPU waited for them (request to resume, on the GPU's clock) */
+	uint64_t jobs, job_bytes;
+	double job_seconds, wait_seconds;
 };
 
 /* "page-locked copy", "mapped artifact (pageable)" or "mapped artifact (registered)". */

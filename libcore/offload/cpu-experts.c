@@ -366,10 +366,21 @@ static void finish(struct capy_cpu_experts_job *j, int status, const char *msg)
 	futex_wake(&j->done);
 }
 
+static uint64_t now_ns(void)
+{
+	struct timespec ts;
+
+	clock_gettime(CLOCK_MONOTONIC, &ts);
+	return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
 static void run_job(struct capy_cpu_experts *p, struct capy_cpu_experts_job *j)
 {
 	struct capy_err err = { 0 };
 
+	j->taken_ns = now_ns();
+	j->finished_ns = j->taken_ns;
+	j->experts_read = 0;
 	j->status = 0;
 	j->msg[0] = 0;
 	if (!j->n_misses) {
@@ -395,6 +406,8 @@ static void run_job(struct capy_cpu_experts *p, struct capy_cpu_experts_job *j)
 	}
 	run_share(p);
 	p->cur = NULL;
+	j->experts_read = p->n_groups;
+	j->finished_ns = now_ns();
 	finish(j, 0, NULL);
 }
 
@@ -426,10 +439,7 @@ static void pin(const struct capy_cpu_experts *p, int ith)
 
 static uint64_t now_us(void)
 {
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+	return now_ns() / 1000u;
 }
 
 /* Spin up to us microseconds for done() to become true (checked every few pauses); its last

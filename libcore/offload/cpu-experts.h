@@ -93,6 +93,13 @@ struct capy_cpu_experts_job {
 	_Atomic uint32_t req, done;
 	int32_t status;                       /* 0, or the CAPY_E* code of a bad job (when done) */
 	char msg[240];                        /* its message */
+	/* for reports, written by the pool before done: when it took the job and when it had
+	 * finished it (CLOCK_MONOTONIC, ns), and the distinct experts the job read */
+	uint64_t taken_ns, finished_ns;
+	uint32_t experts_read;
+	/* for reports, written by the requester on its own clock (a GPU's globaltimer, ns): when
+	 * it requested the job and when it went on with the results */
+	uint64_t requested_ns, resumed_ns;
 };
 
 /* Start the pool: opts->threads threads (capy_expert_threads_choose), pinned to the cores

@@ -197,6 +197,12 @@ static void offload_metrics(struct capy_buf *b, const struct capy_offload_stats 
 	metric(b, "capy_expert_evictions_total", "counter", "Experts evicted from slots.", (double)o->evictions);
 	metric(b, "capy_expert_cpu_threads", "gauge", "CPU threads computing the experts not resident.",
 	       (double)o->cpu_threads);
+	metric(b, "capy_expert_cpu_jobs_total", "counter", "MoE layers of decode steps whose misses the CPU computed.",
+	       (double)o->jobs);
+	metric(b, "capy_expert_cpu_bytes_total", "counter", "Expert bytes those CPU jobs read.", (double)o->job_bytes);
+	metric(b, "capy_expert_cpu_seconds_total", "counter", "Time the CPU spent on those jobs.", o->job_seconds);
+	metric(b, "capy_expert_gpu_wait_seconds_total", "counter",
+	       "Time the GPU waited for those jobs, from its request to going on with the results.", o->wait_seconds);
 }
 
 /* The same counts by the drafter that filled the window (the totals above are their sums). */

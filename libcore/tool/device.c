@@ -95,4 +95,9 @@ void capy_offload_log(const struct capy_engine *e, uint64_t tokens, const char *
 		capy_tool_name, st.resident, st.experts, st.slots, st.hits, st.misses,
 		looked ? 100.0 * (double)st.hits / (double)looked : 0.0, tokens ? (double)st.misses / (double)tokens : 0.0,
 		what, st.streamed, st.loads, st.evictions, st.cpu_threads);
+	if (st.jobs)
+		fprintf(stderr, "%s: expert offload: %" PRIu64 " CPU jobs, %.1f us each on the CPU (%.1f GB/s of experts), the"
+			" GPU waited %.1f us for each\n", capy_tool_name, st.jobs, 1e6 * st.job_seconds / (double)st.jobs,
+			st.job_seconds > 0 ? (double)st.job_bytes / st.job_seconds * 1e-9 : 0.0,
+			1e6 * st.wait_seconds / (double)st.jobs);
 }

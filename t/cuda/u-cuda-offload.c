@@ -58,23 +58,26 @@ struct config {
 	const char *wake; /* CAPY_CUDA_OFFLOAD_WAKE */
 	const char *memlock;  /* CAPY_MEMLOCK (NULL: unset): below the experts, the mapped artifact */
 	const char *pageable; /* CAPY_CUDA_OFFLOAD_PAGEABLE (NULL: unset); "0": the mapping registered */
+	const char *wait;     /* CAPY_CUDA_OFFLOAD_WAIT (NULL: unset, the stream's wait) */
 };
 
 static const struct config configs[] = {
-	{ "all resident", 0, 0, "host", NULL, NULL },
-	{ "a quarter, 3 threads, host", 4, 3, "host", NULL, NULL },
-	{ "half, 2 threads, host", 2, 2, "host", NULL, NULL },
-	{ "none, 1 thread, host", CAPY_EXPERT_SLOTS_NONE, 1, "host", NULL, NULL },
-	{ "none, 3 threads, host", CAPY_EXPERT_SLOTS_NONE, 3, "host", NULL, NULL },
-	{ "a quarter, 4 threads, kick", 4, 4, "kick", NULL, NULL },
-	{ "half, 1 thread, kick", 2, 1, "kick", NULL, NULL },
-	{ "none, 8 threads, kick", CAPY_EXPERT_SLOTS_NONE, 8, "kick", NULL, NULL },
-	{ "none, 2 threads, kick", CAPY_EXPERT_SLOTS_NONE, 2, "kick", NULL, NULL },
-	{ "a quarter, 4 threads, arm", 4, 4, "arm", NULL, NULL },
-	{ "half, 1 thread, arm", 2, 1, "arm", NULL, NULL },
-	{ "none, 8 threads, arm", CAPY_EXPERT_SLOTS_NONE, 8, "arm", NULL, NULL },
-	{ "none, 2 threads, arm, mapped", CAPY_EXPERT_SLOTS_NONE, 2, "arm", "1", NULL },
-	{ "a quarter, 3 threads, mapped+reg", 4, 3, "host", "1", "0" },
+	{ "all resident", 0, 0, "host", NULL, NULL, NULL },
+	{ "a quarter, 3 threads, host", 4, 3, "host", NULL, NULL, NULL },
+	{ "half, 2 threads, host", 2, 2, "host", NULL, NULL, NULL },
+	{ "none, 1 thread, host", CAPY_EXPERT_SLOTS_NONE, 1, "host", NULL, NULL, NULL },
+	{ "none, 3 threads, host", CAPY_EXPERT_SLOTS_NONE, 3, "host", NULL, NULL, NULL },
+	{ "a quarter, 4 threads, kick", 4, 4, "kick", NULL, NULL, NULL },
+	{ "half, 1 thread, kick", 2, 1, "kick", NULL, NULL, NULL },
+	{ "none, 8 threads, kick", CAPY_EXPERT_SLOTS_NONE, 8, "kick", NULL, NULL, NULL },
+	{ "none, 2 threads, kick", CAPY_EXPERT_SLOTS_NONE, 2, "kick", NULL, NULL, NULL },
+	{ "a quarter, 4 threads, arm", 4, 4, "arm", NULL, NULL, NULL },
+	{ "half, 1 thread, arm", 2, 1, "arm", NULL, NULL, NULL },
+	{ "none, 8 threads, arm", CAPY_EXPERT_SLOTS_NONE, 8, "arm", NULL, NULL, NULL },
+	{ "none, 2 threads, arm, mapped", CAPY_EXPERT_SLOTS_NONE, 2, "arm", "1", NULL, NULL },
+	{ "a quarter, 3 threads, mapped+reg", 4, 3, "host", "1", "0", NULL },
+	{ "a quarter, 4 threads, arm, kernel", 4, 4, "arm", NULL, NULL, "kernel" },
+	{ "none, 3 threads, kick, kernel", CAPY_EXPERT_SLOTS_NONE, 3, "kick", NULL, NULL, "kernel" },
 };
 
 static void setenv_or_unset(const char *name, const char *value)
@@ -98,6 +101,9 @@ static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct 
 	o.expert_slots = cf->slots > 0 ? (int64_t)(experts / (uint64_t)cf->slots) : cf->slots;
 	setenv("CAPY_CUDA_OFFLOAD_WAKE", cf->wake, 1); /* read when the engine opens */
 	setenv_or_unset("CAPY_MEMLOCK", cf->memlock);
+	setenv_or_unset("CAPY_CUDA_OFFLOAD_WAIT", cf->wait);
+
+
 	setenv_or_unset("CAPY_CUDA_OFFLOAD_PAGEABLE", cf->pageable);
 	CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s: %s", cf->what, err.msg);
 	return e;
@@ -244,6 +250,11 @@ static void model(const char *name)
 			CHECK_EQ_U64(st.experts, mc->n_experts * moe_layers(mc));
 			CHECK_EQ_U64(st.hits + st.misses, exact * moe_layers(mc));
 			CHECK(st.streamed > 0);
+			/* the hand-off's counts and times: a job per layer and step with misses, each
+			 * reading at least one expert, run for a while and waited for by the GPU */
+			CHECK(st.misses ? st.jobs > 0 : st.jobs == 0);
+			CHECK(st.jobs <= st.misses && st.job_bytes >= st.jobs);
+			CHECK(!st.jobs || (st.job_seconds > 0 && st.wait_seconds > 0));
 			CHECK_EQ_INT(st.cpu_threads, cf->threads);
 			if (!cf->memlock)
 				CHECK_EQ_INT(st.host, CAPY_OFFLOAD_HOST_PINNED);
@@ -309,6 +320,7 @@ static void test_elastic(void)
 		setenv("CAPY_CUDA_OFFLOAD_WAKE", "host", 1);
 		unsetenv("CAPY_MEMLOCK");
 		unsetenv("CAPY_CUDA_OFFLOAD_PAGEABLE");
+		unsetenv("CAPY_CUDA_OFFLOAD_WAIT");
 		CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s", err.msg);
 		if (!e)
 			goto out;

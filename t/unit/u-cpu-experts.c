@@ -436,6 +436,9 @@ static void pool_exact(const char *fixture, bool quantized, bool two_scales)
 				int bad = compare(&s, l.H);
 				CHECK_MSG(bad == 0, "%s, %d threads, %u experts x %u rows: %d values differ", fixture,
 					  threads[t], g, m, bad);
+				/* the job's report: the g experts read, the times in order */
+				CHECK_EQ_U64(job.experts_read, g);
+				CHECK(job.taken_ns > 0 && job.finished_ns >= job.taken_ns);
 				free_misses(&s);
 			}
 		capy_cpu_experts_forget(p, &job);

@@ -82,6 +82,7 @@ struct cu_offload {
 	int32_t *route_dev;
 	struct capy_cpu_experts_job **job; /* [n_moe], in the hand-over area */
 	struct ck_offload_job *jw;        /* [n_moe]: their words' device addresses */
+	uint64_t **resumed;               /* [n_moe]: device address of each job's resumed_ns */
 	enum off_wake wake;
 	cudaStream_t kick;                /* (kick): the wake-up nodes' branch, joined at the step's end */
 	cudaEvent_t ev_kick_join;
@@ -99,8 +100,10 @@ struct cu_offload {
 	cudaEvent_t ev[OFF_EVENTS], ev_fork, ev_join;
 	uint64_t seq;                     /* batches of copies issued */
 	wait_value_fn wait_value;         /* NULL: a host node waits */
+	bool wait_kernel;                 /* the gather kernel waits on the main stream (no side branch) */
 	/* counts */
 	uint64_t misses, hits, streamed, loads, evictions, steps, resident, step_exact;
+	uint64_t jobs, job_bytes, job_ns, wait_ns; /* CPU jobs with misses: expert bytes read, times */
 	int threads;
 };
 
@@ -308,10 +311,11 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	o->ud = calloc(o->n_moe, sizeof(*o->ud));
 	o->job = calloc(o->n_moe, sizeof(*o->job));
 	o->jw = calloc(o->n_moe, sizeof(*o->jw));
+	o->resumed = calloc(o->n_moe, sizeof(*o->resumed));
 	o->used = calloc(o->n_moe, sizeof(*o->used));
 	o->swaps = calloc(o->n_moe * o->E, sizeof(*o->swaps));
 	if (!o->stack_host || !o->stack_dev || !o->stride || !o->slot_at || !o->owner || !o->free_slots || !o->gu ||
-	    !o->dn || !o->ud || !o->swaps || !o->job || !o->jw || !o->used)
+	    !o->dn || !o->ud || !o->swaps || !o->job || !o->jw || !o->resumed || !o->used)
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	for (uint64_t i = 0; i < o->n_moe; i++) {
 		o->stride[i] = a->stacks[i].stride;
@@ -335,6 +339,8 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		o->jw[i].n_misses = (uint32_t *)(o->hand_dev + at + offsetof(struct capy_cpu_experts_job, n_misses));
 		o->jw[i].req = (uint32_t *)(o->hand_dev + at + offsetof(struct capy_cpu_experts_job, req));
 		o->jw[i].done = (uint32_t *)(o->hand_dev + at + offsetof(struct capy_cpu_experts_job, done));
+		o->jw[i].requested = (uint64_t *)(o->hand_dev + at + offsetof(struct capy_cpu_experts_job, requested_ns));
+		o->resumed[i] = (uint64_t *)(o->hand_dev + at + offsetof(struct capy_cpu_experts_job, resumed_ns));
 		atomic_store(&j->done, 1);
 		j->gate_up = o->gu + i * o->E;
 		j->down = o->dn + i * o->E;
@@ -453,10 +459,18 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	for (int i = 0; i < OFF_EVENTS; i++)
 		if ((r = cudaEventCreateWithFlags(&o->ev[i], cudaEventDisableTiming)) != cudaSuccess)
 			return cu_err(err, r, "creating the offload events");
-	{ /* the wait on the done word: a stream memory operation, unless missing or turned off */
+	{ /* the wait on the done word: a stream memory operation, unless missing or turned off
+	   * (=host: a host node), or (=kernel) the gather kernel's own wait on the main stream,
+	   * for a wake-up where the GPU writes the words itself */
 		const char *w = getenv("CAPY_CUDA_OFFLOAD_WAIT");
 		void *fn = NULL;
 		enum cudaDriverEntryPointQueryResult q;
+		if (w && *w && strcmp(w, "host") && strcmp(w, "stream") && strcmp(w, "kernel"))
+			return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAIT=%s: expected stream, host or kernel", w);
+		o->wait_kernel = w && !strcmp(w, "kernel");
+		if (o->wait_kernel && o->wake == OFF_WAKE_HOST)
+			return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAIT=kernel needs CAPY_CUDA_OFFLOAD_WAKE=arm or kick "
+							      "(the GPU writes the job's words)");
 		if (!(w && !strcmp(w, "host")) &&
 		    cudaGetDriverEntryPointByVersion("cuStreamWaitValue32", &fn, 12000, cudaEnableDefault, &q) == cudaSuccess &&
 		    q == cudaDriverEntryPointSuccess)
@@ -522,6 +536,7 @@ void cu_offload_close(struct cuda_engine *e)
 	free(o->pend);
 	free(o->job);
 	free(o->jw);
+	free(o->resumed);
 	free(o->used);
 	free(o);
 	e->off = NULL;
@@ -541,9 +556,20 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 
 	TRY(ck_offload_handoff(sc->moe_ids, st->n_grouped ? st->grouped : NULL, xn, T, k, H, o->map_dev + moe * o->E,
 			       o->sids, o->gids, o->route_dev + moe * o->S, o->hd,
-			       o->wake != OFF_WAKE_HOST ? o->jw[moe] : (struct ck_offload_job){ 0 }, exact, e->stream),
+			       o->wake != OFF_WAKE_HOST ? o->jw[moe] : (struct ck_offload_job){ .requested = o->jw[moe].requested },
+			       exact, e->stream),
 	    "expert hand-over");
-	if (exact) { /* the misses: posted to the CPU, waited for, gathered, beside the GPU's experts */
+	if (exact && o->wait_kernel) { /* the resident experts, then the gather waits for the CPU's */
+		if (o->wake == OFF_WAKE_KICK && ((r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess ||
+						 (r = cudaStreamWaitEvent(o->kick, o->ev_fork, 0)) != cudaSuccess ||
+						 (r = cudaLaunchHostFunc(o->kick, host_kick, &o->ud[moe])) != cudaSuccess))
+			return cu_err(err, r, "waking the CPU's experts");
+		o->kicks |= o->wake == OFF_WAKE_KICK;
+		TRY(ck_moe_experts(&m->slot_gu, &m->slot_dn, xn, T, k, o->sids, NULL, 0, sc->moe_out, sc->moe_ws, e->stream),
+		    "experts (resident)");
+		TRY(ck_offload_gather(o->hd, T * k, H, sc->moe_out, o->jw[moe].done, o->resumed[moe], e->stream),
+		    "gathering the CPU's experts");
+	} else if (exact) { /* the misses: posted to the CPU, waited for, gathered, beside the GPU's experts */
 		if ((r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess ||
 		    (r = cudaStreamWaitEvent(o->side, o->ev_fork, 0)) != cudaSuccess ||
 		    (o->wake == OFF_WAKE_HOST && (r = cudaLaunchHostFunc(o->side, host_post, &o->ud[moe])) != cudaSuccess) ||
@@ -559,7 +585,7 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 		} else if ((r = cudaLaunchHostFunc(o->side, host_wait, &o->ud[moe])) != cudaSuccess) {
 			return cu_err(err, r, "waiting for the CPU's experts");
 		}
-		TRY(ck_offload_gather(o->hd, T * k, H, sc->moe_out, o->side), "gathering the CPU's experts");
+		TRY(ck_offload_gather(o->hd, T * k, H, sc->moe_out, NULL, o->resumed[moe], o->side), "gathering the CPU's experts");
 		if ((r = cudaEventRecord(o->ev_join, o->side)) != cudaSuccess)
 			return cu_err(err, r, "joining the CPU's experts");
 		TRY(ck_moe_experts(&m->slot_gu, &m->slot_dn, xn, T, k, o->sids, NULL, 0, sc->moe_out, sc->moe_ws, e->stream),
@@ -569,7 +595,7 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 		TRY(ck_moe_experts(&m->gate_up, &m->down, xn, T, k, o->gids, st->grouped, st->n_grouped, sc->moe_out, sc->moe_ws,
 				   e->stream),
 		    "experts (from host memory)");
-	if (exact && (r = cudaStreamWaitEvent(e->stream, o->ev_join, 0)) != cudaSuccess)
+	if (exact && !o->wait_kernel && (r = cudaStreamWaitEvent(e->stream, o->ev_join, 0)) != cudaSuccess)
 		return cu_err(err, r, "joining the CPU's experts");
 	return 0;
 }
@@ -675,6 +701,12 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 		}
 		if (exact && o->used[i])
 			o->misses += j->n_misses;
+		if (exact && o->used[i] && j->n_misses) { /* the hand-off's times (docs/offload.md) */
+			o->jobs++;
+			o->job_bytes += j->experts_read * o->stride[i];
+			o->job_ns += j->finished_ns - j->taken_ns;
+			o->wait_ns += j->resumed_ns - j->requested_ns;
+		}
 	}
 	o->steps++;
 	o->step_exact += exact * o->n_used;
@@ -761,6 +793,10 @@ bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats 
 	s->loads = o->loads;
 	s->evictions = o->evictions;
 	s->cpu_threads = o->threads;
+	s->jobs = o->jobs;
+	s->job_bytes = o->job_bytes;
+	s->job_seconds = (double)o->job_ns * 1e-9;
+	s->wait_seconds = (double)o->wait_ns * 1e-9;
 	s->host = o->host_mode;
 	return true;
 }
