@@ -12,7 +12,15 @@
  *   lfu     the same code without decay: the total count decides (LFU)
  *   static  the trace's most used experts over the whole trace, fixed from the start: an
  *           offline reference no online policy is promised to reach
- * and the replacements per token each policy made once its slots were full. */
+ * and the replacements per token each policy made once its slots were full.
+ *
+ *	expert-cache-bench TRACE... --jobs [--job-us 52] [--expert-us 15] [--slots ...] [--copies N]
+ *
+ * compares the policy as shipped (experts: slots spread by heat over every layer) with
+ * whole_layers (whole layers first, the rest by heat) by what a batch-1 decode step pays on
+ * the CPU: misses and CPU jobs (MoE layers with at least one miss) per token, and a model of
+ * their time, jobs x job-us + misses x expert-us (defaults: a job's fixed cost and one
+ * expert's read on 15 threads of the H200 host, docs/perf.md). */
 #include "core.h"
 #include "offload/expert-cache.h"
 
@@ -59,12 +67,14 @@ static int load_trace(const char *path, struct trace *t)
 /* Hit ratio of one policy; *swaps_per_token gets its replacements per token. */
 static uint32_t max_copies;
 
-static double run_policy(const struct trace *t, uint64_t slots, double half_life, double margin,
-			 double *swaps_per_token)
+static uint64_t run_jobs; /* the last run's CPU jobs: layers of a token with a miss */
+
+static double run_policy_as(const struct trace *t, uint64_t slots, double half_life, double margin, bool layers,
+			    double *swaps_per_token)
 {
 	struct capy_expert_cache *c;
 	struct capy_err err = { 0 };
-	struct capy_expert_cache_params p = { t->L, t->E, slots, half_life, margin, max_copies };
+	struct capy_expert_cache_params p = { t->L, t->E, slots, half_life, margin, max_copies, layers };
 	struct capy_expert_cache_stats st;
 	uint64_t swaps = 0;
 
@@ -72,9 +82,17 @@ static double run_policy(const struct trace *t, uint64_t slots, double half_life
 		fprintf(stderr, "expert-cache-bench: %s\n", err.msg);
 		exit(1);
 	}
+	swaps = capy_expert_cache_start(c, NULL, 0);
+	run_jobs = 0;
 	for (uint64_t tok = 0; tok < t->T; tok++) {
-		for (uint32_t l = 0; l < t->L; l++)
-			capy_expert_cache_route(c, l, t->ids + (tok * t->L + l) * t->K, t->K);
+		for (uint32_t l = 0; l < t->L; l++) {
+			const int32_t *ids = t->ids + (tok * t->L + l) * t->K;
+			bool miss = false;
+			for (uint32_t j = 0; j < t->K && !miss; j++)
+				miss = !capy_expert_cache_resident(c, l, (uint32_t)ids[j]);
+			run_jobs += miss;
+			capy_expert_cache_route(c, l, ids, t->K);
+		}
 		swaps += capy_expert_cache_step(c, NULL, 0);
 	}
 	capy_expert_cache_stats(c, &st);
@@ -82,6 +100,12 @@ static double run_policy(const struct trace *t, uint64_t slots, double half_life
 	/* replacements once the slots are full: the first fills are not copies a warm cache pays */
 	*swaps_per_token = (double)(swaps - (st.resident < swaps ? st.resident : swaps)) / (double)t->T;
 	return (double)st.hits / (double)(st.hits + st.misses);
+}
+
+static double run_policy(const struct trace *t, uint64_t slots, double half_life, double margin,
+			 double *swaps_per_token)
+{
+	return run_policy_as(t, slots, half_life, margin, false, swaps_per_token);
 }
 
 static int cmp_desc(const void *a, const void *b)
@@ -116,6 +140,8 @@ int main(int argc, char **argv)
 	int nf = 4;
 	const char *traces[64];
 	int nt = 0;
+	bool jobs = false;
+	double job_us = 52, expert_us = 15;
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--slots") && i + 1 < argc) {
@@ -126,12 +152,19 @@ int main(int argc, char **argv)
 			}
 		} else if (!strcmp(argv[i], "--copies") && i + 1 < argc) {
 			max_copies = (uint32_t)strtoul(argv[++i], NULL, 10);
+		} else if (!strcmp(argv[i], "--jobs")) {
+			jobs = true;
+		} else if (!strcmp(argv[i], "--job-us") && i + 1 < argc) {
+			job_us = strtod(argv[++i], NULL);
+		} else if (!strcmp(argv[i], "--expert-us") && i + 1 < argc) {
+			expert_us = strtod(argv[++i], NULL);
 		} else if (!strcmp(argv[i], "--half-life") && i + 1 < argc) {
 			hl = strtod(argv[++i], NULL);
 		} else if (argv[i][0] != '-' && nt < 64) {
 			traces[nt++] = argv[i];
 		} else {
-			fprintf(stderr, "usage: expert-cache-bench TRACE... [--slots f,f,...] [--half-life steps] [--copies n]\n");
+			fprintf(stderr, "usage: expert-cache-bench TRACE... [--slots f,f,...] [--half-life steps] [--copies n]"
+					" [--jobs [--job-us us] [--expert-us us]]\n");
 			return 2;
 		}
 	}
@@ -139,8 +172,12 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: expert-cache-bench TRACE... [--slots f,f,...] [--half-life steps] [--copies n]\n");
 		return 2;
 	}
-	printf("| trace | slots | capy | lru | lfu | static (offline) | copies / token: capy, lru, lfu |\n"
-	       "|---|---|---|---|---|---|---|\n");
+	if (jobs)
+		printf("| trace | slots | policy | hits | misses / token | CPU jobs / token | CPU time / token (model) |\n"
+		       "|---|---|---|---|---|---|---|\n");
+	else
+		printf("| trace | slots | capy | lru | lfu | static (offline) | copies / token: capy, lru, lfu |\n"
+		       "|---|---|---|---|---|---|---|\n");
 	for (int ti = 0; ti < nt; ti++) {
 		struct trace t;
 		const char *name = strrchr(traces[ti], '/') ? strrchr(traces[ti], '/') + 1 : traces[ti];
@@ -149,6 +186,15 @@ int main(int argc, char **argv)
 		for (int f = 0; f < nf; f++) {
 			uint64_t slots = (uint64_t)(fr[f] * (double)t.L * t.E + 0.5);
 			double sw, sw2, sw3;
+			if (jobs) {
+				for (int lay = 0; lay < 2; lay++) {
+					double h = run_policy_as(&t, slots, hl, 1.25, lay, &sw);
+					const double m = (1 - h) * t.L * t.K, j = (double)run_jobs / (double)t.T;
+					printf("| %s | %.3g (%" PRIu64 ") | %s | %.1f %% | %.2f | %.2f | %.0f us |\n", name, fr[f], slots,
+					       lay ? "whole layers" : "experts", 100 * h, m, j, j * job_us + m * expert_us);
+				}
+				continue;
+			}
 			double capy = run_policy(&t, slots, hl, 1.25, &sw);
 			double lru = run_policy(&t, slots, 0.01, 1.0, &sw2);
 			double lfu = run_policy(&t, slots, 1e300, 1.0, &sw3);

@@ -1,6 +1,7 @@
 /* expert-cache.c - the expert cache's policy (expert-cache.h): decayed-frequency scores in
  * the log domain, a min-heap of the residents by score, the step's uses gathered per step. */
 #include "expert-cache.h"
+#include "../core.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -181,6 +182,23 @@ static void record(struct capy_expert_swap *swaps, uint64_t cap, uint64_t i, con
 	swaps[i].evict = evict < 0 ? -1 : (int32_t)((uint64_t)evict % c->p.experts);
 }
 
+uint64_t capy_expert_cache_start(struct capy_expert_cache *c, struct capy_expert_swap *swaps, uint64_t cap)
+{
+	uint64_t made = 0;
+
+	if (!c->p.whole_layers || c->st.steps || c->nh)
+		return 0;
+	/* a whole layer's experts are the hottest there are: they leave only when slots do */
+	const uint64_t n = CAPY_MIN((uint64_t)c->p.layers, c->p.slots / c->p.experts) * c->p.experts;
+	for (uint64_t x = 0; x < n; x++) {
+		c->key[x] = INFINITY;
+		heap_push(c, x);
+		record(swaps, cap, made++, c, x, -1);
+		c->st.loads++;
+	}
+	return made;
+}
+
 uint64_t capy_expert_cache_step(struct capy_expert_cache *c, struct capy_expert_swap *swaps, uint64_t cap)
 {
 	const double now = (double)c->t / c->p.half_life;
@@ -228,7 +246,9 @@ uint64_t capy_expert_cache_resize(struct capy_expert_cache *c, uint64_t slots)
 
 	c->p.slots = slots;
 	while (c->nh > slots) {
-		heap_pop(c);
+		uint64_t x = heap_pop(c);
+		if (c->key[x] == INFINITY) /* a whole layer's: an ordinary expert from now on */
+			c->key[x] = (double)c->t / c->p.half_life;
 		ev++;
 	}
 	c->st.evictions += ev;

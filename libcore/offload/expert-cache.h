@@ -20,6 +20,14 @@
  * on timing: the same trace gives the same residency, and where an expert is changes only
  * the speed of a step, never its result (the engine computes both sides exactly alike).
  *
+ * With whole_layers, the slots first hold whole layers, as many as fit (the lowest first;
+ * capy_expert_cache_start names their loads), and only the slots left over follow the scores
+ * above: a layer whose experts are all resident hands nothing to the CPU, and a CPU job has a
+ * fixed cost (the hand-off and the threads' start, tens of microseconds) beside its experts'
+ * reads, so where routing is close to uniform a few whole layers beat the same slots spread
+ * over every layer (docs/perf.md, simulated; the CUDA backend does not use it yet). Those
+ * experts are never evicted for heat, only when the slots shrink (the highest layer's first).
+ *
  * Scores are kept as key = log2(score) + t / half_life at the step t of the last use, which
  * orders experts at any later step the way their decayed scores do (a common factor
  * 2^(-t/half_life) drops out), so an expert's key changes only when it is used.
@@ -39,6 +47,7 @@ struct capy_expert_cache_params {
 	double half_life;  /* steps over which a use's weight halves (<= 0: 32) */
 	double margin;     /* a newcomer must be this many times hotter than the coldest (< 1: 1.25) */
 	uint32_t max_swaps; /* replacements per step (0: no limit) */
+	bool whole_layers;  /* whole layers first (above) */
 };
 
 /* A replacement decided by capy_expert_cache_step: load expert (layer, load) into the slot
@@ -61,6 +70,10 @@ int capy_expert_cache_new(struct capy_expert_cache **out, const struct capy_expe
 void capy_expert_cache_free(struct capy_expert_cache *c);
 
 bool capy_expert_cache_resident(const struct capy_expert_cache *c, uint32_t layer, uint32_t expert);
+
+/* The loads to make before the first step (with whole_layers: the whole layers' experts,
+ * else none), at most cap written to swaps; returns how many. Call once, after new. */
+uint64_t capy_expert_cache_start(struct capy_expert_cache *c, struct capy_expert_swap *swaps, uint64_t cap);
 
 /* One layer's routing in the current step: n expert ids (tokens x k, any order), each a hit
  * or a miss against the residency the step started with. Ids out of range are ignored. */

@@ -13,7 +13,7 @@ static struct capy_expert_cache *make(uint32_t layers, uint32_t experts, uint64_
 {
 	struct capy_expert_cache *c = NULL;
 	struct capy_err err = { 0 };
-	struct capy_expert_cache_params p = { layers, experts, slots, hl, margin, max_swaps };
+	struct capy_expert_cache_params p = { layers, experts, slots, hl, margin, max_swaps, false };
 
 	CHECK_MSG(capy_expert_cache_new(&c, &p, &err) == 0, "%s", err.msg);
 	return c;
@@ -120,6 +120,42 @@ static void test_resize(void)
 	CHECK(step1(c, 0, again, 1, NULL, 0) == 1); /* a free slot again */
 	capy_expert_cache_stats(c, &st);
 	CHECK(st.evictions == 2 && st.resident == 3 && st.loads == 5);
+	capy_expert_cache_free(c);
+}
+
+/* Whole layers first: the layers that fit are loaded before the first step, lowest first; the
+ * slot left over follows heat; heat never takes a whole layer's slot; shrinking takes the
+ * highest whole layer's experts, which then compete as ordinary experts. */
+static void test_whole_layers(void)
+{
+	struct capy_expert_cache *c = NULL;
+	struct capy_err err = { 0 };
+	struct capy_expert_cache_params p = { 3, 4, 9, 8, 1.25, 0, true };
+	struct capy_expert_swap sw[16];
+	struct capy_expert_cache_stats st;
+
+	CHECK_MSG(capy_expert_cache_new(&c, &p, &err) == 0, "%s", err.msg);
+	if (!c)
+		return;
+	CHECK(capy_expert_cache_start(c, sw, 16) == 8); /* layers 0 and 1 */
+	CHECK(sw[0].layer == 0 && sw[0].load == 0 && sw[0].evict == -1 && sw[7].layer == 1 && sw[7].load == 3);
+	CHECK(capy_expert_cache_start(c, sw, 16) == 0); /* once */
+	for (uint32_t x = 0; x < 4; x++)
+		CHECK(capy_expert_cache_resident(c, 0, x) && capy_expert_cache_resident(c, 1, x) &&
+		      !capy_expert_cache_resident(c, 2, x));
+	const int32_t hot[] = { 2, 2, 2, 2 }, other[] = { 1, 1, 1, 1, 1, 1 };
+	CHECK(step1(c, 2, hot, 4, sw, 16) == 1); /* the free slot */
+	CHECK(sw[0].layer == 2 && sw[0].load == 2 && sw[0].evict == -1);
+	for (int i = 0; i < 20; i++) /* far hotter than anything of layers 0 and 1, never used */
+		CHECK(step1(c, 2, other, 6, sw, 16) == (i == 0));
+	CHECK(capy_expert_cache_resident(c, 2, 1) && !capy_expert_cache_resident(c, 2, 2)); /* heat vs heat */
+	for (uint32_t x = 0; x < 4; x++)
+		CHECK(capy_expert_cache_resident(c, 0, x) && capy_expert_cache_resident(c, 1, x));
+	CHECK(capy_expert_cache_resize(c, 6) == 3); /* (2, 1), then layer 1's highest two */
+	CHECK(!capy_expert_cache_resident(c, 2, 1) && !capy_expert_cache_resident(c, 1, 3) &&
+	      !capy_expert_cache_resident(c, 1, 2) && capy_expert_cache_resident(c, 1, 1));
+	capy_expert_cache_stats(c, &st);
+	CHECK(st.loads == 10 && st.evictions == 4 && st.resident == 6);
 	capy_expert_cache_free(c);
 }
 
@@ -235,6 +271,7 @@ int main(void)
 	RUN(test_decay);
 	RUN(test_budget_and_ties);
 	RUN(test_resize);
+	RUN(test_whole_layers);
 	RUN(test_against_model);
 	return test_summary();
 }
