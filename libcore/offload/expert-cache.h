@@ -25,8 +25,8 @@
  * above: a layer whose experts are all resident hands nothing to the CPU, and a CPU job has a
  * fixed cost (the hand-off and the threads' start, tens of microseconds) beside its experts'
  * reads, so where routing is close to uniform a few whole layers beat the same slots spread
- * over every layer (docs/perf.md, simulated; the CUDA backend does not use it yet). Those
- * experts are never evicted for heat, only when the slots shrink (the highest layer's first).
+ * over every layer (docs/perf.md). Those experts are never evicted for heat, only when the
+ * slots shrink (the highest layer's first).
  *
  * Scores are kept as key = log2(score) + t / half_life at the step t of the last use, which
  * orders experts at any later step the way their decayed scores do (a common factor

@@ -59,25 +59,28 @@ struct config {
 	const char *memlock;  /* CAPY_MEMLOCK (NULL: unset): below the experts, the mapped artifact */
 	const char *pageable; /* CAPY_CUDA_OFFLOAD_PAGEABLE (NULL: unset); "0": the mapping registered */
 	const char *wait;     /* CAPY_CUDA_OFFLOAD_WAIT (NULL: unset, the stream's wait) */
+	const char *policy;   /* CAPY_CUDA_OFFLOAD_POLICY (NULL: unset, experts) */
 };
 
 static const struct config configs[] = {
-	{ "all resident", 0, 0, "host", NULL, NULL, NULL },
-	{ "a quarter, 3 threads, host", 4, 3, "host", NULL, NULL, NULL },
-	{ "half, 2 threads, host", 2, 2, "host", NULL, NULL, NULL },
-	{ "none, 1 thread, host", CAPY_EXPERT_SLOTS_NONE, 1, "host", NULL, NULL, NULL },
-	{ "none, 3 threads, host", CAPY_EXPERT_SLOTS_NONE, 3, "host", NULL, NULL, NULL },
-	{ "a quarter, 4 threads, kick", 4, 4, "kick", NULL, NULL, NULL },
-	{ "half, 1 thread, kick", 2, 1, "kick", NULL, NULL, NULL },
-	{ "none, 8 threads, kick", CAPY_EXPERT_SLOTS_NONE, 8, "kick", NULL, NULL, NULL },
-	{ "none, 2 threads, kick", CAPY_EXPERT_SLOTS_NONE, 2, "kick", NULL, NULL, NULL },
-	{ "a quarter, 4 threads, arm", 4, 4, "arm", NULL, NULL, NULL },
-	{ "half, 1 thread, arm", 2, 1, "arm", NULL, NULL, NULL },
-	{ "none, 8 threads, arm", CAPY_EXPERT_SLOTS_NONE, 8, "arm", NULL, NULL, NULL },
-	{ "none, 2 threads, arm, mapped", CAPY_EXPERT_SLOTS_NONE, 2, "arm", "1", NULL, NULL },
-	{ "a quarter, 3 threads, mapped+reg", 4, 3, "host", "1", "0", NULL },
-	{ "a quarter, 4 threads, arm, kernel", 4, 4, "arm", NULL, NULL, "kernel" },
-	{ "none, 3 threads, kick, kernel", CAPY_EXPERT_SLOTS_NONE, 3, "kick", NULL, NULL, "kernel" },
+	{ "all resident", 0, 0, "host", NULL, NULL, NULL, NULL },
+	{ "a quarter, 3 threads, host", 4, 3, "host", NULL, NULL, NULL, NULL },
+	{ "half, 2 threads, host", 2, 2, "host", NULL, NULL, NULL, NULL },
+	{ "none, 1 thread, host", CAPY_EXPERT_SLOTS_NONE, 1, "host", NULL, NULL, NULL, NULL },
+	{ "none, 3 threads, host", CAPY_EXPERT_SLOTS_NONE, 3, "host", NULL, NULL, NULL, NULL },
+	{ "a quarter, 4 threads, kick", 4, 4, "kick", NULL, NULL, NULL, NULL },
+	{ "half, 1 thread, kick", 2, 1, "kick", NULL, NULL, NULL, NULL },
+	{ "none, 8 threads, kick", CAPY_EXPERT_SLOTS_NONE, 8, "kick", NULL, NULL, NULL, NULL },
+	{ "none, 2 threads, kick", CAPY_EXPERT_SLOTS_NONE, 2, "kick", NULL, NULL, NULL, NULL },
+	{ "a quarter, 4 threads, arm", 4, 4, "arm", NULL, NULL, NULL, NULL },
+	{ "half, 1 thread, arm", 2, 1, "arm", NULL, NULL, NULL, NULL },
+	{ "none, 8 threads, arm", CAPY_EXPERT_SLOTS_NONE, 8, "arm", NULL, NULL, NULL, NULL },
+	{ "none, 2 threads, arm, mapped", CAPY_EXPERT_SLOTS_NONE, 2, "arm", "1", NULL, NULL, NULL },
+	{ "a quarter, 3 threads, mapped+reg", 4, 3, "host", "1", "0", NULL, NULL },
+	{ "a quarter, 4 threads, arm, kernel", 4, 4, "arm", NULL, NULL, "kernel", NULL },
+	{ "none, 3 threads, kick, kernel", CAPY_EXPERT_SLOTS_NONE, 3, "kick", NULL, NULL, "kernel", NULL },
+	{ "half, 2 threads, arm, kernel, layers", 2, 2, "arm", NULL, NULL, "kernel", "layers" },
+	{ "a quarter, 3 threads, host, layers", 4, 3, "host", NULL, NULL, NULL, "layers" },
 };
 
 static void setenv_or_unset(const char *name, const char *value)
@@ -102,7 +105,7 @@ static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct 
 	setenv("CAPY_CUDA_OFFLOAD_WAKE", cf->wake, 1); /* read when the engine opens */
 	setenv_or_unset("CAPY_MEMLOCK", cf->memlock);
 	setenv_or_unset("CAPY_CUDA_OFFLOAD_WAIT", cf->wait);
-
+	setenv_or_unset("CAPY_CUDA_OFFLOAD_POLICY", cf->policy);
 
 	setenv_or_unset("CAPY_CUDA_OFFLOAD_PAGEABLE", cf->pageable);
 	CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s: %s", cf->what, err.msg);
@@ -321,6 +324,7 @@ static void test_elastic(void)
 		unsetenv("CAPY_MEMLOCK");
 		unsetenv("CAPY_CUDA_OFFLOAD_PAGEABLE");
 		unsetenv("CAPY_CUDA_OFFLOAD_WAIT");
+		unsetenv("CAPY_CUDA_OFFLOAD_POLICY");
 		CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s", err.msg);
 		if (!e)
 			goto out;

@@ -34,6 +34,9 @@ typedef CUresult (*wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned in
 #define OFF_EVENTS 16
 #define OFF_MAX_SWAPS 32 /* replacements a step: about 2 ms of PCIe for 1.7 MB experts */
 #define OFF_SPIN_US 300  /* the expert threads stay awake this long after a job (a step's next layer) */
+/* With whole layers resident the GPU runs several layers between two jobs: threads asleep by
+ * then took 711 us for a job they do in 146 us awake (an H100 host, docs/perf.md). */
+#define OFF_SPIN_US_LAYERS 3000
 #define OFF_WAKE_DEFAULT OFF_WAKE_HOST /* kick is not measured yet: docs/offload.md */
 
 struct off_pending {
@@ -106,6 +109,8 @@ struct cu_offload {
 	uint64_t jobs, job_bytes, job_ns, wait_ns; /* CPU jobs with misses: expert bytes read, times */
 	int threads;
 };
+
+static int apply_swaps(struct cu_offload *o, uint64_t n, struct capy_err *err);
 
 /* The stack of the expert records of artifact stack `st` at data (host or device), as the
  * kernels read it: the first expert's matrices, record stride, E. */
@@ -418,11 +423,16 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 				return capy_err_prefix(err, "cuda: the experts' host copy");
 		}
 	}
+	const char *pol = getenv("CAPY_CUDA_OFFLOAD_POLICY");
+	if (pol && *pol && strcmp(pol, "layers") && strcmp(pol, "experts"))
+		return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_POLICY=%s: expected layers or experts", pol);
+	const bool whole_layers = pol && !strcmp(pol, "layers");
 	if (o->slots && (rc = capy_expert_cache_new(&o->cache,
 						    &(struct capy_expert_cache_params){ .layers = (uint32_t)o->n_moe,
 											.experts = (uint32_t)o->E,
 											.slots = o->slots,
-											.max_swaps = OFF_MAX_SWAPS },
+											.max_swaps = OFF_MAX_SWAPS,
+											.whole_layers = whole_layers },
 						    err)) < 0)
 		return rc;
 	{ /* How the CPU learns of a job (docs/offload.md): CAPY_CUDA_OFFLOAD_WAKE=host, a host
@@ -441,7 +451,8 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 				return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAKE=%s: expected host, kick or arm", w);
 		}
 		struct capy_cpu_experts_opts co = { .threads = e->opts.expert_threads,
-						    .spin_us = sp ? (uint32_t)strtoul(sp, NULL, 10) : OFF_SPIN_US };
+						    .spin_us = sp ? (uint32_t)strtoul(sp, NULL, 10)
+								  : whole_layers ? OFF_SPIN_US_LAYERS : OFF_SPIN_US };
 		if ((rc = capy_cpu_experts_new(&o->cpu, &co, err)) < 0)
 			return capy_err_prefix(err, "cuda: the CPU's expert threads");
 	}
@@ -459,6 +470,11 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 	for (int i = 0; i < OFF_EVENTS; i++)
 		if ((r = cudaEventCreateWithFlags(&o->ev[i], cudaEventDisableTiming)) != cudaSuccess)
 			return cu_err(err, r, "creating the offload events");
+	if (o->cache) { /* whole layers first: their copies start now, before the first step */
+		const uint64_t n = capy_expert_cache_start(o->cache, o->swaps, o->n_moe * o->E);
+		if (n && (rc = apply_swaps(o, n, err)) < 0)
+			return rc;
+	}
 	{ /* the wait on the done word: a stream memory operation, unless missing or turned off
 	   * (=host: a host node), or (=kernel) the gather kernel's own wait on the main stream,
 	   * for a wake-up where the GPU writes the words itself */
@@ -468,6 +484,7 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		if (w && *w && strcmp(w, "host") && strcmp(w, "stream") && strcmp(w, "kernel"))
 			return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAIT=%s: expected stream, host or kernel", w);
 		o->wait_kernel = w && !strcmp(w, "kernel");
+
 		if (o->wait_kernel && o->wake == OFF_WAKE_HOST)
 			return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAIT=kernel needs CAPY_CUDA_OFFLOAD_WAKE=arm or kick "
 							      "(the GPU writes the job's words)");
@@ -681,44 +698,12 @@ static void unmap_slot(struct cu_offload *o, uint64_t s)
 	o->evictions++;
 }
 
-/* The step is over (its stream synchronized): its CPU job's status, its counts, the expert
- * cache's view of its routing, and the replacements it decides, their copies issued. */
-int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
+/* The cache's replacements: each evicted expert leaves the slot map, each loaded one is copied
+ * into its slot on the copy stream (entering the map when the copy has landed, drain_loads). */
+static int apply_swaps(struct cu_offload *o, uint64_t n, struct capy_err *err)
 {
-	struct cu_offload *o = e->off;
-	const struct ck_step *st = &e->step;
-	const uint64_t T = st->T, exact = (T - st->n_grouped) * o->k;
 	cudaError_t r;
 
-	if (o->wake == OFF_WAKE_ARM)
-		capy_cpu_experts_arm(o->cpu, false);
-	for (uint64_t i = 0; i < o->n_moe; i++) {
-		struct capy_cpu_experts_job *j = o->job[i];
-		if (j->status) {
-			int code = j->status;
-			j->status = 0;
-			return capy_err_set(err, code, "cuda: the CPU's experts: %s", j->msg);
-		}
-		if (exact && o->used[i])
-			o->misses += j->n_misses;
-		if (exact && o->used[i] && j->n_misses) { /* the hand-off's times (docs/offload.md) */
-			o->jobs++;
-			o->job_bytes += j->experts_read * o->stride[i];
-			o->job_ns += j->finished_ns - j->taken_ns;
-			o->wait_ns += j->resumed_ns - j->requested_ns;
-		}
-	}
-	o->steps++;
-	o->step_exact += exact * o->n_used;
-	o->streamed += st->n_grouped * o->k;
-	if (!o->cache)
-		return 0;
-	for (uint64_t i = 0; i < o->n_moe; i++) /* the MTP head's stack (not run here) is never routed */
-		if (o->used[i])
-			capy_expert_cache_route(o->cache, (uint32_t)i, o->route + i * o->S, T * o->k);
-	const uint64_t n = capy_expert_cache_step(o->cache, o->swaps, o->n_moe * o->E);
-	if (!n)
-		return 0;
 	/* A batch's event is reused OFF_EVENTS batches later: a batch still pending then is
 	 * waited for (a copy backlog that long is a budget of copies far exceeded). */
 	if (o->n_pend && o->pend[0].seq + OFF_EVENTS <= o->seq + 1) {
@@ -756,6 +741,46 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 		return cu_err(err, r, "copying experts into their slots");
 	o->seq++;
 	return 0;
+}
+
+/* The step is over (its stream synchronized): its CPU job's status, its counts, the expert
+ * cache's view of its routing, and the replacements it decides, their copies issued. */
+int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
+{
+	struct cu_offload *o = e->off;
+	const struct ck_step *st = &e->step;
+	const uint64_t T = st->T, exact = (T - st->n_grouped) * o->k;
+
+	if (o->wake == OFF_WAKE_ARM)
+		capy_cpu_experts_arm(o->cpu, false);
+	for (uint64_t i = 0; i < o->n_moe; i++) {
+		struct capy_cpu_experts_job *j = o->job[i];
+		if (j->status) {
+			int code = j->status;
+			j->status = 0;
+			return capy_err_set(err, code, "cuda: the CPU's experts: %s", j->msg);
+		}
+		if (exact && o->used[i])
+			o->misses += j->n_misses;
+		if (exact && o->used[i] && j->n_misses) { /* the hand-off's times (docs/offload.md) */
+			o->jobs++;
+			o->job_bytes += j->experts_read * o->stride[i];
+			o->job_ns += j->finished_ns - j->taken_ns;
+			o->wait_ns += j->resumed_ns - j->requested_ns;
+		}
+	}
+	o->steps++;
+	o->step_exact += exact * o->n_used;
+	o->streamed += st->n_grouped * o->k;
+	if (!o->cache)
+		return 0;
+	for (uint64_t i = 0; i < o->n_moe; i++) /* the MTP head's stack (not run here) is never routed */
+		if (o->used[i])
+			capy_expert_cache_route(o->cache, (uint32_t)i, o->route + i * o->S, T * o->k);
+	const uint64_t n = capy_expert_cache_step(o->cache, o->swaps, o->n_moe * o->E);
+	if (!n)
+		return 0;
+	return apply_swaps(o, n, err);
 }
 
 /* The step's layers are enqueued: its wake-up nodes join the stream (a captured graph must
