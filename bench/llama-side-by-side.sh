@@ -27,9 +27,11 @@
 # LLAMA_SRC needs only convert_hf_to_gguf.py with its gguf-py/ and conversion/.
 # The device tool sends the working tree and the carried paths, at most 64 MiB a call; the
 # repository's tracked files are about 40 MB and llama-bench for sm_90 about 40 MB under xz, so
-# the binary goes over in two calls on one warm machine: half of the archive staged in
-# /dev/shm by the first call (with capy's binaries and the converter, which can prepare and
-# run capy alone), the other half joined to it by the second, which runs `offload` or `run`.
+# the binary goes over in two calls on one warm machine (half of the archive staged in
+# /dev/shm by the first call, with capy's binaries and the converter; the other half joined
+# to it by the second, which runs `offload` or `run`), or in one call whose working tree
+# leaves out files it does not need (share/models and docs/records, ~23 MB, moved aside here
+# for the call and back before any commit): docs/perf.md's 2026-12-06 night run.
 # CAPY_ARGS: more step-bench arguments (e.g. --step-tokens 4096).
 #
 #   bench/llama-side-by-side.sh WORK offload [N] [LAYERS...]   # issue 10's comparison at equal VRAM
