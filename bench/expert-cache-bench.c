@@ -64,48 +64,49 @@ static int load_trace(const char *path, struct trace *t)
 	return 0;
 }
 
-/* Hit ratio of one policy; *swaps_per_token gets its replacements per token. */
 static uint32_t max_copies;
 
-static uint64_t run_jobs; /* the last run's CPU jobs: layers of a token with a miss */
-
+/* Hit ratio of one policy (layers: whole_layers); *swaps_per_token gets its replacements per
+ * token, *jobs (unless NULL) the CPU jobs it left: (token, layer) pairs with a miss. */
 static double run_policy_as(const struct trace *t, uint64_t slots, double half_life, double margin, bool layers,
-			    double *swaps_per_token)
+			    double *swaps_per_token, uint64_t *jobs)
 {
 	struct capy_expert_cache *c;
 	struct capy_err err = { 0 };
 	struct capy_expert_cache_params p = { t->L, t->E, slots, half_life, margin, max_copies, layers };
 	struct capy_expert_cache_stats st;
-	uint64_t swaps = 0;
+	uint64_t swaps = 0, n_jobs = 0;
 
 	if (capy_expert_cache_new(&c, &p, &err) < 0) {
 		fprintf(stderr, "expert-cache-bench: %s\n", err.msg);
 		exit(1);
 	}
 	swaps = capy_expert_cache_start(c, NULL, 0);
-	run_jobs = 0;
 	for (uint64_t tok = 0; tok < t->T; tok++) {
 		for (uint32_t l = 0; l < t->L; l++) {
 			const int32_t *ids = t->ids + (tok * t->L + l) * t->K;
 			bool miss = false;
 			for (uint32_t j = 0; j < t->K && !miss; j++)
 				miss = !capy_expert_cache_resident(c, l, (uint32_t)ids[j]);
-			run_jobs += miss;
+			n_jobs += miss;
 			capy_expert_cache_route(c, l, ids, t->K);
 		}
 		swaps += capy_expert_cache_step(c, NULL, 0);
 	}
 	capy_expert_cache_stats(c, &st);
 	capy_expert_cache_free(c);
+	if (jobs)
+		*jobs = n_jobs;
 	/* replacements once the slots are full: the first fills are not copies a warm cache pays */
 	*swaps_per_token = (double)(swaps - (st.resident < swaps ? st.resident : swaps)) / (double)t->T;
 	return (double)st.hits / (double)(st.hits + st.misses);
 }
 
+/* The policy as shipped (spread by heat), for the hit-ratio table. */
 static double run_policy(const struct trace *t, uint64_t slots, double half_life, double margin,
 			 double *swaps_per_token)
 {
-	return run_policy_as(t, slots, half_life, margin, false, swaps_per_token);
+	return run_policy_as(t, slots, half_life, margin, false, swaps_per_token, NULL);
 }
 
 static int cmp_desc(const void *a, const void *b)
@@ -132,6 +133,13 @@ static double run_static(const struct trace *t, uint64_t slots)
 	free(cnt);
 	free(sorted);
 	return (double)hits / (double)total;
+}
+
+static int usage(void)
+{
+	fprintf(stderr, "usage: expert-cache-bench TRACE... [--slots f,f,...] [--half-life steps] [--copies n]"
+			" [--jobs [--job-us us] [--expert-us us]]\n");
+	return 2;
 }
 
 int main(int argc, char **argv)
@@ -163,15 +171,11 @@ int main(int argc, char **argv)
 		} else if (argv[i][0] != '-' && nt < 64) {
 			traces[nt++] = argv[i];
 		} else {
-			fprintf(stderr, "usage: expert-cache-bench TRACE... [--slots f,f,...] [--half-life steps] [--copies n]"
-					" [--jobs [--job-us us] [--expert-us us]]\n");
-			return 2;
+			return usage();
 		}
 	}
-	if (!nt) {
-		fprintf(stderr, "usage: expert-cache-bench TRACE... [--slots f,f,...] [--half-life steps] [--copies n]\n");
-		return 2;
-	}
+	if (!nt)
+		return usage();
 	if (jobs)
 		printf("| trace | slots | policy | hits | misses / token | CPU jobs / token | CPU time / token (model) |\n"
 		       "|---|---|---|---|---|---|---|\n");
@@ -188,8 +192,9 @@ int main(int argc, char **argv)
 			double sw, sw2, sw3;
 			if (jobs) {
 				for (int lay = 0; lay < 2; lay++) {
-					double h = run_policy_as(&t, slots, hl, 1.25, lay, &sw);
-					const double m = (1 - h) * t.L * t.K, j = (double)run_jobs / (double)t.T;
+					uint64_t n_jobs;
+					double h = run_policy_as(&t, slots, hl, 1.25, lay, &sw, &n_jobs);
+					const double m = (1 - h) * t.L * t.K, j = (double)n_jobs / (double)t.T;
 					printf("| %s | %.3g (%" PRIu64 ") | %s | %.1f %% | %.2f | %.2f | %.0f us |\n", name, fr[f], slots,
 					       lay ? "whole layers" : "experts", 100 * h, m, j, j * job_us + m * expert_us);
 				}

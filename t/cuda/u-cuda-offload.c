@@ -106,7 +106,6 @@ static struct capy_engine *open_gpu(const struct capy_artifact *a, const struct 
 	setenv_or_unset("CAPY_MEMLOCK", cf->memlock);
 	setenv_or_unset("CAPY_CUDA_OFFLOAD_WAIT", cf->wait);
 	setenv_or_unset("CAPY_CUDA_OFFLOAD_POLICY", cf->policy);
-
 	setenv_or_unset("CAPY_CUDA_OFFLOAD_PAGEABLE", cf->pageable);
 	CHECK_MSG(capy_engine_new(&e, a, &o, &err) == 0, "%s: %s", cf->what, err.msg);
 	return e;

@@ -1,7 +1,8 @@
 /* offload.c - expert offload on the CUDA backend (issue 10; docs/offload.md): a model whose
  * routed experts do not all fit the GPU's budget keeps every expert in one page-locked host
- * copy (or, where RLIMIT_MEMLOCK is below them, in the mapped artifact: host_mapped), a pool of device slots as a cache of them (offload/expert-cache.h decides which), and
- * computes each MoE layer's routed slots where their expert is:
+ * copy (or, where RLIMIT_MEMLOCK is below them, in the mapped artifact: host_mapped), a pool
+ * of device slots as a cache of them (offload/expert-cache.h decides which), and computes
+ * each MoE layer's routed slots where their expert is:
  *
  * - decode and short items (the exact W4A4 rows): the resident experts on the GPU from their
  *   slots, the misses on the CPU's expert threads (offload/cpu-experts.h) from the host copy,
@@ -484,7 +485,6 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		if (w && *w && strcmp(w, "host") && strcmp(w, "stream") && strcmp(w, "kernel"))
 			return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAIT=%s: expected stream, host or kernel", w);
 		o->wait_kernel = w && !strcmp(w, "kernel");
-
 		if (o->wait_kernel && o->wake == OFF_WAKE_HOST)
 			return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_WAIT=kernel needs CAPY_CUDA_OFFLOAD_WAKE=arm or kick "
 							      "(the GPU writes the job's words)");
@@ -561,6 +561,22 @@ void cu_offload_close(struct cuda_engine *e)
 
 /* --- inside a step ------------------------------------------------------------------------- */
 
+/* OFF_WAKE_KICK: layer moe's wake-up node on the kick branch, forked from the step's stream
+ * at ev_fork (the caller records it after the hand-over kernel) and joined at the step's end
+ * (cu_offload_layers_end). Other wake-ups: nothing. */
+static cudaError_t kick_after_fork(struct cu_offload *o, uint64_t moe)
+{
+	cudaError_t r;
+
+	if (o->wake != OFF_WAKE_KICK)
+		return cudaSuccess;
+	if ((r = cudaStreamWaitEvent(o->kick, o->ev_fork, 0)) != cudaSuccess ||
+	    (r = cudaLaunchHostFunc(o->kick, host_kick, &o->ud[moe])) != cudaSuccess)
+		return r;
+	o->kicks = true;
+	return cudaSuccess;
+}
+
 int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const float *xn, struct capy_err *err)
 {
 	struct cu_offload *o = e->off;
@@ -577,11 +593,9 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 			       exact, e->stream),
 	    "expert hand-over");
 	if (exact && o->wait_kernel) { /* the resident experts, then the gather waits for the CPU's */
-		if (o->wake == OFF_WAKE_KICK && ((r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess ||
-						 (r = cudaStreamWaitEvent(o->kick, o->ev_fork, 0)) != cudaSuccess ||
-						 (r = cudaLaunchHostFunc(o->kick, host_kick, &o->ud[moe])) != cudaSuccess))
+		if ((o->wake == OFF_WAKE_KICK && (r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess) ||
+		    (r = kick_after_fork(o, moe)) != cudaSuccess)
 			return cu_err(err, r, "waking the CPU's experts");
-		o->kicks |= o->wake == OFF_WAKE_KICK;
 		TRY(ck_moe_experts(&m->slot_gu, &m->slot_dn, xn, T, k, o->sids, NULL, 0, sc->moe_out, sc->moe_ws, e->stream),
 		    "experts (resident)");
 		TRY(ck_offload_gather(o->hd, T * k, H, sc->moe_out, o->jw[moe].done, o->resumed[moe], e->stream),
@@ -590,10 +604,8 @@ int cu_offload_experts(struct cuda_engine *e, const struct cu_layer *l, const fl
 		if ((r = cudaEventRecord(o->ev_fork, e->stream)) != cudaSuccess ||
 		    (r = cudaStreamWaitEvent(o->side, o->ev_fork, 0)) != cudaSuccess ||
 		    (o->wake == OFF_WAKE_HOST && (r = cudaLaunchHostFunc(o->side, host_post, &o->ud[moe])) != cudaSuccess) ||
-		    (o->wake == OFF_WAKE_KICK && ((r = cudaStreamWaitEvent(o->kick, o->ev_fork, 0)) != cudaSuccess ||
-						  (r = cudaLaunchHostFunc(o->kick, host_kick, &o->ud[moe])) != cudaSuccess)))
+		    (r = kick_after_fork(o, moe)) != cudaSuccess)
 			return cu_err(err, r, "handing experts to the CPU");
-		o->kicks |= o->wake == OFF_WAKE_KICK;
 		if (o->wait_value) {
 			CUresult cr = o->wait_value((CUstream)o->side, (CUdeviceptr)(uintptr_t)o->jw[moe].done, 1,
 						    CU_STREAM_WAIT_VALUE_EQ);
@@ -760,9 +772,10 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 			j->status = 0;
 			return capy_err_set(err, code, "cuda: the CPU's experts: %s", j->msg);
 		}
-		if (exact && o->used[i])
-			o->misses += j->n_misses;
-		if (exact && o->used[i] && j->n_misses) { /* the hand-off's times (docs/offload.md) */
+		if (!exact || !o->used[i])
+			continue;
+		o->misses += j->n_misses;
+		if (j->n_misses) { /* the hand-off's times (docs/offload.md) */
 			o->jobs++;
 			o->job_bytes += j->experts_read * o->stride[i];
 			o->job_ns += j->finished_ns - j->taken_ns;
