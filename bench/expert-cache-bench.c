@@ -17,7 +17,8 @@
  *	expert-cache-bench TRACE... --jobs [--job-us 52] [--expert-us 15] [--slots ...] [--copies N]
  *
  * compares the policy as shipped (experts: slots spread by heat over every layer) with
- * whole_layers (whole layers first, the rest by heat) by what a batch-1 decode step pays on
+ * whole_layers (whole layers first, the rest by heat) and adaptive (auto: both, the one whose
+ * modelled cost is lower followed; whole layers first) by what a batch-1 decode step pays on
  * the CPU: misses and CPU jobs (MoE layers with at least one miss) per token, and a model of
  * their time, jobs x job-us + misses x expert-us (defaults: a job's fixed cost and one
  * expert's read on 15 threads of the H200 host, docs/perf.md). */
@@ -65,15 +66,22 @@ static int load_trace(const char *path, struct trace *t)
 }
 
 static uint32_t max_copies;
+static double job_cost; /* --job-us / --expert-us: the adaptive policy's model (0: its default) */
 
-/* Hit ratio of one policy (layers: whole_layers); *swaps_per_token gets its replacements per
- * token, *jobs (unless NULL) the CPU jobs it left: (token, layer) pairs with a miss. */
-static double run_policy_as(const struct trace *t, uint64_t slots, double half_life, double margin, bool layers,
-			    double *swaps_per_token, uint64_t *jobs)
+enum policy { P_EXPERTS, P_LAYERS, P_AUTO };
+static const char *const policy_names[] = { "experts", "whole layers", "auto" };
+
+/* Hit ratio of one policy; *swaps_per_token gets its replacements per token, *jobs (unless
+ * NULL) the CPU jobs it left: (token, layer) pairs with a miss. */
+static double run_policy_as(const struct trace *t, uint64_t slots, double half_life, double margin, enum policy pol,
+			    double *swaps_per_token, uint64_t *jobs, uint64_t *switches)
 {
 	struct capy_expert_cache *c;
 	struct capy_err err = { 0 };
-	struct capy_expert_cache_params p = { t->L, t->E, slots, half_life, margin, max_copies, layers };
+	struct capy_expert_cache_params p = { .layers = t->L, .experts = t->E, .slots = slots, .half_life = half_life,
+					      .margin = margin, .max_swaps = max_copies,
+					      .whole_layers = pol != P_EXPERTS, .adaptive = pol == P_AUTO,
+					      .job_cost = job_cost };
 	struct capy_expert_cache_stats st;
 	uint64_t swaps = 0, n_jobs = 0;
 
@@ -97,6 +105,8 @@ static double run_policy_as(const struct trace *t, uint64_t slots, double half_l
 	capy_expert_cache_free(c);
 	if (jobs)
 		*jobs = n_jobs;
+	if (switches)
+		*switches = st.switches;
 	/* replacements once the slots are full: the first fills are not copies a warm cache pays */
 	*swaps_per_token = (double)(swaps - (st.resident < swaps ? st.resident : swaps)) / (double)t->T;
 	return (double)st.hits / (double)(st.hits + st.misses);
@@ -106,7 +116,7 @@ static double run_policy_as(const struct trace *t, uint64_t slots, double half_l
 static double run_policy(const struct trace *t, uint64_t slots, double half_life, double margin,
 			 double *swaps_per_token)
 {
-	return run_policy_as(t, slots, half_life, margin, false, swaps_per_token, NULL);
+	return run_policy_as(t, slots, half_life, margin, P_EXPERTS, swaps_per_token, NULL, NULL);
 }
 
 static int cmp_desc(const void *a, const void *b)
@@ -176,9 +186,10 @@ int main(int argc, char **argv)
 	}
 	if (!nt)
 		return usage();
+	job_cost = expert_us > 0 ? job_us / expert_us : 0;
 	if (jobs)
-		printf("| trace | slots | policy | hits | misses / token | CPU jobs / token | CPU time / token (model) |\n"
-		       "|---|---|---|---|---|---|---|\n");
+		printf("| trace | slots | policy | hits | misses / token | CPU jobs / token | CPU time / token (model) |"
+		       " copies / token | switches |\n|---|---|---|---|---|---|---|---|---|\n");
 	else
 		printf("| trace | slots | capy | lru | lfu | static (offline) | copies / token: capy, lru, lfu |\n"
 		       "|---|---|---|---|---|---|---|\n");
@@ -191,12 +202,13 @@ int main(int argc, char **argv)
 			uint64_t slots = (uint64_t)(fr[f] * (double)t.L * t.E + 0.5);
 			double sw, sw2, sw3;
 			if (jobs) {
-				for (int lay = 0; lay < 2; lay++) {
-					uint64_t n_jobs;
-					double h = run_policy_as(&t, slots, hl, 1.25, lay, &sw, &n_jobs);
+				for (int pol = P_EXPERTS; pol <= P_AUTO; pol++) {
+					uint64_t n_jobs, n_sw;
+					double h = run_policy_as(&t, slots, hl, 1.25, (enum policy)pol, &sw, &n_jobs, &n_sw);
 					const double m = (1 - h) * t.L * t.K, j = (double)n_jobs / (double)t.T;
-					printf("| %s | %.3g (%" PRIu64 ") | %s | %.1f %% | %.2f | %.2f | %.0f us |\n", name, fr[f], slots,
-					       lay ? "whole layers" : "experts", 100 * h, m, j, j * job_us + m * expert_us);
+					printf("| %s | %.3g (%" PRIu64 ") | %s | %.1f %% | %.2f | %.2f | %.0f us | %.2f | %" PRIu64 " |\n",
+					       name, fr[f], slots, policy_names[pol], 100 * h, m, j, j * job_us + m * expert_us, sw,
+					       n_sw);
 				}
 				continue;
 			}

@@ -115,6 +115,10 @@ struct capy_offload_stats {
 	 * and the seconds the GPU waited for them (request to resume, on the GPU's clock) */
 	uint64_t jobs, job_bytes;
 	double job_seconds, wait_seconds;
+	/* the expert cache's policy (CAPY_CUDA_OFFLOAD_POLICY): whole layers first or not, and how
+	 * often the adaptive one (auto) has changed it */
+	bool whole_layers;
+	uint64_t policy_switches;
 };
 
 /* "page-locked copy", "mapped artifact (pageable)" or "mapped artifact (registered)". */

@@ -1,11 +1,18 @@
 /* expert-cache.c - the expert cache's policy (expert-cache.h): decayed-frequency scores in
- * the log domain, a min-heap of the residents by score, the step's uses gathered per step. */
+ * the log domain, a min-heap of the residents by score, the step's uses gathered per step;
+ * with adaptive, a second instance (the other policy) as a shadow. */
 #include "expert-cache.h"
 #include "../core.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* adaptive: steps over which the modelled costs decay (1 - 1/window a step), and the least
+ * number of steps between two switches */
+#define ADAPT_WINDOW 128
+/* adaptive: the shadow must be cheaper by this share to be followed */
+#define ADAPT_GAIN 0.1
 
 struct capy_expert_cache {
 	struct capy_expert_cache_params p;
@@ -22,6 +29,11 @@ struct capy_expert_cache {
 	uint64_t t;
 	double log_margin;
 	struct capy_expert_cache_stats st;
+	/* adaptive */
+	uint32_t *miss_layer;  /* this step's distinct missed experts, per layer */
+	double cost;           /* this policy's decayed modelled CPU cost (expert reads) */
+	struct capy_expert_cache *shadow; /* the other policy (NULL in the shadow itself) */
+	uint64_t since;        /* steps since the last switch */
 };
 
 /* a colder than b: lower key, or the same key and the higher index (ties keep the lower). */
@@ -90,8 +102,8 @@ static uint64_t heap_pop(struct capy_expert_cache *c)
 	return top;
 }
 
-int capy_expert_cache_new(struct capy_expert_cache **out, const struct capy_expert_cache_params *p,
-			  struct capy_err *err)
+static int policy_new(struct capy_expert_cache **out, const struct capy_expert_cache_params *p,
+		      struct capy_err *err)
 {
 	struct capy_expert_cache *c;
 	uint64_t n = (uint64_t)p->layers * p->experts;
@@ -106,6 +118,8 @@ int capy_expert_cache_new(struct capy_expert_cache **out, const struct capy_expe
 		c->p.half_life = 32;
 	if (!(c->p.margin >= 1))
 		c->p.margin = 1.25;
+	if (!(c->p.job_cost > 0))
+		c->p.job_cost = 3.5;
 	c->log_margin = log2(c->p.margin);
 	c->n = n;
 	c->key = malloc(n * sizeof(*c->key));
@@ -114,7 +128,8 @@ int capy_expert_cache_new(struct capy_expert_cache **out, const struct capy_expe
 	c->touched = malloc(n * sizeof(*c->touched));
 	c->heap = malloc(n * sizeof(*c->heap));
 	c->cand = malloc(n * sizeof(*c->cand));
-	if (!c->key || !c->hpos || !c->uses || !c->touched || !c->heap || !c->cand) {
+	c->miss_layer = calloc(p->layers, sizeof(*c->miss_layer));
+	if (!c->key || !c->hpos || !c->uses || !c->touched || !c->heap || !c->cand || !c->miss_layer) {
 		capy_expert_cache_free(c);
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	}
@@ -124,6 +139,23 @@ int capy_expert_cache_new(struct capy_expert_cache **out, const struct capy_expe
 	}
 	*out = c;
 	return 0;
+}
+
+int capy_expert_cache_new(struct capy_expert_cache **out, const struct capy_expert_cache_params *p,
+			  struct capy_err *err)
+{
+	struct capy_expert_cache_params q = *p;
+	int rc;
+
+	if ((rc = policy_new(out, p, err)) < 0 || !p->adaptive)
+		return rc;
+	q.whole_layers = !p->whole_layers;
+	q.adaptive = false;
+	if ((rc = policy_new(&(*out)->shadow, &q, err)) < 0) {
+		capy_expert_cache_free(*out);
+		*out = NULL;
+	}
+	return rc;
 }
 
 void capy_expert_cache_free(struct capy_expert_cache *c)
@@ -136,6 +168,8 @@ void capy_expert_cache_free(struct capy_expert_cache *c)
 	free(c->touched);
 	free(c->heap);
 	free(c->cand);
+	free(c->miss_layer);
+	capy_expert_cache_free(c->shadow);
 	free(c);
 }
 
@@ -148,6 +182,8 @@ void capy_expert_cache_route(struct capy_expert_cache *c, uint32_t layer, const 
 {
 	if (layer >= c->p.layers)
 		return;
+	if (c->shadow)
+		capy_expert_cache_route(c->shadow, layer, ids, n);
 	for (uint64_t i = 0; i < n; i++) {
 		if (ids[i] < 0 || (uint32_t)ids[i] >= c->p.experts)
 			continue;
@@ -156,8 +192,10 @@ void capy_expert_cache_route(struct capy_expert_cache *c, uint32_t layer, const 
 			c->st.hits++;
 		else
 			c->st.misses++;
-		if (c->uses[x]++ == 0)
+		if (c->uses[x]++ == 0) {
 			c->touched[c->nt++] = x;
+			c->miss_layer[layer] += c->hpos[x] < 0;
+		}
 	}
 }
 
@@ -186,6 +224,8 @@ uint64_t capy_expert_cache_start(struct capy_expert_cache *c, struct capy_expert
 {
 	uint64_t made = 0;
 
+	if (c->shadow)
+		capy_expert_cache_start(c->shadow, NULL, 0);
 	if (!c->p.whole_layers || c->st.steps || c->nh)
 		return 0;
 	/* a whole layer's experts are the hottest there are: they leave only when slots do */
@@ -199,7 +239,8 @@ uint64_t capy_expert_cache_start(struct capy_expert_cache *c, struct capy_expert
 	return made;
 }
 
-uint64_t capy_expert_cache_step(struct capy_expert_cache *c, struct capy_expert_swap *swaps, uint64_t cap)
+/* The step's uses into the scores, then its replacements (the policy itself). */
+static uint64_t policy_step(struct capy_expert_cache *c, struct capy_expert_swap *swaps, uint64_t cap)
 {
 	const double now = (double)c->t / c->p.half_life;
 	uint64_t nc = 0, made = 0;
@@ -235,15 +276,102 @@ uint64_t capy_expert_cache_step(struct capy_expert_cache *c, struct capy_expert_
 		c->st.loads++;
 		c->st.evictions++;
 	}
+	memset(c->miss_layer, 0, c->p.layers * sizeof(*c->miss_layer));
 	c->t++;
 	c->st.steps++;
 	return made;
+}
+
+/* The step's modelled CPU cost under this policy (a job per layer with a miss, a read per
+ * missed expert), into its decayed sum. */
+static void add_step_cost(struct capy_expert_cache *c)
+{
+	double cost = 0;
+
+	for (uint32_t l = 0; l < c->p.layers; l++)
+		if (c->miss_layer[l])
+			cost += c->p.job_cost + c->miss_layer[l];
+	c->cost = c->cost * (1.0 - 1.0 / ADAPT_WINDOW) + cost;
+}
+
+static int by_index(const void *pa, const void *pb)
+{
+	const uint64_t a = *(const uint64_t *)pa, b = *(const uint64_t *)pb;
+
+	return a < b ? -1 : a > b;
+}
+
+/* The replacements that take c's residency to s's (which holds at least as many): each
+ * expert only c holds gives its slot to one only s holds, in index order, the rest of s's
+ * into free slots. Returns how many (none when more than cap, with swaps). */
+static uint64_t transition(struct capy_expert_cache *c, const struct capy_expert_cache *s,
+			   struct capy_expert_swap *swaps, uint64_t cap)
+{
+	/* scratch: c's candidates (free between steps), 2n words */
+	uint64_t *out = (uint64_t *)c->cand, *in = out + c->n, ne = 0, nl = 0;
+
+	for (uint64_t i = 0; i < c->nh; i++)
+		if (s->hpos[c->heap[i]] < 0)
+			out[ne++] = c->heap[i];
+	for (uint64_t i = 0; i < s->nh; i++)
+		if (c->hpos[s->heap[i]] < 0)
+			in[nl++] = s->heap[i];
+	if (swaps && nl > cap)
+		return 0;
+	qsort(out, ne, sizeof(*out), by_index);
+	qsort(in, nl, sizeof(*in), by_index);
+	for (uint64_t i = 0; i < nl; i++)
+		record(swaps, cap, i, c, in[i], i < ne ? (int64_t)out[i] : -1);
+	c->st.loads += nl;
+	c->st.evictions += ne;
+	return nl;
+}
+
+/* The shadow becomes the policy followed and the followed one the shadow; the counts, which
+ * are the engine's, stay. */
+static void swap_roles(struct capy_expert_cache *c)
+{
+	struct capy_expert_cache *s = c->shadow, t = *c;
+	struct capy_expert_cache_stats st = t.st;
+
+	*c = *s;
+	*s = t;
+	c->shadow = s;
+	s->shadow = NULL;
+	s->st = c->st;
+	c->st = st;
+	c->since = 0;
+	c->st.switches++;
+}
+
+uint64_t capy_expert_cache_step(struct capy_expert_cache *c, struct capy_expert_swap *swaps, uint64_t cap)
+{
+	struct capy_expert_cache *s = c->shadow;
+	uint64_t made;
+
+	if (!s)
+		return policy_step(c, swaps, cap);
+	add_step_cost(c);
+	add_step_cost(s);
+	policy_step(s, NULL, 0);
+	if (++c->since >= ADAPT_WINDOW && s->cost < c->cost * (1 - ADAPT_GAIN) && s->nh >= c->nh &&
+	    (made = transition(c, s, swaps, cap)) > 0) {
+		const uint64_t loads = c->st.loads, evictions = c->st.evictions;
+		policy_step(c, NULL, 0); /* it goes on as the shadow, its scores up to date */
+		c->st.loads = loads;
+		c->st.evictions = evictions;
+		swap_roles(c);
+		return made;
+	}
+	return policy_step(c, swaps, cap);
 }
 
 uint64_t capy_expert_cache_resize(struct capy_expert_cache *c, uint64_t slots)
 {
 	uint64_t ev = 0;
 
+	if (c->shadow)
+		capy_expert_cache_resize(c->shadow, slots);
 	c->p.slots = slots;
 	while (c->nh > slots) {
 		uint64_t x = heap_pop(c);
@@ -259,4 +387,5 @@ void capy_expert_cache_stats(const struct capy_expert_cache *c, struct capy_expe
 {
 	*s = c->st;
 	s->resident = c->nh;
+	s->whole_layers = c->p.whole_layers;
 }

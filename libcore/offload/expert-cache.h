@@ -28,6 +28,15 @@
  * over every layer (docs/perf.md). Those experts are never evicted for heat, only when the
  * slots shrink (the highest layer's first).
  *
+ * With adaptive, the cache runs the other policy too, as a shadow on the same routing that
+ * copies nothing, and models what each policy's misses cost the CPU in every step: a CPU job
+ * for every layer with a miss (job_cost, in expert reads) plus one read a missed expert. The
+ * costs are decayed over ADAPT_WINDOW steps (expert-cache.c); when the shadow's is lower by
+ * more than a tenth, at least that many steps after the last switch, the policies trade
+ * places: that step's swaps move the residency to the shadow's in one burst (it may exceed
+ * max_swaps), and the policy that was followed becomes the shadow. Still a function of the
+ * routing alone. Which policy wins depends on the routing's skew (docs/perf.md).
+ *
  * Scores are kept as key = log2(score) + t / half_life at the step t of the last use, which
  * orders experts at any later step the way their decayed scores do (a common factor
  * 2^(-t/half_life) drops out), so an expert's key changes only when it is used.
@@ -47,7 +56,9 @@ struct capy_expert_cache_params {
 	double half_life;  /* steps over which a use's weight halves (<= 0: 32) */
 	double margin;     /* a newcomer must be this many times hotter than the coldest (< 1: 1.25) */
 	uint32_t max_swaps; /* replacements per step (0: no limit) */
-	bool whole_layers;  /* whole layers first (above) */
+	bool whole_layers;  /* whole layers first (above); with adaptive, the policy to start with */
+	bool adaptive;      /* follow the cheaper of the two policies (above) */
+	double job_cost;    /* adaptive: a CPU job's fixed cost in expert reads (<= 0: 3.5) */
 };
 
 /* A replacement decided by capy_expert_cache_step: load expert (layer, load) into the slot
@@ -61,6 +72,8 @@ struct capy_expert_cache_stats {
 	uint64_t steps, hits, misses; /* per routed (token, expert): resident when routed or not */
 	uint64_t loads, evictions;
 	uint64_t resident;
+	uint64_t switches;  /* adaptive: times the policies traded places */
+	bool whole_layers;  /* the policy followed now */
 };
 
 struct capy_expert_cache;

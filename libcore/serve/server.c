@@ -197,6 +197,9 @@ static void offload_metrics(struct capy_buf *b, const struct capy_offload_stats 
 	metric(b, "capy_expert_evictions_total", "counter", "Experts evicted from slots.", (double)o->evictions);
 	metric(b, "capy_expert_cpu_threads", "gauge", "CPU threads computing the experts not resident.",
 	       (double)o->cpu_threads);
+	metric(b, "capy_expert_policy_switches_total", "counter",
+	       "Times the adaptive expert cache policy changed between whole layers and spread slots.",
+	       (double)o->policy_switches);
 	metric(b, "capy_expert_cpu_jobs_total", "counter", "MoE layers of decode steps whose misses the CPU computed.",
 	       (double)o->jobs);
 	metric(b, "capy_expert_cpu_bytes_total", "counter", "Expert bytes those CPU jobs read.", (double)o->job_bytes);

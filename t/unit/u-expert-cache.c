@@ -13,7 +13,8 @@ static struct capy_expert_cache *make(uint32_t layers, uint32_t experts, uint64_
 {
 	struct capy_expert_cache *c = NULL;
 	struct capy_err err = { 0 };
-	struct capy_expert_cache_params p = { layers, experts, slots, hl, margin, max_swaps, false };
+	struct capy_expert_cache_params p = { .layers = layers, .experts = experts, .slots = slots, .half_life = hl,
+					      .margin = margin, .max_swaps = max_swaps };
 
 	CHECK_MSG(capy_expert_cache_new(&c, &p, &err) == 0, "%s", err.msg);
 	return c;
@@ -130,7 +131,8 @@ static void test_whole_layers(void)
 {
 	struct capy_expert_cache *c = NULL;
 	struct capy_err err = { 0 };
-	struct capy_expert_cache_params p = { 3, 4, 9, 8, 1.25, 0, true };
+	struct capy_expert_cache_params p = { .layers = 3, .experts = 4, .slots = 9, .half_life = 8, .margin = 1.25,
+					      .whole_layers = true };
 	struct capy_expert_swap sw[16];
 	struct capy_expert_cache_stats st;
 
@@ -264,6 +266,98 @@ static void test_against_model(void)
 	CHECK(swaps_total > 100); /* the traces do exercise replacement */
 }
 
+
+/* --- adaptive: the two policies, the cheaper followed ------------------------------------- */
+
+/* One adaptive run over a routing of L layers x E experts, k a token, T tokens; skew: each
+ * token of a layer takes k of the layer's first 2k experts instead of any (uniform).
+ * The GPU's side is mirrored from the swaps alone (each load into a free slot or the slot of
+ * an evicted resident), and must be the cache's residency after every step. Returns the
+ * policy followed at the end (whole layers or not); *switches gets the count. */
+static bool adaptive_run(bool skew, bool start_layers, uint64_t T, uint64_t *switches, uint64_t *digest)
+{
+	enum { L = 4, E = 16, K = 4, SLOTS = 32 };
+	struct capy_expert_cache *c = NULL;
+	struct capy_err err = { 0 };
+	struct capy_expert_cache_params p = { .layers = L, .experts = E, .slots = SLOTS, .max_swaps = 4,
+					      .whole_layers = start_layers, .adaptive = true };
+	struct capy_expert_swap sw[L * E];
+	struct capy_expert_cache_stats st;
+	bool mirror[L * E] = { 0 };
+	uint64_t rng = 0x2545f4914f6cdd1dull, bad = 0, held = 0;
+
+	*digest = 1469598103934665603ull;
+	CHECK_MSG(capy_expert_cache_new(&c, &p, &err) == 0, "%s", err.msg);
+	if (!c)
+		return false;
+	for (uint64_t n = capy_expert_cache_start(c, sw, L * E), i = 0; i < n; i++, held++)
+		mirror[sw[i].layer * E + (uint32_t)sw[i].load] = true;
+	for (uint64_t t = 0; t < T; t++) {
+		for (uint32_t l = 0; l < L; l++) {
+			int32_t ids[K];
+			uint32_t n = 0;
+			while (n < K) {
+				rng ^= rng << 13;
+				rng ^= rng >> 7;
+				rng ^= rng << 17;
+				const int32_t x = (int32_t)(rng % (skew ? 2 * K : E));
+				bool dup = false;
+				for (uint32_t j = 0; j < n; j++)
+					dup |= ids[j] == x;
+				if (!dup)
+					ids[n++] = x;
+			}
+			capy_expert_cache_route(c, l, ids, K);
+		}
+		const uint64_t made = capy_expert_cache_step(c, sw, L * E);
+		for (uint64_t i = 0; i < made; i++) {
+			const uint64_t in = sw[i].layer * E + (uint32_t)sw[i].load;
+			if (sw[i].evict >= 0) {
+				const uint64_t out = sw[i].layer_evict * E + (uint32_t)sw[i].evict;
+				bad += !mirror[out];
+				mirror[out] = false;
+			} else {
+				bad += held++ >= SLOTS; /* a free slot must exist */
+			}
+			bad += mirror[in];
+			mirror[in] = true;
+			*digest = (*digest ^ (in * 131 + (uint64_t)(sw[i].evict + 1))) * 1099511628211ull;
+		}
+		for (uint32_t l = 0; l < L; l++)
+			for (uint32_t x = 0; x < E; x++)
+				bad += mirror[l * E + x] != capy_expert_cache_resident(c, l, x);
+	}
+	capy_expert_cache_stats(c, &st);
+	CHECK_MSG(bad == 0, "adaptive (%s routing): %llu mismatches between the swaps and the residency",
+		  skew ? "skewed" : "uniform", (unsigned long long)bad);
+	CHECK(st.resident <= SLOTS && st.steps == T);
+	*switches = st.switches;
+	capy_expert_cache_free(c);
+	return st.whole_layers;
+}
+
+/* Uniform routing: every layer keeps misses under the spread policy, so whole layers (half of
+ * the jobs) win and are followed; routing that keeps to a few experts a layer fits the spread
+ * cache (no misses) while whole layers leave two layers to the CPU: the spread policy wins.
+ * Either way from either start, with at most one switch a window, the same swaps every run,
+ * and the GPU's side mirrored exactly (adaptive_run). */
+static void test_adaptive(void)
+{
+	uint64_t sw, d1, d2;
+
+	CHECK(adaptive_run(false, false, 600, &sw, &d1) == true);
+	CHECK(sw == 1);
+	CHECK(adaptive_run(false, true, 600, &sw, &d1) == true);
+	CHECK(sw == 0);
+	CHECK(adaptive_run(true, true, 600, &sw, &d1) == false);
+	CHECK(sw == 1);
+	CHECK(adaptive_run(true, false, 600, &sw, &d1) == false);
+	CHECK(sw == 0);
+	adaptive_run(false, false, 600, &sw, &d1);
+	adaptive_run(false, false, 600, &sw, &d2);
+	CHECK(d1 == d2);
+}
+
 int main(void)
 {
 	RUN(test_fill_and_hits);
@@ -273,5 +367,6 @@ int main(void)
 	RUN(test_resize);
 	RUN(test_whole_layers);
 	RUN(test_against_model);
+	RUN(test_adaptive);
 	return test_summary();
 }

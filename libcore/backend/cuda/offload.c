@@ -425,15 +425,18 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		}
 	}
 	const char *pol = getenv("CAPY_CUDA_OFFLOAD_POLICY");
-	if (pol && *pol && strcmp(pol, "layers") && strcmp(pol, "experts"))
-		return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_POLICY=%s: expected layers or experts", pol);
-	const bool whole_layers = pol && !strcmp(pol, "layers");
+	if (pol && *pol && strcmp(pol, "layers") && strcmp(pol, "experts") && strcmp(pol, "auto"))
+		return capy_err_set(err, CAPY_EINVAL, "CAPY_CUDA_OFFLOAD_POLICY=%s: expected layers, experts or auto", pol);
+	/* auto starts with whole layers (loaded at once) and follows the spread policy when its
+	 * modelled CPU cost is lower (expert-cache.h) */
+	const bool adaptive = pol && !strcmp(pol, "auto"), whole_layers = adaptive || (pol && !strcmp(pol, "layers"));
 	if (o->slots && (rc = capy_expert_cache_new(&o->cache,
 						    &(struct capy_expert_cache_params){ .layers = (uint32_t)o->n_moe,
 											.experts = (uint32_t)o->E,
 											.slots = o->slots,
 											.max_swaps = OFF_MAX_SWAPS,
-											.whole_layers = whole_layers },
+											.whole_layers = whole_layers,
+											.adaptive = adaptive },
 						    err)) < 0)
 		return rc;
 	{ /* How the CPU learns of a job (docs/offload.md): CAPY_CUDA_OFFLOAD_WAKE=host, a host
@@ -836,6 +839,12 @@ bool cu_offload_stats(const struct capy_engine *core, struct capy_offload_stats 
 	s->job_seconds = (double)o->job_ns * 1e-9;
 	s->wait_seconds = (double)o->wait_ns * 1e-9;
 	s->host = o->host_mode;
+	if (o->cache) {
+		struct capy_expert_cache_stats cs;
+		capy_expert_cache_stats(o->cache, &cs);
+		s->policy_switches = cs.switches;
+		s->whole_layers = cs.whole_layers;
+	}
 	return true;
 }
 
