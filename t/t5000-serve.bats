@@ -439,7 +439,7 @@ metric() {
 	sed -n "s/^$1 //p" "$2"
 }
 
-@test "/metrics of an engine that offloads experts: slots, resident, hits, misses, streamed, loads, evictions, CPU threads; none without offload" {
+@test "/metrics of an engine that offloads experts: slots, resident, hits, misses, streamed, loads, evictions, CPU threads, policy switches; none without offload" {
 	# The scripted backend's counts (t/serve/scripts/offload.json), each step adding a hit.
 	CAPY_SCRIPT=$SCRIPTS/offload.json serve_start capy-serve-scripted "$ART"
 	api GET /metrics
@@ -449,7 +449,8 @@ metric() {
 	# Before any step, from the start: the counts as the engine gives them.
 	[ "$(metric capy_engine_steps_total "$m")" = 0 ]
 	for nv in "slots gauge 12" "resident gauge 11" "hits_total counter 1000" "misses_total counter 250" \
-		"streamed_total counter 77" "loads_total counter 31" "evictions_total counter 19" "cpu_threads gauge 6"; do
+		"streamed_total counter 77" "loads_total counter 31" "evictions_total counter 19" "cpu_threads gauge 6" \
+		"policy_switches_total counter 2"; do
 		read -r n type v <<<"$nv"
 		grep -qx "# TYPE capy_expert_$n $type" "$m" || { echo "no TYPE line for capy_expert_$n $type"; return 1; }
 		grep -q "^# HELP capy_expert_$n [A-Z]" "$m" || { echo "no HELP line for capy_expert_$n"; return 1; }

@@ -18,7 +18,7 @@
  *
  * Expert offload (tests of /metrics): with "offload_stats": {"experts": 480, "slots": 40,
  * "resident": 40, "hits": 10, "misses": 3, "streamed": 7, "loads": 40, "evictions": 2,
- * "cpu_threads": 4} (any field missing is 0) the engine says it offloads and gives those
+ * "cpu_threads": 4, "policy_switches": 1} (any field missing is 0) the engine says it offloads and gives those
  * counts, except that every step run adds one hit and one step, so that a test sees the
  * counts read after steps, not only at the start; without it the engine offloads nothing.
  *
@@ -154,6 +154,7 @@ static int script_open(struct capy_engine *e, struct capy_err *err)
 		sc->off.loads = count(d, "loads");
 		sc->off.evictions = count(d, "evictions");
 		sc->off.cpu_threads = (int)count(d, "cpu_threads");
+		sc->off.policy_switches = count(d, "policy_switches");
 	}
 	cJSON_Delete(root);
 	free(text);
