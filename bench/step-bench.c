@@ -138,12 +138,14 @@ static void offload_line(const struct capy_engine *e, struct capy_offload_stats 
 		return;
 	const uint64_t h = st.hits - prev->hits, m = st.misses - prev->misses;
 	printf("  offload: %" PRIu64 " slots, %" PRIu64 " of %" PRIu64 " experts resident; hits %" PRIu64 " misses %" PRIu64
-	       " (hit ratio %.1f %%), streamed %" PRIu64 ", loads %" PRIu64 ", evictions %" PRIu64 ", %d CPU threads, %s;"
-	       " policy %s (%" PRIu64 " switches)\n",
+	       " (hit ratio %.1f %%), streamed %" PRIu64 ", loads %" PRIu64 ", evictions %" PRIu64 ", %d CPU threads, %s",
 	       st.slots, st.resident, st.experts, h, m, h + m ? 100.0 * (double)h / (double)(h + m) : 0.0,
 	       st.streamed - prev->streamed, st.loads - prev->loads, st.evictions - prev->evictions, st.cpu_threads,
-	       capy_offload_host_name(st.host), st.whole_layers ? "whole layers" : "spread",
-	       st.policy_switches - prev->policy_switches);
+	       capy_offload_host_name(st.host));
+	if (st.slots) /* the cache's policy (CAPY_CUDA_OFFLOAD_POLICY) */
+		printf("; policy %s (%" PRIu64 " switches)", st.whole_layers ? "whole layers" : "spread",
+		       st.policy_switches - prev->policy_switches);
+	printf("\n");
 	const uint64_t jobs = st.jobs - prev->jobs;
 	if (jobs) { /* where a step's hand-offs go: the CPU's run, and the rest of the GPU's wait */
 		const double run = st.job_seconds - prev->job_seconds, wait = st.wait_seconds - prev->wait_seconds;
