@@ -65,26 +65,29 @@ static int load_trace(const char *path, struct trace *t)
 	return 0;
 }
 
-static uint32_t max_copies;
-static double job_cost; /* --job-us / --expert-us: the adaptive policy's model (0: its default) */
-
 enum policy { P_EXPERTS, P_LAYERS, P_AUTO };
 static const char *const policy_names[] = { "experts", "whole layers", "auto" };
 
 /* Hit ratio of one policy; *swaps_per_token gets its replacements per token, *jobs (unless
- * NULL) the CPU jobs it left: (token, layer) pairs with a miss. */
-static double run_policy_as(const struct trace *t, uint64_t slots, double half_life, double margin, enum policy pol,
-			    double *swaps_per_token, uint64_t *jobs, uint64_t *switches)
+ * NULL) the CPU jobs it left: (token, layer) pairs with a miss. opt: the command line's
+ * parameters (max_swaps, job_cost), the rest filled in here. */
+static double run_policy_as(const struct trace *t, const struct capy_expert_cache_params *opt, uint64_t slots,
+			    double half_life, double margin, enum policy pol, double *swaps_per_token, uint64_t *jobs,
+			    uint64_t *switches)
 {
 	struct capy_expert_cache *c;
 	struct capy_err err = { 0 };
-	struct capy_expert_cache_params p = { .layers = t->L, .experts = t->E, .slots = slots, .half_life = half_life,
-					      .margin = margin, .max_swaps = max_copies,
-					      .whole_layers = pol != P_EXPERTS, .adaptive = pol == P_AUTO,
-					      .job_cost = job_cost };
+	struct capy_expert_cache_params p = *opt;
 	struct capy_expert_cache_stats st;
 	uint64_t swaps = 0, n_jobs = 0;
 
+	p.layers = t->L;
+	p.experts = t->E;
+	p.slots = slots;
+	p.half_life = half_life;
+	p.margin = margin;
+	p.whole_layers = pol != P_EXPERTS;
+	p.adaptive = pol == P_AUTO;
 	if (capy_expert_cache_new(&c, &p, &err) < 0) {
 		fprintf(stderr, "expert-cache-bench: %s\n", err.msg);
 		exit(1);
@@ -113,10 +116,10 @@ static double run_policy_as(const struct trace *t, uint64_t slots, double half_l
 }
 
 /* The policy as shipped (spread by heat), for the hit-ratio table. */
-static double run_policy(const struct trace *t, uint64_t slots, double half_life, double margin,
-			 double *swaps_per_token)
+static double run_policy(const struct trace *t, const struct capy_expert_cache_params *opt, uint64_t slots,
+			 double half_life, double margin, double *swaps_per_token)
 {
-	return run_policy_as(t, slots, half_life, margin, P_EXPERTS, swaps_per_token, NULL, NULL);
+	return run_policy_as(t, opt, slots, half_life, margin, P_EXPERTS, swaps_per_token, NULL, NULL);
 }
 
 static int cmp_desc(const void *a, const void *b)
@@ -160,6 +163,7 @@ int main(int argc, char **argv)
 	int nt = 0;
 	bool jobs = false;
 	double job_us = 52, expert_us = 15;
+	struct capy_expert_cache_params opt = { 0 };
 
 	for (int i = 1; i < argc; i++) {
 		if (!strcmp(argv[i], "--slots") && i + 1 < argc) {
@@ -169,7 +173,7 @@ int main(int argc, char **argv)
 				s = *end == ',' ? end + 1 : end;
 			}
 		} else if (!strcmp(argv[i], "--copies") && i + 1 < argc) {
-			max_copies = (uint32_t)strtoul(argv[++i], NULL, 10);
+			opt.max_swaps = (uint32_t)strtoul(argv[++i], NULL, 10);
 		} else if (!strcmp(argv[i], "--jobs")) {
 			jobs = true;
 		} else if (!strcmp(argv[i], "--job-us") && i + 1 < argc) {
@@ -186,7 +190,8 @@ int main(int argc, char **argv)
 	}
 	if (!nt)
 		return usage();
-	job_cost = expert_us > 0 ? job_us / expert_us : 0;
+	/* the adaptive policy's model of a CPU job, in expert reads (0: its default) */
+	opt.job_cost = expert_us > 0 ? job_us / expert_us : 0;
 	if (jobs)
 		printf("| trace | slots | policy | hits | misses / token | CPU jobs / token | CPU time / token (model) |"
 		       " copies / token | switches |\n|---|---|---|---|---|---|---|---|---|\n");
@@ -204,7 +209,7 @@ int main(int argc, char **argv)
 			if (jobs) {
 				for (int pol = P_EXPERTS; pol <= P_AUTO; pol++) {
 					uint64_t n_jobs, n_sw;
-					double h = run_policy_as(&t, slots, hl, 1.25, (enum policy)pol, &sw, &n_jobs, &n_sw);
+					double h = run_policy_as(&t, &opt, slots, hl, 1.25, (enum policy)pol, &sw, &n_jobs, &n_sw);
 					const double m = (1 - h) * t.L * t.K, j = (double)n_jobs / (double)t.T;
 					printf("| %s | %.3g (%" PRIu64 ") | %s | %.1f %% | %.2f | %.2f | %.0f us | %.2f | %" PRIu64 " |\n",
 					       name, fr[f], slots, policy_names[pol], 100 * h, m, j, j * job_us + m * expert_us, sw,
@@ -212,9 +217,9 @@ int main(int argc, char **argv)
 				}
 				continue;
 			}
-			double capy = run_policy(&t, slots, hl, 1.25, &sw);
-			double lru = run_policy(&t, slots, 0.01, 1.0, &sw2);
-			double lfu = run_policy(&t, slots, 1e300, 1.0, &sw3);
+			double capy = run_policy(&t, &opt, slots, hl, 1.25, &sw);
+			double lru = run_policy(&t, &opt, slots, 0.01, 1.0, &sw2);
+			double lfu = run_policy(&t, &opt, slots, 1e300, 1.0, &sw3);
 			printf("| %s | %.3g (%" PRIu64 ") | %.1f %% | %.1f %% | %.1f %% | %.1f %% | %.2f, %.2f, %.2f |\n", name,
 			       fr[f], slots, 100 * capy, 100 * lru, 100 * lfu, 100 * run_static(&t, slots), sw, sw2, sw3);
 		}

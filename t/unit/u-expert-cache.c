@@ -266,7 +266,6 @@ static void test_against_model(void)
 	CHECK(swaps_total > 100); /* the traces do exercise replacement */
 }
 
-
 /* --- adaptive: the two policies, the cheaper followed ------------------------------------- */
 
 /* One adaptive run over a routing of L layers x E experts, k a token, T tokens; skew: each
