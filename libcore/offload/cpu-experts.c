@@ -25,7 +25,8 @@ struct capy_cpu_experts {
 	struct capy_expert_threads th;
 	int nth;
 	bool pin;
-	uint32_t poll_us, spin_us;
+	uint32_t poll_us;
+	_Atomic uint32_t spin_us;        /* capy_cpu_experts_set_spin may change it while threads run */
 	pthread_t *tid;
 	int started;
 	/* posts and registered jobs */
@@ -461,7 +462,7 @@ static bool spin_until(const struct capy_cpu_experts *p, uint32_t us, bool (*don
 
 static bool spin_for(const struct capy_cpu_experts *p, bool (*done)(struct capy_cpu_experts *, void *), void *ctx)
 {
-	return spin_until(p, p->spin_us, done, ctx);
+	return spin_until(p, atomic_load_explicit(&p->spin_us, memory_order_relaxed), done, ctx);
 }
 
 static bool any_request(struct capy_cpu_experts *p, void *ctx)
@@ -590,7 +591,7 @@ int capy_cpu_experts_new(struct capy_cpu_experts **out, const struct capy_cpu_ex
 	p->nth = p->th.n;
 	p->pin = !o->no_pin;
 	p->poll_us = o->poll_us;
-	p->spin_us = o->spin_us;
+	atomic_init(&p->spin_us, o->spin_us);
 	pthread_mutex_init(&p->reg_mu, NULL);
 	for (int i = 0; i < p->nth; i++) {
 		struct worker_arg *w = NULL;
@@ -696,6 +697,11 @@ void capy_cpu_experts_kick(struct capy_cpu_experts *p)
 {
 	atomic_fetch_add(&p->go, 1);
 	futex_wake(&p->go);
+}
+
+void capy_cpu_experts_set_spin(struct capy_cpu_experts *p, uint32_t us)
+{
+	atomic_store_explicit(&p->spin_us, us, memory_order_relaxed);
 }
 
 void capy_cpu_experts_arm(struct capy_cpu_experts *p, bool on)

@@ -140,6 +140,9 @@ void capy_cpu_experts_kick(struct capy_cpu_experts *pool);
  * a microsecond or two, one thread of the pool (the dispatcher) is busy only while a step is
  * in flight, and an idle engine burns nothing. Arming costs the caller one futex wake. */
 void capy_cpu_experts_arm(struct capy_cpu_experts *pool, bool on);
+/* The threads' spin after a job (the opts' spin_us) from their next job on: the expert cache's
+ * auto policy changes how far apart a step's jobs are when it switches. */
+void capy_cpu_experts_set_spin(struct capy_cpu_experts *pool, uint32_t us);
 /* post, then wait. */
 int capy_cpu_experts_submit(struct capy_cpu_experts *pool, struct capy_cpu_experts_job *job,
 			    struct capy_err *err);

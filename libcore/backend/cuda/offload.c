@@ -105,6 +105,7 @@ struct cu_offload {
 	uint64_t seq;                     /* batches of copies issued */
 	wait_value_fn wait_value;         /* NULL: a host node waits */
 	bool wait_kernel;                 /* the gather kernel waits on the main stream (no side branch) */
+	bool spin_follows, spin_whole;    /* auto policy: the threads' spin set from the policy followed */
 	/* counts */
 	uint64_t misses, hits, streamed, loads, evictions, steps, resident, step_exact;
 	uint64_t jobs, job_bytes, job_ns, wait_ns; /* CPU jobs with misses: expert bytes read, times */
@@ -459,6 +460,8 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 								  : whole_layers ? OFF_SPIN_US_LAYERS : OFF_SPIN_US };
 		if ((rc = capy_cpu_experts_new(&o->cpu, &co, err)) < 0)
 			return capy_err_prefix(err, "cuda: the CPU's expert threads");
+		o->spin_follows = adaptive && o->cache && !sp;
+		o->spin_whole = whole_layers;
 	}
 	for (uint64_t i = 0; i < o->n_moe; i++)
 		if ((rc = capy_cpu_experts_register(o->cpu, o->job[i], err)) < 0)
@@ -794,6 +797,14 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 		if (o->used[i])
 			capy_expert_cache_route(o->cache, (uint32_t)i, o->route + i * o->S, T * o->k);
 	const uint64_t n = capy_expert_cache_step(o->cache, o->swaps, o->n_moe * o->E);
+	if (o->spin_follows) { /* auto: the threads' spin follows the policy (whole layers: longer) */
+		struct capy_expert_cache_stats cs;
+		capy_expert_cache_stats(o->cache, &cs);
+		if (cs.whole_layers != o->spin_whole) {
+			o->spin_whole = cs.whole_layers;
+			capy_cpu_experts_set_spin(o->cpu, o->spin_whole ? OFF_SPIN_US_LAYERS : OFF_SPIN_US);
+		}
+	}
 	if (!n)
 		return 0;
 	return apply_swaps(o, n, err);
