@@ -590,7 +590,8 @@ static void test_words_and_idle(void)
 		sleep_ms(20);
 		idle_cpu_below("spinning pool (2 ms), idle", 10);
 		/* the spin changed while the pool runs (the auto cache policy's switch): a job's
-		 * threads then spin the new time, 300 ms (busy over the next 100 ms), then none */
+		 * threads then spin the new time: 300 ms (busy over the next 100 ms, where the 2 ms
+		 * before would give about 6 ms of CPU), then none */
 		const uint32_t spins[2] = { 300000, 0 };
 		for (int v = 0; v < 2; v++) {
 			capy_cpu_experts_set_spin(p, spins[v]);
@@ -603,7 +604,7 @@ static void test_words_and_idle(void)
 			const double ms = (cpu_seconds() - c0) * 1e3;
 			printf("# spin set to %u us: %.3f ms of CPU in the 100 ms after a job\n", spins[v], ms);
 			if (v == 0) {
-				CHECK_MSG(ms > 50, "spin set to 300 ms: only %.1f ms of CPU in 100 ms", ms);
+				CHECK_MSG(ms > 20, "spin set to 300 ms: only %.1f ms of CPU in 100 ms", ms);
 				sleep_ms(250); /* past the spin */
 			} else {
 				CHECK_MSG(ms < 10, "spin set to 0: %.1f ms of CPU in 100 ms", ms);
