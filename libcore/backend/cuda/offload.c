@@ -38,6 +38,12 @@ typedef CUresult (*wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned in
 /* With whole layers resident the GPU runs several layers between two jobs: threads asleep by
  * then took 711 us for a job they do in 146 us awake (an H100 host, docs/perf.md). */
 #define OFF_SPIN_US_LAYERS 3000
+
+/* The expert threads' spin for the cache policy followed. */
+static uint32_t off_spin_us(bool whole_layers)
+{
+	return whole_layers ? OFF_SPIN_US_LAYERS : OFF_SPIN_US;
+}
 #define OFF_WAKE_DEFAULT OFF_WAKE_HOST /* kick is not measured yet: docs/offload.md */
 
 struct off_pending {
@@ -105,7 +111,7 @@ struct cu_offload {
 	uint64_t seq;                     /* batches of copies issued */
 	wait_value_fn wait_value;         /* NULL: a host node waits */
 	bool wait_kernel;                 /* the gather kernel waits on the main stream (no side branch) */
-	bool spin_follows, spin_whole;    /* auto policy: the threads' spin set from the policy followed */
+	bool spin_follows;                /* auto policy: the threads' spin set from the policy followed */
 	/* counts */
 	uint64_t misses, hits, streamed, loads, evictions, steps, resident, step_exact;
 	uint64_t jobs, job_bytes, job_ns, wait_ns; /* CPU jobs with misses: expert bytes read, times */
@@ -457,11 +463,10 @@ int cu_offload_open(struct cuda_engine *e, struct capy_err *err)
 		}
 		struct capy_cpu_experts_opts co = { .threads = e->opts.expert_threads,
 						    .spin_us = sp ? (uint32_t)strtoul(sp, NULL, 10)
-								  : whole_layers ? OFF_SPIN_US_LAYERS : OFF_SPIN_US };
+								  : off_spin_us(whole_layers) };
 		if ((rc = capy_cpu_experts_new(&o->cpu, &co, err)) < 0)
 			return capy_err_prefix(err, "cuda: the CPU's expert threads");
 		o->spin_follows = adaptive && o->cache && !sp;
-		o->spin_whole = whole_layers;
 	}
 	for (uint64_t i = 0; i < o->n_moe; i++)
 		if ((rc = capy_cpu_experts_register(o->cpu, o->job[i], err)) < 0)
@@ -797,13 +802,10 @@ int cu_offload_after_step(struct cuda_engine *e, struct capy_err *err)
 		if (o->used[i])
 			capy_expert_cache_route(o->cache, (uint32_t)i, o->route + i * o->S, T * o->k);
 	const uint64_t n = capy_expert_cache_step(o->cache, o->swaps, o->n_moe * o->E);
-	if (o->spin_follows) { /* auto: the threads' spin follows the policy (whole layers: longer) */
+	if (o->spin_follows) { /* auto: the threads' spin follows the policy (an atomic store a step) */
 		struct capy_expert_cache_stats cs;
 		capy_expert_cache_stats(o->cache, &cs);
-		if (cs.whole_layers != o->spin_whole) {
-			o->spin_whole = cs.whole_layers;
-			capy_cpu_experts_set_spin(o->cpu, o->spin_whole ? OFF_SPIN_US_LAYERS : OFF_SPIN_US);
-		}
+		capy_cpu_experts_set_spin(o->cpu, off_spin_us(cs.whole_layers));
 	}
 	if (!n)
 		return 0;
