@@ -239,14 +239,28 @@ int main(int argc, char **argv)
 	double bw = strcmp(device, "cuda") ? 0 : copy_bandwidth(0);
 	struct capy_artifact *art = NULL;
 	struct capy_engine *e = NULL;
+	size_t np, nb;
+	uint64_t *pre = list(prefill, &np), *bat = list(batch, &nb), maxp = 64 + prompt, maxb = 1;
+	for (size_t i = 0; i < np; i++)
+		maxp = CAPY_MAX(maxp, pre[i]);
+	for (size_t i = 0; i < nb; i++)
+		maxb = CAPY_MAX(maxb, bat[i]);
+	/* The memory plan holds the longest sequence and the largest batch the runs make (as
+	 * capy-gen's holds its prompt and answer): under --gpu-mem with expert offload the
+	 * attention cache is then planned and shares the budget with the slots, instead of
+	 * finding the budget full of slots when a long prefill grows it. */
+	const uint64_t max_context = CAPY_MAX(maxp, prompt + decode + 1);
 	struct capy_engine_opts o = { .threads = threads, .device = device, .step_tokens = step_tokens, .gpu_mem = gpu_mem,
-				      .expert_slots = expert_slots, .expert_threads = expert_threads };
+				      .expert_slots = expert_slots, .expert_threads = expert_threads,
+				      .max_context = max_context, .max_seqs = maxb };
 	o.kv = (enum capy_kv_dtype)capy_kv_dtype_parse(kv);
 	if (capy_artifact_open(&art, model, &err) < 0)
 		die(model, &err);
 	double t0 = now();
 	if (capy_engine_new(&e, art, &o, &err) < 0)
 		die("engine", &err);
+	if (strcmp(device, "cpu") && capy_engine_reserve(e, max_context, maxb, &err) < 0)
+		die("reserving the attention cache", &err);
 	const struct capy_model_config *c = capy_engine_config(e);
 	uint64_t V = c->vocab_size, wb = capy_engine_weight_bytes(e);
 	printf("model %s: %s, %" PRIu64 " layers, hidden %" PRIu64 "; device %s; engine open %.1f s\n", model,
@@ -268,10 +282,6 @@ int main(int argc, char **argv)
 		       (double)art->stacks[0].stride / 1e6, (double)art->stacks[0].stride / h2d * 1e6);
 	}
 
-	size_t np, nb;
-	uint64_t *pre = list(prefill, &np), *bat = list(batch, &nb), maxp = 64 + prompt;
-	for (size_t i = 0; i < np; i++)
-		maxp = CAPY_MAX(maxp, pre[i]);
 	int32_t *ids = calloc(maxp + 64, sizeof(int32_t));
 	float *logits = calloc(V * 64, sizeof(float));
 	uint32_t *all_bits = malloc((V + 31) / 32 * 4);
