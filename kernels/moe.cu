@@ -128,26 +128,32 @@ static __global__ void __launch_bounds__(RTHREADS)
  * each lane holds experts lane + 32 j in registers; the sum runs on lane 0 in ascending
  * order over a shared copy (the CPU's order, so the same bits); each of the k rounds is a
  * warp argmax with the CPU's tie rule. Decode routes one row per layer: its latency is the
- * kernel's. */
+ * kernel's, a chain of dependent instructions of one warp (ncu: ~3000 of them at ~6 cycles
+ * each, 11.5 us for E = 256, k = 8, most of it the rounds' shuffles and lane 0's sort). */
 #define RW_J 32
-#define RW_KMAX 32 /* a row's choices in shared memory up to this k, written out once at the end */
+#define RW_KMAX 32 /* k up to a lane a choice: the choices stay in registers */
+
+/* A probability as a key whose unsigned order is the value's (0: taken or NaN, never chosen;
+ * the magnitude's bits, so -0 ties with +0 as the CPU's comparisons have it). */
+static __device__ __forceinline__ uint32_t route_key(float v)
+{
+	return v >= 0 ? (__float_as_uint(v) & 0x7fffffffu) + 1 : 0;
+}
+
 template <int NJ>
 static __global__ void __launch_bounds__(32)
 	k_route_warp(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
 {
 	ck_grid_enter();
-	__shared__ float p[32 * NJ];
+	__shared__ __align__(16) float p[32 * NJ];
 	__shared__ float s_sum;
 	__shared__ int32_t s_id[RW_KMAX];
-	__shared__ float s_w[RW_KMAX];
 	const uint64_t t = blockIdx.x;
 	const unsigned lane = threadIdx.x;
 	const float *l = logits + t * E;
-	/* The choices and route_finish's sort in shared memory: in global memory every one of
-	 * its dependent steps was a round trip to L2 (most of the kernel's time). */
 	const bool local = k <= RW_KMAX;
-	int32_t *id = local ? s_id : ids + t * k;
-	float *w = local ? s_w : wout + t * k, mx = -INFINITY, v[NJ], top = 0;
+	float mx = -INFINITY, v[NJ], top = 0, my_w = 0;
+	int32_t my_id = 0;
 
 #pragma unroll
 	for (int j = 0; j < NJ; j++) {
@@ -165,13 +171,22 @@ static __global__ void __launch_bounds__(32)
 	}
 	__syncwarp();
 	if (lane == 0) {
-		/* Eight loads ahead of the dependent adds; the adds stay in ascending order. */
+		/* The adds in ascending order; the next eight values are loaded while the current
+		 * eight are added, so the chain is the adds' latency, not the loads'. */
 		float sum = 0;
 		uint64_t x = 0;
+		float4 a = make_float4(0, 0, 0, 0), b = a;
+		if (E >= 8) {
+			a = *(const float4 *)&p[0];
+			b = *(const float4 *)&p[4];
+		}
 		for (; x + 8 <= E; x += 8) {
-			float q[8];
-			for (int u = 0; u < 8; u++)
-				q[u] = p[x + u];
+			const float q[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
+			if (x + 16 <= E) {
+				a = *(const float4 *)&p[x + 8];
+				b = *(const float4 *)&p[x + 12];
+			}
+#pragma unroll
 			for (int u = 0; u < 8; u++)
 				sum = __fadd_rn(sum, q[u]);
 		}
@@ -185,43 +200,54 @@ static __global__ void __launch_bounds__(32)
 	for (int j = 0; j < NJ; j++)
 		v[j] = lane + 32 * (uint64_t)j < E ? __fdiv_rn(v[j], sum) : -1.0f;
 	for (uint64_t n = 0; n < k; n++) {
-		float bv = 0;
-		int bx = -1;
+		/* the lane's best (its lowest index among its largest), then the warp's largest key
+		 * and the lowest index holding it: two reductions instead of five shuffle rounds */
+		uint32_t bk = 0;
+		int bj = 0;
 #pragma unroll
-		for (int j = 0; j < NJ; j++)
-			if (v[j] >= 0 && (bx < 0 || v[j] > bv)) {
-				bv = v[j];
-				bx = (int)(lane + 32 * j);
-			}
-		for (int off = 16; off; off >>= 1) {
-			float ov = __shfl_xor_sync(FULL, bv, off);
-			int ox = __shfl_xor_sync(FULL, bx, off);
-			if (ck_beats(bv, bx, ov, ox)) {
-				bv = ov;
-				bx = ox;
+		for (int j = 0; j < NJ; j++) {
+			const uint32_t kj = route_key(v[j]);
+			if (kj > bk) {
+				bk = kj;
+				bj = j;
 			}
 		}
-		const int best = bx < 0 ? 0 : bx; /* none left: the CPU's loop leaves best at 0 */
+		const uint32_t mk = __reduce_max_sync(FULL, bk);
+		const uint32_t bx = __reduce_min_sync(FULL, mk && bk == mk ? lane + 32u * (uint32_t)bj : 0xffffffffu);
+		const int best = mk ? (int)bx : 0; /* none left: the CPU's loop leaves best at 0 */
+		const float wn = mk ? __uint_as_float(mk - 1) : -1.0f;
 #pragma unroll
 		for (int j = 0; j < NJ; j++)
-			if ((int)(lane + 32 * j) == best)
+			if (mk && lane + 32u * (uint32_t)j == bx)
 				v[j] = -1.0f; /* taken */
-		if (lane == 0) {
-			const float wn = bx < 0 ? -1.0f : bv;
-			id[n] = best;
-			w[n] = wn;
-			top = __fadd_rn(top, wn);
+		top = __fadd_rn(top, wn);
+		if (local && n == lane) {
+			my_id = best;
+			my_w = wn;
+		} else if (!local && lane == 0) {
+			ids[t * k + n] = best;
+			wout[t * k + n] = wn;
 		}
 	}
-	if (lane == 0) {
-		route_finish(id, w, k, norm, top);
+	if (!local) {
+		if (lane == 0)
+			route_finish(ids + t * k, wout + t * k, k, norm, top);
+		return;
 	}
-	if (local) {
-		__syncwarp();
-		for (uint64_t j = lane; j < k; j += 32) {
-			ids[t * k + j] = s_id[j];
-			wout[t * k + j] = s_w[j];
+	/* route_finish in registers: lane n divides its weight and goes to its place in the
+	 * insertion sort by id, which is stable: the choices with a lower id, and those with the
+	 * same id chosen before it. */
+	if (lane < k)
+		s_id[lane] = my_id;
+	__syncwarp();
+	if (lane < k) {
+		uint32_t r = 0;
+		for (uint32_t m = 0; m < (uint32_t)k; m++) {
+			const int32_t o = s_id[m];
+			r += o < my_id || (o == my_id && m < lane);
 		}
+		ids[t * k + r] = my_id;
+		wout[t * k + r] = norm ? __fdiv_rn(my_w, top) : my_w;
 	}
 }
 

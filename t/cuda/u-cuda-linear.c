@@ -323,8 +323,11 @@ static void ref_route(const float *l, uint64_t E, uint64_t k, bool norm, int32_t
 
 static void test_route(void)
 {
-	static const uint64_t cases[][3] = { { 1, 8, 2 }, { 5, 8, 1 }, { 3, 64, 8 }, { 1, 512, 10 },
-					     { 17, 512, 10 }, { 64, 256, 8 }, { 300, 512, 10 } };
+	/* k > E (rounds with none left), k > 32 (the choices through global memory), E past
+	 * 512 (32 values a lane) and past 1024 (the block kernel) */
+	static const uint64_t cases[][3] = { { 1, 8, 2 },      { 5, 8, 1 },    { 3, 64, 8 },   { 1, 512, 10 },
+					     { 17, 512, 10 },  { 64, 256, 8 }, { 300, 512, 10 }, { 2, 6, 9 },
+					     { 3, 96, 40 },    { 2, 1000, 8 }, { 2, 2000, 8 } };
 
 	for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++)
 		for (int norm = 0; norm < 2; norm++) {
