@@ -128,10 +128,11 @@ static __global__ void __launch_bounds__(RTHREADS)
  * each lane holds experts lane + 32 j in registers; the sum runs on lane 0 in ascending
  * order over a shared copy (the CPU's order, so the same bits); each of the k rounds is a
  * warp argmax with the CPU's tie rule. Decode routes one row per layer: its latency is the
- * kernel's, a chain of dependent instructions of one warp (ncu: ~3000 of them at ~6 cycles
- * each, 11.5 us for E = 256, k = 8, most of it the rounds' shuffles and lane 0's sort). */
+ * kernel's, a chain of dependent instructions of one warp (ncu, when each round was five
+ * shuffle steps of value and index and lane 0 sorted the choices: ~3000 instructions at ~6
+ * cycles each, 11.5 us for E = 256, k = 8). */
 #define RW_J 32
-#define RW_KMAX 32 /* k up to a lane a choice: the choices stay in registers */
+#define RW_KMAX 32 /* up to this k, lane n holds choice n in registers */
 
 /* A probability as a key whose unsigned order is the value's (0: taken or NaN, never chosen;
  * the magnitude's bits, so -0 ties with +0 as the CPU's comparisons have it). */
