@@ -38,13 +38,13 @@ typedef CUresult (*wait_value_fn)(CUstream, CUdeviceptr, cuuint32_t, unsigned in
 /* With whole layers resident the GPU runs several layers between two jobs: threads asleep by
  * then took 711 us for a job they do in 146 us awake (an H100 host, docs/perf.md). */
 #define OFF_SPIN_US_LAYERS 3000
+#define OFF_WAKE_DEFAULT OFF_WAKE_HOST /* kick is not measured yet: docs/offload.md */
 
 /* The expert threads' spin for the cache policy followed. */
 static uint32_t off_spin_us(bool whole_layers)
 {
 	return whole_layers ? OFF_SPIN_US_LAYERS : OFF_SPIN_US;
 }
-#define OFF_WAKE_DEFAULT OFF_WAKE_HOST /* kick is not measured yet: docs/offload.md */
 
 struct off_pending {
 	uint32_t key, slot;
