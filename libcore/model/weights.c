@@ -514,6 +514,23 @@ static int64_t pymod(int64_t a, int64_t m)
 	return r < 0 ? r + m : r;
 }
 
+uint64_t capy_weights_touch_ple(const struct capy_weights *w, const struct capy_model_config *c)
+{
+	volatile uint8_t sink = 0;
+	uint64_t pages = 0;
+
+	for (uint64_t i = 0; w->n_ple && i < c->n_layers; i++) {
+		const struct capy_ple_w *pl = &w->layers[i].ple;
+		if (!w->layers[i].has_ple || !pl->table)
+			continue;
+		const uint64_t bytes = pl->rows * pl->hd * capy_dtype_size(pl->table_dtype);
+		for (uint64_t o = 0; o < bytes; o += 4096, pages++)
+			sink ^= pl->table[o];
+	}
+	(void)sink;
+	return pages;
+}
+
 void capy_ple_ngram_rows(const struct capy_model_config *c, const struct capy_ple_w *pl, const int32_t *hist,
 			 uint64_t p, uint64_t *out)
 {

@@ -140,6 +140,14 @@ uint64_t capy_widest_row(const struct capy_model_config *c);
 uint64_t capy_rope_dims(const struct capy_model_config *c);
 void capy_rope_inv_freq(const struct capy_model_config *c, float *out);
 
+/* Reads one byte of every 4 KiB page of each PLE n-gram table, so the mapped artifact's
+ * pages are in this process's page table before a step reads its rows: a decode row's rows
+ * otherwise land on pages never touched, one page fault each (bench/ple-fault-bench: a
+ * token's 64 rows of four Flash-Next tables 280-730 us untouched, 40-55 us touched). The
+ * tables become resident in the page cache (which the kernel may still reclaim: a reclaimed
+ * page faults again, nothing fails). Returns the pages read. */
+uint64_t capy_weights_touch_ple(const struct capy_weights *w, const struct capy_model_config *c);
+
 /* PLE: the table row of every n-gram head (orders 2..ngram_size, heads_per_ngram each) for
  * the token at index p of hist, where hist[0 .. p] are the token ids up to it (the
  * sequence's saved context first): the n-grams ending at it, not crossing an EOS, padded

@@ -291,6 +291,11 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	    (rc = cu_weights_upload(e, err)) < 0 || (rc = cu_offload_open(e, err)) < 0 || (rc = alloc_scratch(e, err)) < 0 ||
 	    (rc = cu_pages_layout(e, err)) < 0)
 		goto fail;
+	/* the PLE tables' pages mapped now, not one fault a row in each decode step (the host's
+	 * gather sits between a step's two graphs); CAPY_CUDA_PLE_TOUCH=0 leaves them to fault */
+	const char *pt = getenv("CAPY_CUDA_PLE_TOUCH");
+	if (e->hw.n_ple && !(pt && !strcmp(pt, "0")))
+		capy_weights_touch_ple(&e->hw, c);
 	e->gdn.nk = c->linear_key_heads;
 	e->gdn.nv = c->linear_value_heads;
 	e->gdn.dk = c->linear_key_head_dim;
