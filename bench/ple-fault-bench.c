@@ -2,8 +2,8 @@
  * one token per PLE layer hashed and read from the mapped artifact, as the engines gather
  * them (libcore/backend/cuda/forward.c ple_rows, one thread for a decode row), with the
  * tables' pages faulted in as rows first touch them, or touched once before (--touch:
- * capy_weights_touch_ple, as the CUDA backend does at open, timed apart). Random tokens: each step's rows land on new pages, as
- * real text's n-grams mostly do early in a run.
+ * capy_weights_touch_ple, as the CUDA backend does at open, timed apart). Random tokens:
+ * each step's rows land on new pages, as real text's n-grams mostly do early in a run.
  *
  *	ple-fault-bench MODEL.capy [--steps N] [--touch] [--seed S]
  *
@@ -12,7 +12,6 @@
 #include "core.h"
 #include "model/config.h"
 #include "model/weights.h"
-#include "quant/floats.h"
 #include "util/rng.h"
 
 #include <inttypes.h>
@@ -84,6 +83,7 @@ int main(int argc, char **argv)
 	float *row = malloc(c.ple_embed_dim * sizeof(*row));
 	double *t = malloc(steps * sizeof(*t)), sum = 0, check = 0;
 	uint64_t rows[64];
+	size_t row_bytes = 0;
 	if (!hist || !row || !t) {
 		fprintf(stderr, "ple-fault-bench: out of memory\n");
 		return 1;
@@ -96,29 +96,20 @@ int main(int argc, char **argv)
 			const struct capy_ple_w *pl = &w.layers[i].ple;
 			if (!w.layers[i].has_ple)
 				continue;
-			const size_t esz = capy_dtype_size(pl->table_dtype);
 			capy_ple_ngram_rows(&c, pl, hist, ctx, rows);
-			for (uint64_t h = 0; h < heads; h++) {
-				const uint8_t *src = pl->table + rows[h] * pl->hd * esz;
-				for (uint64_t x = 0; x < pl->hd; x++)
-					row[h * pl->hd + x] = pl->table_dtype == CAPY_DT_F32 ? ((const float *)src)[x]
-							      : pl->table_dtype == CAPY_DT_BF16
-								  ? capy_bf16_to_f32(((const uint16_t *)src)[x])
-								  : capy_f16_to_f32(((const uint16_t *)src)[x]);
-			}
+			for (uint64_t h = 0; h < heads; h++)
+				capy_ple_row(pl, rows[h], row + h * pl->hd);
+			row_bytes = pl->hd * capy_dtype_size(pl->table_dtype);
 			check += row[0];
 		}
 		t[s] = now_us() - ts;
 		sum += t[s];
 	}
 	qsort(t, steps, sizeof(*t), cmp_double);
-	const struct capy_ple_w *first = NULL;
-	for (uint64_t i = 0; i < c.n_layers && !first; i++)
-		if (w.layers[i].has_ple)
-			first = &w.layers[i].ple;
 	printf("%s: %" PRIu64 " PLE layers x %" PRIu64 " rows of %zu bytes a token; touch %s (%" PRIu64 " pages, %.0f ms); "
 	       "a step: median %.1f us, mean %.1f us (check %g)\n",
-	       path, (uint64_t)w.n_ple, heads, (size_t)first->hd * capy_dtype_size(first->table_dtype), touch ? "on" : "off", pages, touch_us / 1e3, t[steps / 2], sum / (double)steps, check);
+	       path, (uint64_t)w.n_ple, heads, row_bytes, touch ? "on" : "off", pages, touch_us / 1e3, t[steps / 2],
+	       sum / (double)steps, check);
 	free(hist);
 	free(row);
 	free(t);

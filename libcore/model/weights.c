@@ -514,6 +514,11 @@ static int64_t pymod(int64_t a, int64_t m)
 	return r < 0 ? r + m : r;
 }
 
+void capy_ple_row(const struct capy_ple_w *pl, uint64_t row, float *out)
+{
+	widen(pl->table + row * pl->hd * capy_dtype_size(pl->table_dtype), pl->table_dtype, pl->hd, out);
+}
+
 uint64_t capy_weights_touch_ple(const struct capy_weights *w, const struct capy_model_config *c)
 {
 	volatile uint8_t sink = 0;

@@ -140,6 +140,9 @@ uint64_t capy_widest_row(const struct capy_model_config *c);
 uint64_t capy_rope_dims(const struct capy_model_config *c);
 void capy_rope_inv_freq(const struct capy_model_config *c, float *out);
 
+/* Row `row` (below pl->rows) of a PLE n-gram table, its pl->hd values widened to fp32. */
+void capy_ple_row(const struct capy_ple_w *pl, uint64_t row, float *out);
+
 /* Reads one byte of every 4 KiB page of each PLE n-gram table, so the mapped artifact's
  * pages are in this process's page table before a step reads its rows: a decode row's rows
  * otherwise land on pages never touched, one page fault each (bench/ple-fault-bench: a

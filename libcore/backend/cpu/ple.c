@@ -21,7 +21,6 @@ static int ngram_rows(struct cpu_engine *e, const struct capy_ple_w *pl, struct 
 {
 	const struct capy_model_config *c = &e->c;
 	uint64_t ctx = c->ngram_size - 1, heads = ctx * c->heads_per_ngram, hd = pl->hd, dim = c->ple_embed_dim;
-	size_t esz = capy_dtype_size(pl->table_dtype);
 	int32_t *hist = e->s.ple_hist;
 	uint64_t rows[64];
 
@@ -33,7 +32,7 @@ static int ngram_rows(struct cpu_engine *e, const struct capy_ple_w *pl, struct 
 			if (rows[h] >= pl->rows)
 				return capy_err_set(err, CAPY_EFORMAT, "PLE row %" PRIu64 " beyond the table's %" PRIu64,
 						    rows[h], pl->rows);
-			to_f32(pl->table + rows[h] * hd * esz, pl->table_dtype, hd, emb + t * dim + h * hd);
+			capy_ple_row(pl, rows[h], emb + t * dim + h * hd);
 		}
 	}
 	memcpy(st->ctx, hist + T, ctx * sizeof(int32_t));

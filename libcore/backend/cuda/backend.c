@@ -294,7 +294,7 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	/* the PLE tables' pages mapped now, not one fault a row in each decode step (the host's
 	 * gather sits between a step's two graphs); CAPY_CUDA_PLE_TOUCH=0 leaves them to fault */
 	const char *pt = getenv("CAPY_CUDA_PLE_TOUCH");
-	if (e->hw.n_ple && !(pt && !strcmp(pt, "0")))
+	if (!(pt && !strcmp(pt, "0")))
 		capy_weights_touch_ple(&e->hw, c);
 	e->gdn.nk = c->linear_key_heads;
 	e->gdn.nv = c->linear_value_heads;

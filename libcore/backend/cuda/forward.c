@@ -191,7 +191,6 @@ static void ple_gather(void *ctx, int ith, int nth)
 	struct ple_job *j = ctx;
 	const struct capy_ple_w *pl = j->pl;
 	const uint64_t heads = j->ctx * j->c->heads_per_ngram, dim = j->c->ple_embed_dim;
-	const size_t esz = capy_dtype_size(pl->table_dtype);
 	uint64_t rows[64], t0 = j->n * (uint64_t)ith / (uint64_t)nth, t1 = j->n * (uint64_t)(ith + 1) / (uint64_t)nth;
 
 	for (uint64_t t = t0; t < t1; t++) {
@@ -202,13 +201,7 @@ static void ple_gather(void *ctx, int ith, int nth)
 				__atomic_store_n(&j->bad, rows[h] + 1, __ATOMIC_RELAXED);
 				return;
 			}
-			const uint8_t *src = pl->table + rows[h] * pl->hd * esz;
-			for (uint64_t x = 0; x < pl->hd; x++) {
-				const uint16_t *hv = (const uint16_t *)src;
-				row[h * pl->hd + x] = pl->table_dtype == CAPY_DT_F32	 ? ((const float *)src)[x]
-						      : pl->table_dtype == CAPY_DT_BF16 ? capy_bf16_to_f32(hv[x])
-											 : capy_f16_to_f32(hv[x]);
-			}
+			capy_ple_row(pl, rows[h], row + h * pl->hd);
 		}
 	}
 }
