@@ -177,9 +177,21 @@ static __device__ __forceinline__ void sk_store(const struct skinny_args &a, con
 }
 
 /* EP: the launch has epilogues (a separate instantiation: the epilogue's registers slowed
- * every plain GEMV of a decode step by 1-5 % when they were always there). */
-template <int NB, int KS, bool EP>
-static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_args a)
+ * every plain GEMV of a decode step by 1-5 % when they were always there).
+ *
+ * X1: one activation row and no SwiGLU (a batch-1 decode step). A batch's activations are then
+ * 256 floats, 8 a lane: each lane loads its 8 with the batch's weights, and the lanes that
+ * need them at a step take them by shuffles (lane (g, c) reads step u from lane 4u + c; the
+ * g > 0 columns are zero, as for any row past m). That frees the 64 registers the general
+ * path holds for 8 rows' activations (186 -> 128), so two blocks of 8 warps share a
+ * multiprocessor: a GEMV of several waves (the GDN in_proj's 772 blocks) then overlaps one
+ * block's loads with the other's arithmetic and exit instead of running its waves one after
+ * another (-10 % a batch-1 step, docs/perf.md). The same floats go through the same split
+ * into the same MMAs: the same bits. (2 to 8 rows copied by cp.async into shared memory, 8 KB
+ * a warp, freed the registers too but made a batch-8 step 40 % slower: not kept.) */
+#define SK_MIN_BLOCKS(KS, X1) ((X1) && SK_BW(KS) == SK_WARPS ? 2 : 0) /* 0: none (1 changed the registers) */
+template <int NB, int KS, bool EP, bool X1 = false>
+static __global__ void __launch_bounds__(SK_BW(KS) * 32, SK_MIN_BLOCKS(KS, X1)) k_skinny(struct skinny_args a)
 {
 	__shared__ float part[KS > 1 ? SK_BW(KS) : 1][NB][4][32];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, slice = warp % KS;
@@ -237,10 +249,11 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 				/* decode (one tile of 8 rows) in blocks of 8 warps: the group's activations
 				 * loaded with its weights, so no step waits on an L2 round trip of its own
 				 * (wider blocks cannot spare the registers) */
-				constexpr bool PF0 = NB == 1 && KS <= SK_WARPS;
+				constexpr bool PF0 = NB == 1 && KS <= SK_WARPS && !X1;
 				const bool PF = PF0 && !a.swiglu;
 				uint4 A[SK_STEPS], B[SK_STEPS];
 				float4 X[PF0 ? SK_STEPS : 1][2];
+				uint32_t xh[4], xl[4]; /* X1: the split of this lane's 8 floats of the batch */
 #pragma unroll
 				for (int u = 0; u < SK_STEPS; u++) {
 					A[u] = va ? sk_ldw(wa + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
@@ -251,12 +264,27 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32) k_skinny(struct skinny_
 						X[PF0 ? u : 0][1] = xv[0] ? *(const float4 *)(xr[0] + (s + u) * MMA_STEP + 4) : z;
 					}
 				}
+				if constexpr (X1) {
+					/* floats 8 lane .. 8 lane + 7 of the batch: step lane / 4, those of c = lane % 4 */
+					const float4 p = *(const float4 *)(a.x + s * MMA_STEP + lane * 8);
+					const float4 q = *(const float4 *)(a.x + s * MMA_STEP + lane * 8 + 4);
+					const float f[8] = { p.x, p.y, p.z, p.w, q.x, q.y, q.z, q.w };
+					mma_split8(f, xh, xl);
+				}
 #pragma unroll
 				for (int u = 0; u < SK_STEPS; u++)
 #pragma unroll
 					for (int nb = 0; nb < NB; nb++) {
 						uint32_t hi[4], lo[4];
-						if (PF) {
+						if constexpr (X1) {
+#pragma unroll
+							for (int q = 0; q < 4; q++) {
+								const uint32_t h = __shfl_sync(0xffffffffu, xh[q], 4 * u + c);
+								const uint32_t l = __shfl_sync(0xffffffffu, xl[q], 4 * u + c);
+								hi[q] = g ? 0u : h;
+								lo[q] = g ? 0u : l;
+							}
+						} else if (PF) {
 							const float4 a = X[PF0 ? u : 0][0], b = X[PF0 ? u : 0][1];
 							const float f[8] = { a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w };
 							mma_split8(f, hi, lo);
@@ -389,24 +417,24 @@ bool lin_mma_ok(const struct lin_mat *w, const float *x)
 	return (uint64_t)(uintptr_t)w->data % 16 == 0;
 }
 
-template <int NB, bool EP>
+template <int NB, bool EP, bool X1 = false>
 static void launch_skinny_nb(int ks, dim3 grid, const struct skinny_args *a, cudaStream_t st)
 {
 	switch (ks) {
 	case 1:
-		ck_launch(k_skinny<NB, 1, EP>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 1, EP, X1>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 2:
-		ck_launch(k_skinny<NB, 2, EP>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 2, EP, X1>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 4:
-		ck_launch(k_skinny<NB, 4, EP>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 4, EP, X1>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 8:
-		ck_launch(k_skinny<NB, 8, EP>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 8, EP, X1>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	default: /* 16: more slices than a block of 8 warps: NB 1 only (launch_skinny) */
-		ck_launch(k_skinny<1, 16, EP>, grid, 16 * 32, 0, st, *a);
+		ck_launch(k_skinny<1, 16, EP, X1>, grid, 16 * 32, 0, st, *a);
 		break;
 	}
 }
@@ -414,7 +442,9 @@ static void launch_skinny_nb(int ks, dim3 grid, const struct skinny_args *a, cud
 template <bool EP>
 static void launch_skinny_ep(int nb, int ks, dim3 grid, const struct skinny_args *a, cudaStream_t st)
 {
-	if (nb == 1)
+	if (nb == 1 && a->m == 1 && !a->swiglu)
+		launch_skinny_nb<1, EP, true>(ks, grid, a, st);
+	else if (nb == 1)
 		launch_skinny_nb<1, EP>(ks, grid, a, st);
 	else if (nb == 2)
 		launch_skinny_nb<2, EP>(ks, grid, a, st);
