@@ -179,20 +179,28 @@ static __device__ __forceinline__ void sk_store(const struct skinny_args &a, con
 /* EP: the launch has epilogues (a separate instantiation: the epilogue's registers slowed
  * every plain GEMV of a decode step by 1-5 % when they were always there).
  *
- * X1: one activation row and no SwiGLU (a batch-1 decode step). A batch's activations are then
- * 256 floats, 8 a lane: each lane loads its 8 with the batch's weights, and the lanes that
- * need them at a step take them by shuffles (lane (g, c) reads step u from lane 4u + c; the
- * g > 0 columns are zero, as for any row past m). That frees the 64 registers the general
- * path holds for 8 rows' activations (186 -> 128), so two blocks of 8 warps share a
- * multiprocessor: a GEMV of several waves (the GDN in_proj's 772 blocks) then overlaps one
- * block's loads with the other's arithmetic and exit instead of running its waves one after
- * another (-10 % a batch-1 step, docs/perf.md). The same floats go through the same split
- * into the same MMAs: the same bits. (2 to 8 rows copied by cp.async into shared memory, 8 KB
- * a warp, freed the registers too but made a batch-8 step 40 % slower: not kept.) */
-#define SK_MIN_BLOCKS(KS, X1) ((X1) && SK_BW(KS) == SK_WARPS ? 2 : 0) /* 0: none (1 changed the registers) */
-template <int NB, int KS, bool EP, bool X1 = false>
-static __global__ void __launch_bounds__(SK_BW(KS) * 32, SK_MIN_BLOCKS(KS, X1)) k_skinny(struct skinny_args a)
+ * XM, for decode rows (one group of at most 8) in blocks of 8 warps: a block of 8 warps that
+ * holds a batch of 8 steps of 8 activation rows in registers needs 186 of them, so one block
+ * runs per multiprocessor and a GEMV of several waves (the GDN in_proj's 772 blocks) runs its
+ * waves one after another, each wave's loads issued when the one before has exited. Two
+ * blocks an SM overlap one block's loads with the other's arithmetic and exit:
+ * - SK_X_ONE: one activation row, no SwiGLU (a batch-1 decode step). The batch's activations
+ *   are 256 floats, 8 a lane: each lane loads its 8 with the batch's weights, and the lanes
+ *   that need them at a step take them by shuffles (lane (g, c) reads step u from lane
+ *   4u + c; the g > 0 columns are zero, as for any row past m): 128 registers.
+ * - SK_X_HALF: 2 to 8 rows (and SwiGLU inputs): batches of 4 steps instead of 8, 126
+ *   registers. The same steps in the same order, only loaded 4 at a time.
+ * - SK_X_REGS: 8 steps a batch, one block an SM (blocks of 16 warps).
+ * -10 % a batch-1 step and -6 to -8 % a batch-8 step (docs/perf.md); the same floats through
+ * the same split and MMAs: the same bits. (2 to 8 rows copied by cp.async into shared memory,
+ * 8 KB a warp, freed the registers too but made a batch-8 step 40 % slower: not kept.) */
+enum { SK_X_REGS, SK_X_ONE, SK_X_HALF };
+#define SK_MIN_BLOCKS(KS, XM) ((XM) && SK_BW(KS) == SK_WARPS ? 2 : 0) /* 0: none (1 changed the registers) */
+template <int NB, int KS, bool EP, int XM = SK_X_REGS>
+static __global__ void __launch_bounds__(SK_BW(KS) * 32, SK_MIN_BLOCKS(KS, XM)) k_skinny(struct skinny_args a)
 {
+	constexpr bool X1 = XM == SK_X_ONE;
+	constexpr int ST = XM == SK_X_HALF ? SK_STEPS / 2 : SK_STEPS;
 	__shared__ float part[KS > 1 ? SK_BW(KS) : 1][NB][4][32];
 	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, g = lane >> 2, c = lane & 3, slice = warp % KS;
 	const uint64_t tile = (uint64_t)blockIdx.x * (SK_BW(KS) / KS) + (uint64_t)(warp / KS);
@@ -245,17 +253,17 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32, SK_MIN_BLOCKS(KS, X1)) 
 		}
 		if (live) {
 			uint64_t s = s0;
-			for (; s + SK_STEPS <= s1; s += SK_STEPS) {
+			for (; s + ST <= s1; s += ST) {
 				/* decode (one tile of 8 rows) in blocks of 8 warps: the group's activations
 				 * loaded with its weights, so no step waits on an L2 round trip of its own
 				 * (wider blocks cannot spare the registers) */
 				constexpr bool PF0 = NB == 1 && KS <= SK_WARPS && !X1;
 				const bool PF = PF0 && !a.swiglu;
-				uint4 A[SK_STEPS], B[SK_STEPS];
-				float4 X[PF0 ? SK_STEPS : 1][2];
+				uint4 A[ST], B[ST];
+				float4 X[PF0 ? ST : 1][2];
 				uint32_t xh[4], xl[4]; /* X1: the split of this lane's 8 floats of the batch */
 #pragma unroll
-				for (int u = 0; u < SK_STEPS; u++) {
+				for (int u = 0; u < ST; u++) {
 					A[u] = va ? sk_ldw(wa + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
 					B[u] = vb ? sk_ldw(wb + (s + u) * MMA_STEP * 2) : make_uint4(0, 0, 0, 0);
 					if (PF) {
@@ -272,7 +280,7 @@ static __global__ void __launch_bounds__(SK_BW(KS) * 32, SK_MIN_BLOCKS(KS, X1)) 
 					mma_split8(f, xh, xl);
 				}
 #pragma unroll
-				for (int u = 0; u < SK_STEPS; u++)
+				for (int u = 0; u < ST; u++)
 #pragma unroll
 					for (int nb = 0; nb < NB; nb++) {
 						uint32_t hi[4], lo[4];
@@ -417,24 +425,25 @@ bool lin_mma_ok(const struct lin_mat *w, const float *x)
 	return (uint64_t)(uintptr_t)w->data % 16 == 0;
 }
 
-template <int NB, bool EP, bool X1 = false>
+template <int NB, bool EP, int XM = SK_X_REGS>
 static void launch_skinny_nb(int ks, dim3 grid, const struct skinny_args *a, cudaStream_t st)
 {
 	switch (ks) {
 	case 1:
-		ck_launch(k_skinny<NB, 1, EP, X1>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 1, EP, XM>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 2:
-		ck_launch(k_skinny<NB, 2, EP, X1>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 2, EP, XM>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 4:
-		ck_launch(k_skinny<NB, 4, EP, X1>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 4, EP, XM>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
 	case 8:
-		ck_launch(k_skinny<NB, 8, EP, X1>, grid, SK_WARPS * 32, 0, st, *a);
+		ck_launch(k_skinny<NB, 8, EP, XM>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
-	default: /* 16: more slices than a block of 8 warps: NB 1 only (launch_skinny) */
-		ck_launch(k_skinny<1, 16, EP, X1>, grid, 16 * 32, 0, st, *a);
+	default: /* 16: more slices than a block of 8 warps: NB 1 only (launch_skinny), not halved */
+		if constexpr (XM != SK_X_HALF)
+			ck_launch(k_skinny<1, 16, EP, XM>, grid, 16 * 32, 0, st, *a);
 		break;
 	}
 }
@@ -443,9 +452,11 @@ template <bool EP>
 static void launch_skinny_ep(int nb, int ks, dim3 grid, const struct skinny_args *a, cudaStream_t st)
 {
 	if (nb == 1 && a->m == 1 && !a->swiglu)
-		launch_skinny_nb<1, EP, true>(ks, grid, a, st);
-	else if (nb == 1)
-		launch_skinny_nb<1, EP>(ks, grid, a, st);
+		launch_skinny_nb<1, EP, SK_X_ONE>(ks, grid, a, st);
+	else if (nb == 1 && ks <= SK_WARPS)
+		launch_skinny_nb<1, EP, SK_X_HALF>(ks, grid, a, st);
+	else if (nb == 1) /* 16 slices: a block of 16 warps, one an SM whatever its registers */
+		ck_launch(k_skinny<1, 16, EP>, grid, 16 * 32, 0, st, *a);
 	else if (nb == 2)
 		launch_skinny_nb<2, EP>(ks, grid, a, st);
 	else
