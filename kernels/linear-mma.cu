@@ -190,7 +190,8 @@ static __device__ __forceinline__ void sk_store(const struct skinny_args &a, con
  *   4u + c; the g > 0 columns are zero, as for any row past m): 128 registers.
  * - SK_X_HALF: 2 to 8 rows (and SwiGLU inputs): batches of 4 steps instead of 8, 126
  *   registers. The same steps in the same order, only loaded 4 at a time.
- * - SK_X_REGS: 8 steps a batch, one block an SM (blocks of 16 warps).
+ * - SK_X_REGS: 8 steps a batch, one block an SM: 9-32 rows (NB 2 and 4), and blocks of 16
+ *   warps (16 slices), which run one an SM whatever their registers.
  * -10 % a batch-1 step and -6 to -8 % a batch-8 step (docs/perf.md); the same floats through
  * the same split and MMAs: the same bits. (2 to 8 rows copied by cp.async into shared memory,
  * 8 KB a warp, freed the registers too but made a batch-8 step 40 % slower: not kept.) */
@@ -441,9 +442,9 @@ static void launch_skinny_nb(int ks, dim3 grid, const struct skinny_args *a, cud
 	case 8:
 		ck_launch(k_skinny<NB, 8, EP, XM>, grid, SK_WARPS * 32, 0, st, *a);
 		break;
-	default: /* 16: more slices than a block of 8 warps: NB 1 only (launch_skinny), not halved */
-		if constexpr (XM != SK_X_HALF)
-			ck_launch(k_skinny<1, 16, EP, XM>, grid, 16 * 32, 0, st, *a);
+	default: /* 16: more slices than a block of 8 warps: NB 1 only (launch_skinny); not halved
+		  * (a block of 16 warps runs one an SM anyway) */
+		ck_launch(k_skinny<1, 16, EP, XM == SK_X_HALF ? SK_X_REGS : XM>, grid, 16 * 32, 0, st, *a);
 		break;
 	}
 }
@@ -453,10 +454,8 @@ static void launch_skinny_ep(int nb, int ks, dim3 grid, const struct skinny_args
 {
 	if (nb == 1 && a->m == 1 && !a->swiglu)
 		launch_skinny_nb<1, EP, SK_X_ONE>(ks, grid, a, st);
-	else if (nb == 1 && ks <= SK_WARPS)
+	else if (nb == 1)
 		launch_skinny_nb<1, EP, SK_X_HALF>(ks, grid, a, st);
-	else if (nb == 1) /* 16 slices: a block of 16 warps, one an SM whatever its registers */
-		ck_launch(k_skinny<1, 16, EP>, grid, 16 * 32, 0, st, *a);
 	else if (nb == 2)
 		launch_skinny_nb<2, EP>(ks, grid, a, st);
 	else

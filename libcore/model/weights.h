@@ -146,7 +146,7 @@ void capy_ple_row(const struct capy_ple_w *pl, uint64_t row, float *out);
 /* Reads one byte of every 4 KiB page of each PLE n-gram table, so the mapped artifact's
  * pages are in this process's page table before a step reads its rows: a decode row's rows
  * otherwise land on pages never touched, one page fault each (bench/ple-fault-bench: a
- * token's 64 rows of four Flash-Next tables 280-730 us untouched, 40-55 us touched). The
+ * token's 64 rows of four Flash-Next tables 240-730 us untouched, 40-58 us touched). The
  * tables become resident in the page cache (which the kernel may still reclaim: a reclaimed
  * page faults again, nothing fails). Returns the pages read. */
 uint64_t capy_weights_touch_ple(const struct capy_weights *w, const struct capy_model_config *c);
