@@ -71,6 +71,13 @@ int lin_quantize(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t
 		 cudaStream_t st);
 /* y[i][r] (row stride ldy) for i < a->m from the quantized rows. */
 int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64_t ldy, cudaStream_t st);
+/* Decode experts in one kernel a stage: y[i][r] for i < m from x rows (row i: x + (i / xdiv) *
+ * ldx; swiglu: [gate | up] rows whose SwiGLU is the input), each block quantizing its row
+ * itself; the bits of lin_quantize then lin_nvfp4. Only for the stacks lin_nvfp4_fq_ok takes
+ * (NVFP4 with ids, k a multiple of 32 up to 4096, 16-byte aligned codes and rows). */
+bool lin_nvfp4_fq_ok(const struct lin_mat *w, const float *x, uint64_t m);
+int lin_nvfp4_fq(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t xdiv, bool swiglu, uint64_t m,
+		 float *y, uint64_t ldy, cudaStream_t st);
 /* Warps per row of a plain matrix of n rows of k elements of es bytes (from n and k alone). */
 int lin_slices(uint64_t n, uint64_t k, uint64_t es);
 /* Plain weights: y[i][r] = x[i / xdiv] . W_i[r] for i < m (x row stride k, y row stride ldy). */

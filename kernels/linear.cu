@@ -17,7 +17,8 @@
  * capy_nvfp4_quantize_act one by one with _rn intrinsics, so nvcc can neither contract nor
  * approximate them), then the block dots are exact integers (dp4a on the 2*e2m1 values), the
  * int64 sum of dot * Sa * Sw and the final scaling in IEEE double, as libcore/cpu/linear.h
- * defines it: bit-identical to the CPU, in any order. */
+ * defines it: bit-identical to the CPU, in any order. A decode step's few routed-expert slots
+ * take k_nvfp4_fq instead, whose blocks quantize their own row with the same arithmetic. */
 #include "linear-impl.h"
 #include "ck-common.cuh"
 
@@ -30,9 +31,9 @@
 
 /* Enough blocks for every SM several times over (132 SMs on an H200); more activation
  * groups than that loop inside the blocks. */
-static dim3 grid_for(uint64_t n, uint64_t ngroups)
+static dim3 grid_for(uint64_t n, uint64_t ngroups, uint64_t rows_per_block = WARPS)
 {
-	uint64_t gx = (n + WARPS - 1) / WARPS, want = (8 * 132 + gx - 1) / gx, gy = ngroups < want ? ngroups : want;
+	uint64_t gx = (n + rows_per_block - 1) / rows_per_block, want = (8 * 132 + gx - 1) / gx, gy = ngroups < want ? ngroups : want;
 
 	if (gy > 65535)
 		gy = 65535;
@@ -310,11 +311,12 @@ static __device__ __forceinline__ void quant_quarter(const float *v, bool live, 
 		a.sa[row * nb + b] = q.si;
 }
 
-/* The row's amax and Inf/NaN flag over the block's threads (every thread gets them). */
+/* The row's amax and Inf/NaN flag over the block's NT threads (every thread gets them). */
+template <int NT>
 static __device__ __forceinline__ void quant_row_amax(float *amax, int *bad)
 {
-	__shared__ float s_amax[QTHREADS / 32];
-	__shared__ int s_bad[QTHREADS / 32];
+	__shared__ float s_amax[NT / 32];
+	__shared__ int s_bad[NT / 32];
 	const unsigned tid = threadIdx.x;
 
 	for (int off = 16; off; off >>= 1) {
@@ -328,16 +330,17 @@ static __device__ __forceinline__ void quant_row_amax(float *amax, int *bad)
 	__syncthreads();
 	*amax = s_amax[0];
 	*bad = s_bad[0];
-	for (int q = 1; q < QTHREADS / 32; q++) {
+	for (int q = 1; q < NT / 32; q++) {
 		*amax = fmaxf(*amax, s_amax[q]);
 		*bad |= s_bad[q];
 	}
 }
 
 /* The row's global scale from its input scale `is` (0: dynamic, capy_nvfp4_weight_scale2(amax)),
- * and its inverse; thread 0 records it (NaN for a row with Inf/NaN or an unusable scale). */
-static __device__ __forceinline__ void quant_row_scale(float is, float amax, int bad, uint64_t row,
-						       const struct lin_act &a, float *gs, float *inv_gs)
+ * and its inverse; thread 0 records it in *rec (NaN for a row with Inf/NaN or an unusable
+ * scale). */
+static __device__ __forceinline__ void quant_row_scale(float is, float amax, int bad, float *rec, float *gs,
+						       float *inv_gs)
 {
 	if (is == 0) {
 		is = __fdiv_rn(amax, 2688.0f);
@@ -347,7 +350,7 @@ static __device__ __forceinline__ void quant_row_scale(float is, float amax, int
 	*gs = __fdiv_rn(1.0f, is);
 	*inv_gs = __fdiv_rn(1.0f, *gs);
 	if (threadIdx.x == 0)
-		a.gs[row] = (bad || !isfinite(*gs)) ? __uint_as_float(0x7fc00000) : *gs;
+		*rec = (bad || !isfinite(*gs)) ? __uint_as_float(0x7fc00000) : *gs;
 }
 
 /* One block per (row i, part p): the row's amax and Inf/NaN flag (needed for the dynamic
@@ -389,8 +392,8 @@ static __global__ void __launch_bounds__(QTHREADS)
 			bad |= !isfinite(v[e]);
 			amax = fmaxf(amax, fabsf(v[e]));
 		}
-		quant_row_amax(&amax, &bad);
-		quant_row_scale(is, amax, bad, row, a, &gs, &inv_gs);
+		quant_row_amax<QTHREADS>(&amax, &bad);
+		quant_row_scale(is, amax, bad, &a.gs[row], &gs, &inv_gs);
 		quant_quarter(v, live, b, qq, row, k, nb, gs, inv_gs, a);
 		return;
 	}
@@ -414,8 +417,8 @@ static __global__ void __launch_bounds__(QTHREADS)
 					bad |= !isfinite(v[j][e]);
 					amax = fmaxf(amax, fabsf(v[j][e]));
 				}
-		quant_row_amax(&amax, &bad);
-		quant_row_scale(is, amax, bad, row, a, &gs, &inv_gs);
+		quant_row_amax<QTHREADS>(&amax, &bad);
+		quant_row_scale(is, amax, bad, &a.gs[row], &gs, &inv_gs);
 #pragma unroll
 		for (int j = 0; j < R; j++)
 			if (tid + QTHREADS * j < nb)
@@ -431,8 +434,8 @@ static __global__ void __launch_bounds__(QTHREADS)
 		bad |= !isfinite(v);
 		amax = fmaxf(amax, fabsf(v));
 	}
-	quant_row_amax(&amax, &bad);
-	quant_row_scale(((const float *)(rec + w.globals_off))[w.nparts + p], amax, bad, row, a, &gs, &inv_gs);
+	quant_row_amax<QTHREADS>(&amax, &bad);
+	quant_row_scale(((const float *)(rec + w.globals_off))[w.nparts + p], amax, bad, &a.gs[row], &gs, &inv_gs);
 	for (uint64_t b = tid; b < nb; b += QTHREADS) {
 		float v[16];
 		for (int e = 0; e < 16; e++)
@@ -560,8 +563,8 @@ static void launch_nvfp4(int mt, dim3 grid, const struct lin_mat *w, const struc
 {
 	switch (mt) {
 	case 1:
-		if (w->k / 16 <= 64) { /* rows of at most 64 blocks: 4 to a warp */
-			grid.x = (unsigned)((w->n + 4 * WARPS - 1) / (4 * WARPS));
+		if (w->k / 16 <= 64) { /* rows of at most 64 blocks: 4 to a warp (and y for that x) */
+			grid = grid_for(w->n, a->m, 4 * WARPS);
 			ck_launch(k_nvfp4<1, VEC, 4>, grid, THREADS, 0, st, *w, *a, y, ldy);
 		} else {
 			ck_launch(k_nvfp4<1, VEC, 1>, grid, THREADS, 0, st, *w, *a, y, ldy);
@@ -606,6 +609,180 @@ int lin_nvfp4(const struct lin_mat *w, const struct lin_act *a, float *y, uint64
 		launch_nvfp4<1>(mt, grid, w, a, y, ldy, st);
 	else
 		launch_nvfp4<0>(mt, grid, w, a, y, ldy, st);
+	return ck_launched();
+}
+
+/* --- NVFP4 decode experts: the quantization inside the GEMV -------------------------------- */
+
+/* A decode step's experts are two GEMVs, each after its own quantization kernel: four kernel
+ * boundaries a layer for a few microseconds of work each. Here each block takes one slot i
+ * (its expert ids[i]) and WARPS * RPW weight rows of one part, and quantizes the slot's input
+ * row into shared memory itself, k_quant's arithmetic in its quarter-block form (the same
+ * codes, block scales and global scale: the same bits), while the loads of its weights, issued
+ * first, are in flight. Every block of a slot repeats the quantization: a few KB from L2 and a
+ * few hundred instructions against a launch and a round trip through global memory. */
+#define FQ_UNITS 4    /* 16-byte code loads (two 16-blocks each) a lane holds */
+#define FQ_KMAX 4096  /* the longest input row the shared copy holds */
+#define FQ_QJ (FQ_KMAX / 4 / THREADS) /* quarter-blocks a thread quantizes */
+
+template <int RPW, bool SWIGLU>
+static __global__ void __launch_bounds__(THREADS)
+	k_nvfp4_fq(struct lin_mat w, const float *x, uint64_t ldx, uint64_t xdiv, float *y, uint64_t ldy)
+{
+	__shared__ __align__(16) int8_t s_qa[FQ_KMAX];
+	__shared__ int32_t s_sa[FQ_KMAX / 16];
+	__shared__ float s_gs;
+	constexpr int LPR = 32 / RPW;
+	const unsigned tid = threadIdx.x, lane = tid & 31, sl = lane % LPR;
+	const uint64_t i = blockIdx.y, k = w.k, nb = k / 16, units = nb / 2;
+	const uint64_t rb = (uint64_t)blockIdx.x * WARPS * RPW, rr = rb + (tid >> 5) * RPW + lane / LPR;
+	const uint64_t r = rr < w.n ? rr : w.n - 1;
+	uint32_t p = 0;
+
+	ck_grid_enter();
+	const int32_t id = w.ids[i];
+	if (id < 0)
+		return; /* the whole block: a slot whose expert is not here (expert offload) */
+	while (p + 1 < w.nparts && rb >= w.part_end[p])
+		p++; /* the host saw to it that no block straddles two parts */
+	const uint8_t *rec = w.data + (uint64_t)id * w.stride;
+	const uint8_t *codes = rec + w.codes_off + r * (k / 2), *scales = rec + w.scales_off + r * nb;
+	uint4 cw[FQ_UNITS];
+	uint32_t sw[FQ_UNITS][2];
+#pragma unroll
+	for (int j = 0; j < FQ_UNITS; j++) {
+		const uint64_t u = sl + (uint64_t)j * LPR;
+		if (u < units) {
+			cw[j] = __ldg((const uint4 *)(codes + u * 16));
+			sw[j][0] = __ldg(scales + 2 * u);
+			sw[j][1] = __ldg(scales + 2 * u + 1);
+		}
+	}
+
+	/* The slot's input row, quantized as k_quant does it (rows of one part share it). */
+	const float *xr = x + (i / xdiv) * ldx;
+	const bool vec = ((uintptr_t)xr & 15) == 0 && (k & 3) == 0;
+	float v[FQ_QJ][4], amax = 0, gs, inv_gs;
+	int bad = 0;
+#pragma unroll
+	for (int j = 0; j < FQ_QJ; j++) {
+		const uint64_t q = tid + (uint64_t)THREADS * j;
+		v[j][0] = v[j][1] = v[j][2] = v[j][3] = 0;
+		if (q / 4 < nb)
+			quant_load4(xr, 4 * q, k, SWIGLU, vec, v[j]);
+#pragma unroll
+		for (int e = 0; e < 4; e++) {
+			bad |= !isfinite(v[j][e]);
+			amax = fmaxf(amax, fabsf(v[j][e]));
+		}
+	}
+	quant_row_amax<THREADS>(&amax, &bad);
+	quant_row_scale(((const float *)(rec + w.globals_off))[w.nparts + p], amax, bad, &s_gs, &gs, &inv_gs);
+	struct lin_act sh; /* the shared copy as quantization row 0 */
+	memset(&sh, 0, sizeof(sh));
+	sh.qa = s_qa;
+	sh.sa = s_sa;
+#pragma unroll
+	for (int j = 0; j < FQ_QJ; j++) {
+		const uint64_t q = tid + (uint64_t)THREADS * j;
+		if ((tid & ~31u) + (uint64_t)THREADS * j < 4 * nb) /* the warp has live lanes: all call it */
+			quant_quarter(v[j], q / 4 < nb, q / 4, (unsigned)(q % 4), 0, k, nb, gs, inv_gs, sh);
+	}
+	__syncthreads();
+
+	long long acc = 0;
+#pragma unroll
+	for (int j = 0; j < FQ_UNITS; j++) {
+		const uint64_t u = sl + (uint64_t)j * LPR;
+		if (u < units) {
+			const uint32_t c[4] = { cw[j].x, cw[j].y, cw[j].z, cw[j].w };
+			uint32_t wv[8];
+#pragma unroll
+			for (int q = 0; q < 4; q++)
+				decode8(c[q], &wv[2 * q], &wv[2 * q + 1]);
+#pragma unroll
+			for (int bb = 0; bb < 2; bb++) {
+				const uint64_t b = 2 * u + bb;
+				const uint4 av = *(const uint4 *)(s_qa + b * 16);
+				int dot = __dp4a((int)wv[4 * bb], (int)av.x, 0);
+				dot = __dp4a((int)wv[4 * bb + 1], (int)av.y, dot);
+				dot = __dp4a((int)wv[4 * bb + 2], (int)av.z, dot);
+				dot = __dp4a((int)wv[4 * bb + 3], (int)av.w, dot);
+				acc += (long long)(dot * s_sa[b]) * scale_int(sw[j][bb]);
+			}
+		}
+	}
+	for (int off = LPR / 2; off; off >>= 1)
+		acc += __shfl_xor_sync(FULL, acc, off);
+	if (sl == 0 && rr < w.n)
+		y[i * ldy + r] = nv_finish(acc, ((const float *)(rec + w.globals_off))[p], s_gs);
+}
+
+/* Weight rows a warp takes in k_nvfp4_fq (0: the fused form does not apply): as many as keep
+ * a lane's code loads within FQ_UNITS, so the block count and the repeated quantizations stay
+ * few while every lane's loads are issued at once. */
+static int fq_rows_per_warp(const struct lin_mat *w, const float *x, uint64_t m)
+{
+	const uint64_t nb = w->k / 16, units = nb / 2;
+
+	if (w->dtype != CK_NVFP4 || !w->ids || !m || m > 65535 || w->k % 32 || w->k > FQ_KMAX ||
+	    ((uintptr_t)w->data + w->codes_off) % 16 || w->stride % 16 || (uintptr_t)x % 16)
+		return 0;
+	for (int rpw = 8; rpw >= 1; rpw /= 2) {
+		bool fits = units <= (uint64_t)FQ_UNITS * (32 / rpw);
+		for (uint32_t p = 0; fits && p + 1 < w->nparts; p++)
+			fits = w->part_end[p] % ((uint64_t)WARPS * rpw) == 0;
+		if (fits)
+			return rpw;
+	}
+	return 0;
+}
+
+/* Each block repeats its slot's quantization: worth a launch for a batch-1 step's few slots
+ * (H200, Flash-Next 16L: 1280 + 400 blocks, the step -1.5 %), not for many (batch 8, 80
+ * slots: 10240 + 3200 blocks, the step +10 %). */
+#define FQ_MAX_BLOCKS 2048
+
+bool lin_nvfp4_fq_ok(const struct lin_mat *w, const float *x, uint64_t m)
+{
+	const uint64_t rows = (uint64_t)WARPS * (uint64_t)fq_rows_per_warp(w, x, m);
+
+	return rows && (w->n + rows - 1) / rows * m <= FQ_MAX_BLOCKS;
+}
+
+template <bool SWIGLU>
+static void launch_fq(int rpw, dim3 grid, const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t xdiv,
+		      float *y, uint64_t ldy, cudaStream_t st)
+{
+	switch (rpw) {
+	case 8:
+		ck_launch(k_nvfp4_fq<8, SWIGLU>, grid, THREADS, 0, st, *w, x, ldx, xdiv, y, ldy);
+		break;
+	case 4:
+		ck_launch(k_nvfp4_fq<4, SWIGLU>, grid, THREADS, 0, st, *w, x, ldx, xdiv, y, ldy);
+		break;
+	case 2:
+		ck_launch(k_nvfp4_fq<2, SWIGLU>, grid, THREADS, 0, st, *w, x, ldx, xdiv, y, ldy);
+		break;
+	default:
+		ck_launch(k_nvfp4_fq<1, SWIGLU>, grid, THREADS, 0, st, *w, x, ldx, xdiv, y, ldy);
+		break;
+	}
+}
+
+int lin_nvfp4_fq(const struct lin_mat *w, const float *x, uint64_t ldx, uint64_t xdiv, bool swiglu, uint64_t m,
+		 float *y, uint64_t ldy, cudaStream_t st)
+{
+	const int rpw = fq_rows_per_warp(w, x, m);
+	const uint64_t rows = (uint64_t)WARPS * (uint64_t)rpw;
+
+	if (!rpw)
+		return (int)cudaErrorInvalidValue;
+	const dim3 grid((unsigned)((w->n + rows - 1) / rows), (unsigned)m, 1);
+	if (swiglu)
+		launch_fq<true>(rpw, grid, w, x, ldx, xdiv, y, ldy, st);
+	else
+		launch_fq<false>(rpw, grid, w, x, ldx, xdiv, y, ldy, st);
 	return ck_launched();
 }
 

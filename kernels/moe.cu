@@ -3,10 +3,12 @@
  *
  * The experts run as one pass per stage over all slots (slot s = t * k + j uses expert ids[s]):
  * quantize every slot's input (NVFP4; each expert's own input_scale, read from its record),
- * gate_up for every slot, SwiGLU, quantize, down. Each stage is linear.cu's kernel with the
- * weights of row s taken from expert ids[s]'s record, so a slot's output is exactly ck_linear's
- * function applied to that one row (bit-identical to the CPU for NVFP4). Slots that share an
- * expert re-read its weights (from L2 mostly): right for decode, where few slots share one.
+ * gate_up for every slot, SwiGLU, quantize, down (for a decode step's few slots each stage is
+ * one kernel whose blocks quantize their slot's row themselves: lin_nvfp4_fq). Each stage is
+ * linear.cu's kernel with the weights of row s taken from expert ids[s]'s record, so a slot's
+ * output is exactly ck_linear's function applied to that one row (bit-identical to the CPU
+ * for NVFP4). Slots that share an expert re-read its weights (from L2 mostly): right for
+ * decode, where few slots share one.
  * The slots of prefill rows run as grouped GEMMs instead (moe-grouped.cu). */
 #include "moe-grouped.h"
 #include "moe-combine.cuh"
@@ -374,6 +376,13 @@ extern "C" int ck_moe_experts(const struct ck_expert_stack *gate_up, const struc
 		g = moe_grouped_carve(&gu, &dn, S, E, (uint8_t *)m.q + (q > qd ? q : qd));
 		if ((rc = moe_grouped_plan(&g, ids, grouped, T, k, E, st)))
 			return rc;
+	}
+	/* A decode step's few slots: each stage one kernel that quantizes its own input
+	 * (lin_nvfp4_fq), the same bits. */
+	if (!n_grouped && lin_nvfp4_fq_ok(&gu, x, S) && lin_nvfp4_fq_ok(&dn, m.act, S)) {
+		if ((rc = lin_nvfp4_fq(&gu, x, H, k, false, S, m.act, 2 * I, st)))
+			return rc;
+		return lin_nvfp4_fq(&dn, m.act, 2 * I, 1, true, S, out, H, st);
 	}
 	/* gate_up: slot s reads x[s / k]. */
 	if (gu.dtype == CK_NVFP4) {

@@ -598,6 +598,12 @@ static void test_experts(void)
 	experts_case(CK_NVFP4, 16, 2048, 512, 1, 10, false);
 	experts_case(CK_NVFP4, 16, 2048, 512, 1, 10, true);
 	experts_case(CK_NVFP4, 16, 2048, 512, 7, 10, false);
+	/* Flash-Next's hidden size: three code loads a lane in the fused decode kernel, the last
+	 * not every lane's; and rows of 48, which that kernel leaves to the two-kernel form */
+	experts_case(CK_NVFP4, 16, 2560, 512, 1, 10, true);
+	experts_case(CK_NVFP4, 8, 48, 48, 2, 2, false);
+	/* 64 slots: gate_up past the fused kernel's block limit (both stages in two kernels) */
+	experts_case(CK_NVFP4, 16, 2048, 512, 8, 8, false);
 	/* enough slots per expert for whole and partial tiles of the grouped kernel */
 	experts_case(CK_NVFP4, 4, 256, 96, 300, 2, false);
 	experts_case(CK_NVFP4, 32, 2048, 512, 64, 8, true);
