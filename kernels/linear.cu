@@ -33,7 +33,8 @@
  * groups than that loop inside the blocks. */
 static dim3 grid_for(uint64_t n, uint64_t ngroups, uint64_t rows_per_block = WARPS)
 {
-	uint64_t gx = (n + rows_per_block - 1) / rows_per_block, want = (8 * 132 + gx - 1) / gx, gy = ngroups < want ? ngroups : want;
+	uint64_t gx = (n + rows_per_block - 1) / rows_per_block, want = (8 * 132 + gx - 1) / gx;
+	uint64_t gy = ngroups < want ? ngroups : want;
 
 	if (gy > 65535)
 		gy = 65535;
@@ -472,6 +473,17 @@ static __device__ __forceinline__ float nv_finish(long long acc, float s2, float
 	return __double2float_rn(__dmul_rn(__dmul_rn(__ll2double_rn(acc), 0x1p-20), f));
 }
 
+/* One 16-block's exact integer dot: its 16 weights (2*e2m1, four words of four int8, from
+ * decode8) against 16 quantized activations. */
+static __device__ __forceinline__ int nv_dot16(const uint32_t *wv, uint4 av)
+{
+	int dot = __dp4a((int)wv[0], (int)av.x, 0);
+
+	dot = __dp4a((int)wv[1], (int)av.y, dot);
+	dot = __dp4a((int)wv[2], (int)av.z, dot);
+	return __dp4a((int)wv[3], (int)av.w, dot);
+}
+
 /* VEC 2: two blocks per lane step (16-byte code loads); 1: one block (8 bytes); 0: one block
  * read byte by byte (codes not 8-byte aligned). */
 /* RPW weight rows per warp, 32 / RPW lanes each (short rows: a warp per row would leave most
@@ -536,10 +548,7 @@ static __global__ void __launch_bounds__(THREADS) k_nvfp4(struct lin_mat w, stru
 				for (int bb = 0; bb < BPL; bb++) {
 					const uint64_t b = u * BPL + bb;
 					const uint4 av = *(const uint4 *)(qa + b * 16);
-					int dot = __dp4a((int)wv[4 * bb], (int)av.x, 0);
-					dot = __dp4a((int)wv[4 * bb + 1], (int)av.y, dot);
-					dot = __dp4a((int)wv[4 * bb + 2], (int)av.z, dot);
-					dot = __dp4a((int)wv[4 * bb + 3], (int)av.w, dot);
+					const int dot = nv_dot16(&wv[4 * bb], av);
 					/* |dot * Sa| <= 2304 * 245760 < 2^31; the product with Sw in int64. */
 					acc[i] += (long long)(dot * sa[b]) * sw[bb];
 				}
@@ -704,11 +713,7 @@ static __global__ void __launch_bounds__(THREADS)
 			for (int bb = 0; bb < 2; bb++) {
 				const uint64_t b = 2 * u + bb;
 				const uint4 av = *(const uint4 *)(s_qa + b * 16);
-				int dot = __dp4a((int)wv[4 * bb], (int)av.x, 0);
-				dot = __dp4a((int)wv[4 * bb + 1], (int)av.y, dot);
-				dot = __dp4a((int)wv[4 * bb + 2], (int)av.z, dot);
-				dot = __dp4a((int)wv[4 * bb + 3], (int)av.w, dot);
-				acc += (long long)(dot * s_sa[b]) * scale_int(sw[j][bb]);
+				acc += (long long)(nv_dot16(&wv[4 * bb], av) * s_sa[b]) * scale_int(sw[j][bb]);
 			}
 		}
 	}
