@@ -224,18 +224,6 @@ static int grow_buf(void **p, size_t *cap, size_t need, struct capy_err *err)
 	return 0;
 }
 
-static void to_f32(const uint8_t *in, enum capy_dtype dt, size_t n, float *out)
-{
-	for (size_t i = 0; i < n; i++) {
-		if (dt == CAPY_DT_BF16)
-			out[i] = capy_bf16_to_f32((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
-		else if (dt == CAPY_DT_F16)
-			out[i] = capy_f16_to_f32((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
-		else
-			memcpy(&out[i], in + 4 * i, 4);
-	}
-}
-
 /* A BF16/F16/F32 slice quantized to NVFP4 with ModelOpt's rule, one weight_scale_2 per part
  * (per source matrix, as ModelOpt would have quantized them separately). */
 static int write_quantized_slice(struct sink *s, struct worker *wk, const struct plan_out *o,
@@ -261,7 +249,9 @@ static int write_quantized_slice(struct sink *s, struct worker *wk, const struct
 			uint64_t nr = CAPY_MIN(b->rows - r, CAPY_MAX(1, CHUNK / rb));
 			if ((rc = capy_ckpt_read(p->ck, src->w, off + r * rb, wk->buf, nr * rb, s->err)) < 0)
 				return rc;
-			to_f32(wk->buf, src->dtype, nr * rb / es, wk->fbuf + (row + r) * k);
+			if (capy_floats_to_f32(wk->buf, src->dtype, nr * rb / es, wk->fbuf + (row + r) * k) < 0)
+				return capy_err_set(s->err, CAPY_EFORMAT, "tensor '%s': %s values cannot be quantized to NVFP4",
+						    src->name, capy_dtype_name(src->dtype));
 			r += nr;
 		}
 		row += b->rows;

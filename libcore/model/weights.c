@@ -79,16 +79,8 @@ static bool float_dtype(enum capy_dtype dt)
 	return dt == CAPY_DT_F32 || dt == CAPY_DT_F16 || dt == CAPY_DT_BF16;
 }
 
+
 /* A small float tensor of n values copied to fp32; with one_plus, stored as 1 + w. */
-static void widen(const void *p, enum capy_dtype dt, uint64_t n, float *out)
-{
-	const uint16_t *h = p;
-
-	for (uint64_t i = 0; i < n; i++)
-		out[i] = dt == CAPY_DT_F32 ? ((const float *)p)[i] : dt == CAPY_DT_BF16 ? capy_bf16_to_f32(h[i])
-										: capy_f16_to_f32(h[i]);
-}
-
 static float *vec(struct binder *b, uint64_t n, bool one_plus, const char *name)
 {
 	const struct capy_tensor_info *t = find(b, "%s", name);
@@ -107,7 +99,7 @@ static float *vec(struct binder *b, uint64_t n, bool one_plus, const char *name)
 	p = own(b, n);
 	if (!p)
 		return NULL;
-	widen(capy_artifact_data(b->a, t->offset), t->dtype, n, p);
+	capy_floats_to_f32(capy_artifact_data(b->a, t->offset), t->dtype, n, p); /* a float dtype: checked */
 	if (one_plus)
 		for (uint64_t i = 0; i < n; i++)
 			p[i] = 1.0f + p[i];
@@ -516,7 +508,8 @@ static int64_t pymod(int64_t a, int64_t m)
 
 void capy_ple_row(const struct capy_ple_w *pl, uint64_t row, float *out)
 {
-	widen(pl->table + row * pl->hd * capy_dtype_size(pl->table_dtype), pl->table_dtype, pl->hd, out);
+	/* the table's dtype was checked a float one when it was bound */
+	capy_floats_to_f32(pl->table + row * pl->hd * capy_dtype_size(pl->table_dtype), pl->table_dtype, pl->hd, out);
 }
 
 uint64_t capy_weights_touch_ple(const struct capy_weights *w, const struct capy_model_config *c)

@@ -67,3 +67,24 @@ uint8_t capy_f32_to_e4m3(float f)
 	}
 	return (uint8_t)(sign | (e << 3) | keep);
 }
+
+int capy_floats_to_f32(const void *p, enum capy_dtype dt, uint64_t n, float *out)
+{
+	const uint16_t *h = p;
+
+	switch (dt) {
+	case CAPY_DT_F32:
+		memcpy(out, p, n * sizeof(float));
+		return 0;
+	case CAPY_DT_BF16:
+		for (uint64_t i = 0; i < n; i++)
+			out[i] = capy_bf16_to_f32(h[i]);
+		return 0;
+	case CAPY_DT_F16:
+		for (uint64_t i = 0; i < n; i++)
+			out[i] = capy_f16_to_f32(h[i]);
+		return 0;
+	default:
+		return -1;
+	}
+}

@@ -8,6 +8,7 @@
 #define CAPY_QUANT_FLOATS_H
 
 #include "../core.h"
+#include "../artifact/artifact.h"
 
 static inline uint32_t capy_f32_bits(float f)
 {
@@ -41,6 +42,10 @@ static inline uint16_t capy_f32_to_bf16(float f)
 
 float capy_f16_to_f32(uint16_t h);
 uint16_t capy_f32_to_f16(float f);
+
+/* n values of a float dtype (F32, BF16, F16; p 2-byte aligned) widened exactly to float32.
+ * -1 for any other dtype (nothing written). */
+int capy_floats_to_f32(const void *p, enum capy_dtype dt, uint64_t n, float *out);
 
 float capy_e4m3_to_f32(uint8_t v);
 uint8_t capy_f32_to_e4m3(float f);

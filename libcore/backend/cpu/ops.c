@@ -137,21 +137,6 @@ void rope_apply(const struct cpu_engine *e, float *v, uint64_t pos)
 
 void to_f32(const void *p, enum capy_dtype dt, uint64_t n, float *out)
 {
-	const uint16_t *h = p;
-
-	switch (dt) {
-	case CAPY_DT_F32:
-		memcpy(out, p, n * sizeof(float));
-		break;
-	case CAPY_DT_BF16:
-		for (uint64_t i = 0; i < n; i++)
-			out[i] = capy_bf16_to_f32(h[i]);
-		break;
-	case CAPY_DT_F16:
-		for (uint64_t i = 0; i < n; i++)
-			out[i] = capy_f16_to_f32(h[i]);
-		break;
-	default:
+	if (capy_floats_to_f32(p, dt, n, out) < 0)
 		CAPY_BUG("to_f32 of %s", capy_dtype_name(dt));
-	}
 }
