@@ -166,12 +166,16 @@ static __global__ void __launch_bounds__(32)
 	}
 	for (int off = 16; off; off >>= 1)
 		mx = fmaxf(mx, __shfl_xor_sync(FULL, mx, off));
+	/* The exps (a double-precision exp each) in a loop over the shared copy unrolled four times:
+	 * four copies of their code, not NJ (decode runs this kernel once a layer and fetches its
+	 * code cold), and four independent chains in flight. */
 #pragma unroll
-	for (int j = 0; j < NJ; j++) {
-		uint64_t x = lane + 32 * (uint64_t)j;
-		if (x < E)
-			p[x] = v[j] = cpu_expf(__fsub_rn(v[j], mx));
-	}
+	for (int j = 0; j < NJ; j++)
+		if (lane + 32 * (uint64_t)j < E)
+			p[lane + 32 * j] = v[j];
+#pragma unroll 4
+	for (uint64_t x = lane; x < E; x += 32)
+		p[x] = cpu_expf(__fsub_rn(p[x], mx));
 	__syncwarp();
 	if (lane == 0) {
 		/* The adds in ascending order; the next eight values are loaded while the current
@@ -199,9 +203,13 @@ static __global__ void __launch_bounds__(32)
 	}
 	__syncwarp();
 	const float sum = s_sum;
+#pragma unroll 4
+	for (uint64_t x = lane; x < E; x += 32)
+		p[x] = __fdiv_rn(p[x], sum);
+	__syncwarp();
 #pragma unroll
 	for (int j = 0; j < NJ; j++)
-		v[j] = lane + 32 * (uint64_t)j < E ? __fdiv_rn(v[j], sum) : -1.0f;
+		v[j] = lane + 32 * (uint64_t)j < E ? p[lane + 32 * j] : -1.0f;
 	for (uint64_t n = 0; n < k; n++) {
 		/* the lane's best (its lowest index among its largest), then the warp's largest key
 		 * and the lowest index holding it: two reductions instead of five shuffle rounds */

@@ -6,6 +6,7 @@
 #include "capy-kernels.h"
 #include "ck-common.cuh"
 #include "moe-combine.cuh"
+#include "mma.cuh" /* cp.async */
 
 namespace {
 
@@ -180,6 +181,68 @@ __global__ void rmsnorm_kernel(float *x, uint64_t xs, const float *add, const fl
 		for (uint64_t i = tid; i < half; i += bd)
 			rope_pair(yr, i, half, rope.pos[hv / rope.heads], rope.inv_freq);
 	}
+}
+
+/* The MoE combine + residual add + norm of a decode row with small code: the block copies the
+ * row's k expert outputs, its residual and its shared expert's output into shared memory with
+ * cp.async (one rolled loop: every copy in flight at once, as the register form's loads are,
+ * in a few instructions), then each element takes moe_term_with's operations in its order and
+ * the sum of squares rmsnorm_kernel's, so the bits are the same. The register form unrolls 5 x
+ * 10 guarded loads and three code paths, and a kernel that runs once a layer fetches its code
+ * cold. Shared memory: [k + 2][group] floats, rows 0..k-1 the experts, k the residual, k + 1
+ * the shared expert. */
+__global__ void __launch_bounds__(1024) k_moe_norm_staged(float *x, uint64_t xs, const float *w, float *y,
+							  uint64_t ys, uint32_t group, float eps, struct moe_term moe)
+{
+	extern __shared__ __align__(16) float st[];
+	__shared__ float red[1024 / 32], s_w[MOE_KMAX];
+	const uint64_t r = blockIdx.x;
+	const uint32_t bd = blockDim.x, tid = threadIdx.x, k = (uint32_t)moe.k;
+	const uint32_t rows = k + 1 + (moe.shared ? 1 : 0), c4 = group / 4;
+	float *xr = x + r * xs;
+	float wv[NORM_REG], v[NORM_REG], ss = 0;
+
+#pragma unroll
+	for (int e = 0; e < NORM_REG; e++)
+		if (tid + e * bd < group && y)
+			wv[e] = w[tid + e * bd];
+	ck_grid_enter();
+#pragma unroll 1
+	for (uint32_t c = tid; c < rows * c4; c += bd) {
+		const uint32_t q = c / c4, o = (c % c4) * 4;
+		const float *src = q < k ? moe.out + (r * k + q) * xs + o : q == k ? xr + o : moe.shared + r * xs + o;
+		mma_cp16(st + (uint64_t)q * group + o, src, true);
+	}
+	mma_cp_commit();
+	if (tid < k)
+		s_w[tid] = moe.w[r * k + tid];
+	const float g = moe_term_gate(moe, r);
+	mma_cp_wait<0>();
+	__syncthreads();
+#pragma unroll
+	for (int e = 0; e < NORM_REG; e++) {
+		const uint32_t i = tid + e * bd;
+		if (i >= group)
+			break;
+		float t = 0.0f;
+#pragma unroll 1
+		for (uint32_t j = 0; j < k; j++)
+			t = __fadd_rn(t, __fmul_rn(st[(uint64_t)j * group + i], s_w[j]));
+		if (moe.shared)
+			t = __fadd_rn(t, __fmul_rn(g, st[(uint64_t)(k + 1) * group + i]));
+		v[e] = __fadd_rn(st[(uint64_t)k * group + i], t);
+		xr[i] = v[e];
+		ss = __fadd_rn(ss, __fmul_rn(v[e], v[e]));
+	}
+	if (!y)
+		return;
+	ss = ck_block_sum(ss, red);
+	const float rs = 1.0f / sqrtf(ss / (float)group + eps);
+	float *yr = y + r * ys;
+#pragma unroll
+	for (int e = 0; e < NORM_REG; e++)
+		if (tid + e * bd < group)
+			yr[tid + e * bd] = __fmul_rn(__fmul_rn(v[e], rs), wv[e]);
 }
 
 __global__ void rope_kernel(float *v, uint64_t heads, uint64_t hd, uint64_t rot, const int64_t *pos, int64_t pos0,
@@ -500,12 +563,45 @@ int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint6
 	return ck_launched();
 }
 
+/* Whether k_moe_norm_staged may have `smem` bytes of shared memory on the current device (an
+ * H100 gives a block up to 227 KB, an RTX 50 card 99 KB): the limit is raised once per device,
+ * and where the device refuses, the register form runs instead. */
+static bool staged_smem_ok(uint64_t smem)
+{
+	static uint64_t granted[64];
+	int dev = 0;
+
+	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
+		return false;
+	if (smem <= granted[dev])
+		return true;
+	if (cudaFuncSetAttribute(k_moe_norm_staged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+	    cudaSuccess) {
+		cudaGetLastError(); /* not a launch error: the other form runs */
+		return false;
+	}
+	granted[dev] = smem;
+	return true;
+}
+
 int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const float *shared, const float *gate,
 			       uint64_t k, float *x, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
 			       void *stream)
 {
 	if (!rows)
 		return 0;
+	const uint64_t threads = norm_threads(n), smem = (k + 2) * n * sizeof(float);
+	const bool al = ((uintptr_t)moe_out | (uintptr_t)x | (uintptr_t)shared) % 16 == 0 && n % 4 == 0;
+	if (al && k <= MOE_KMAX && n <= NORM_REG * threads && staged_smem_ok(smem)) {
+		for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
+			uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
+			const struct moe_term m = { moe_out + r0 * k * n, mw + r0 * k, shared ? shared + r0 * n : NULL,
+						    gate + r0, k };
+			ck_launch(k_moe_norm_staged, dim3((unsigned)nr, 1), (unsigned)threads, smem, (cudaStream_t)stream,
+				  x + r0 * n, n, w1p, y ? y + r0 * n : NULL, n, (uint32_t)n, eps, m);
+		}
+		return ck_launched();
+	}
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		const struct moe_term m = { moe_out + r0 * k * n, mw + r0 * k, shared ? shared + r0 * n : NULL, gate + r0, k };
