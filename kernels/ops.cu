@@ -563,27 +563,6 @@ int ck_add_rmsnorm(float *x, const float *add, const float *w1p, float *y, uint6
 	return ck_launched();
 }
 
-/* Whether k_moe_norm_staged may have `smem` bytes of shared memory on the current device (an
- * H100 gives a block up to 227 KB, an RTX 50 card 99 KB): the limit is raised once per device,
- * and where the device refuses, the register form runs instead. */
-static bool staged_smem_ok(uint64_t smem)
-{
-	static uint64_t granted[64];
-	int dev = 0;
-
-	if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 64)
-		return false;
-	if (smem <= granted[dev])
-		return true;
-	if (cudaFuncSetAttribute(k_moe_norm_staged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
-	    cudaSuccess) {
-		cudaGetLastError(); /* not a launch error: the other form runs */
-		return false;
-	}
-	granted[dev] = smem;
-	return true;
-}
-
 int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const float *shared, const float *gate,
 			       uint64_t k, float *x, const float *w1p, float *y, uint64_t rows, uint64_t n, float eps,
 			       void *stream)
@@ -591,23 +570,25 @@ int ck_moe_combine_add_rmsnorm(const float *moe_out, const float *mw, const floa
 	if (!rows)
 		return 0;
 	const uint64_t threads = norm_threads(n), smem = (k + 2) * n * sizeof(float);
-	const bool al = ((uintptr_t)moe_out | (uintptr_t)x | (uintptr_t)shared) % 16 == 0 && n % 4 == 0;
-	if (al && k <= MOE_KMAX && n <= NORM_REG * threads && staged_smem_ok(smem)) {
-		for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
-			uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
-			const struct moe_term m = { moe_out + r0 * k * n, mw + r0 * k, shared ? shared + r0 * n : NULL,
-						    gate + r0, k };
-			ck_launch(k_moe_norm_staged, dim3((unsigned)nr, 1), (unsigned)threads, smem, (cudaStream_t)stream,
-				  x + r0 * n, n, w1p, y ? y + r0 * n : NULL, n, (uint32_t)n, eps, m);
-		}
-		return ck_launched();
+	/* The staged form where its rows fit it and the device grants its shared memory (an H100
+	 * gives a block up to 227 KB, an RTX 50 card 99 KB); the register form otherwise. */
+	bool staged = ((uintptr_t)moe_out | (uintptr_t)x | (uintptr_t)shared) % 16 == 0 && n % 4 == 0 &&
+		      k <= MOE_KMAX && n <= NORM_REG * threads;
+	if (staged && cudaFuncSetAttribute(k_moe_norm_staged, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem) !=
+			      cudaSuccess) {
+		cudaGetLastError(); /* not a launch error: the register form runs */
+		staged = false;
 	}
 	for (uint64_t r0 = 0; r0 < rows; r0 += CK_MAX_GRID_X) {
 		uint64_t nr = rows - r0 < CK_MAX_GRID_X ? rows - r0 : CK_MAX_GRID_X;
 		const struct moe_term m = { moe_out + r0 * k * n, mw + r0 * k, shared ? shared + r0 * n : NULL, gate + r0, k };
-		ck_launch(rmsnorm_kernel<true, true>, dim3((unsigned)nr, 1), norm_threads(n), 0, (cudaStream_t)stream,
-			  x + r0 * n, n, (const float *)NULL, w1p, true, y ? y + r0 * n : NULL, n, (uint32_t)n, eps, m,
-			  rope_term{}, hc_term{});
+		if (staged)
+			ck_launch(k_moe_norm_staged, dim3((unsigned)nr, 1), (unsigned)threads, smem, (cudaStream_t)stream,
+				  x + r0 * n, n, w1p, y ? y + r0 * n : NULL, n, (uint32_t)n, eps, m);
+		else
+			ck_launch(rmsnorm_kernel<true, true>, dim3((unsigned)nr, 1), (unsigned)threads, 0,
+				  (cudaStream_t)stream, x + r0 * n, n, (const float *)NULL, w1p, true, y ? y + r0 * n : NULL,
+				  n, (uint32_t)n, eps, m, rope_term{}, hc_term{});
 	}
 	return ck_launched();
 }

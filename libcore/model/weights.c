@@ -79,7 +79,6 @@ static bool float_dtype(enum capy_dtype dt)
 	return dt == CAPY_DT_F32 || dt == CAPY_DT_F16 || dt == CAPY_DT_BF16;
 }
 
-
 /* A small float tensor of n values copied to fp32; with one_plus, stored as 1 + w. */
 static float *vec(struct binder *b, uint64_t n, bool one_plus, const char *name)
 {
