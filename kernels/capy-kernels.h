@@ -500,9 +500,11 @@ struct ck_sample_out {
 	float v[CK_SAMPLE_CAP];
 	int32_t id[CK_SAMPLE_CAP];
 };
-/* Row i < m of logits [m][V] with rows[i]'s mode into out[i]. */
+/* Row i < m of logits [m][V] with rows[i]'s mode into out[i]; with heads (NULL: none), each
+ * row's status, n and greedy also into heads[i] (only those: memory the host reads without a
+ * copy, e.g. page-locked, whose lists stay unwritten). */
 int ck_sample(const float *logits, uint64_t m, uint64_t V, const struct ck_sample_row *rows,
-	      struct ck_sample_out *out, void *stream);
+	      struct ck_sample_out *out, struct ck_sample_out *heads, void *stream);
 
 #ifdef __cplusplus
 }

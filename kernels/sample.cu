@@ -161,9 +161,23 @@ static __global__ void __launch_bounds__(SG_THREADS)
 	}
 }
 
+/* A row's answer: its record's head, and the copy the host reads where there is one. */
+static __device__ void sample_head(struct ck_sample_out *o, struct ck_sample_out *h, int32_t status, int32_t n,
+				   int32_t greedy)
+{
+	o->status = status;
+	o->n = n;
+	o->greedy = greedy;
+	if (h) {
+		h->status = status;
+		h->n = n;
+		h->greedy = greedy;
+	}
+}
+
 static __global__ void __launch_bounds__(SM_THREADS)
 	k_sample(const float *logits, uint64_t V, const struct ck_sample_row *rows, struct ck_sample_out *out,
-		 bool stage_mask)
+		 struct ck_sample_out *heads, bool stage_mask)
 {
 	ck_grid_enter();
 	extern __shared__ uint32_t s_mask[]; /* stage_mask: the row's mask, ceil(V / 32) words */
@@ -174,7 +188,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 	__shared__ uint32_t s_above, s_n;
 	const struct ck_sample_row p = rows[blockIdx.x];
 	const float *l = logits + blockIdx.x * V;
-	struct ck_sample_out *o = out + blockIdx.x;
+	struct ck_sample_out *o = out + blockIdx.x, *h = heads ? heads + blockIdx.x : NULL;
 	const unsigned tid = threadIdx.x;
 
 	if (p.mode == CK_SAMPLE_NONE)
@@ -200,8 +214,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 		if (tid == 0) {
 			/* The host's loop starts at first (0, or the lowest allowed id) and takes only
 			 * larger values: a NaN there, or a row of NaN, leaves it at first. */
-			o->greedy = (bx < 0 || isnan(l[p.first])) ? p.first : bx;
-			o->status = 0;
+			sample_head(o, h, 0, 0, (bx < 0 || isnan(l[p.first])) ? p.first : bx);
 		}
 		return;
 	}
@@ -266,7 +279,7 @@ static __global__ void __launch_bounds__(SM_THREADS)
 	const uint32_t cut = shift == 32 ? 0 : prefix << shift, total = above_total + (s_bin < 0 ? 0 : hist[s_bin]);
 	if (total > CK_SAMPLE_CAP) { /* ties beyond the output: the host takes the whole row */
 		if (tid == 0)
-			o->status = 1;
+			sample_head(o, h, 1, 0, 0);
 		return;
 	}
 	block_best(&mx, &mxx, sv, sx);
@@ -283,14 +296,12 @@ static __global__ void __launch_bounds__(SM_THREADS)
 		o->id[at] = (int32_t)i;
 	}
 	__syncthreads();
-	if (tid == 0) {
-		o->n = (int32_t)s_n;
-		o->status = 0;
-	}
+	if (tid == 0)
+		sample_head(o, h, 0, (int32_t)s_n, 0);
 }
 
 extern "C" int ck_sample(const float *logits, uint64_t m, uint64_t V, const struct ck_sample_row *rows,
-			 struct ck_sample_out *out, void *stream)
+			 struct ck_sample_out *out, struct ck_sample_out *heads, void *stream)
 {
 	if (!m)
 		return 0;
@@ -298,6 +309,6 @@ extern "C" int ck_sample(const float *logits, uint64_t m, uint64_t V, const stru
 	const size_t mask_bytes = (V + 31) / 32 * 4;
 	const bool stage = mask_bytes <= SM_MASK_SMEM;
 	ck_launch(k_greedy_part, dim3((unsigned)m, SG_BLOCKS), SG_THREADS, 0, (cudaStream_t)stream, logits, V, rows, out);
-	ck_launch(k_sample, (unsigned)m, SM_THREADS, stage ? mask_bytes : 0, (cudaStream_t)stream, logits, V, rows, out, stage);
+	ck_launch(k_sample, (unsigned)m, SM_THREADS, stage ? mask_bytes : 0, (cudaStream_t)stream, logits, V, rows, out, heads, stage);
 	return ck_launched();
 }

@@ -115,7 +115,7 @@ static void run_case(const struct rowcase *rc, int draws)
 		int32_t want, got;
 		fill(l, V, rc->sh, &seed);
 		CUDA_OK(cudaMemcpy(dl, l, V * sizeof(float), cudaMemcpyHostToDevice));
-		CK_OK(ck_sample(dl, 1, V, drow, dout, NULL));
+		CK_OK(ck_sample(dl, 1, V, drow, dout, NULL, NULL));
 		dev_to(out, dout, sizeof(*out));
 		memcpy(x, l, V * sizeof(float));
 		want = dbits ? capy_sampler_next_masked(a, x, bits) : capy_sampler_next(a, x);
@@ -188,14 +188,27 @@ static void test_rows_together(void)
 	dl = dev_from(l, R * V * sizeof(float));
 	drows = dev_from(rows, sizeof(rows));
 	dout = dev_from(NULL, R * sizeof(*all));
-	CK_OK(ck_sample(dl, R, V, drows, dout, NULL));
+	/* the heads also written into page-locked records, as the backend reads them */
+	struct ck_sample_out *heads;
+	CUDA_OK(cudaMallocHost((void **)&heads, R * sizeof(*heads)));
+	memset(heads, 0x5a, R * sizeof(*heads));
+	CK_OK(ck_sample(dl, R, V, drows, dout, heads, NULL));
 	dev_to(all, dout, R * sizeof(*all));
+	for (int r = 0; r < R; r++) {
+		if (rows[r].mode == CK_SAMPLE_NONE)
+			continue;
+		CHECK_EQ_INT(heads[r].status, all[r].status);
+		CHECK_EQ_INT(heads[r].n, all[r].n);
+		CHECK_EQ_INT(heads[r].greedy, all[r].greedy);
+		CHECK_EQ_INT(heads[r].id[0], 0x5a5a5a5a); /* the lists stay on the device */
+	}
+	cudaFreeHost(heads);
 	for (int r = 0; r < R; r++) {
 		if (rows[r].mode == CK_SAMPLE_NONE)
 			continue;
 		struct ck_sample_out *d1 = dev_from(NULL, sizeof(*one));
 		struct ck_sample_row *dr = dev_from(&rows[r], sizeof(rows[r]));
-		CK_OK(ck_sample(dl + (uint64_t)r * V, 1, V, dr, d1, NULL));
+		CK_OK(ck_sample(dl + (uint64_t)r * V, 1, V, dr, d1, NULL, NULL));
 		dev_to(one, d1, sizeof(*one));
 		CHECK_EQ_INT(all[r].status, one->status);
 		if (rows[r].mode == CK_SAMPLE_GREEDY) {

@@ -282,7 +282,8 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 	    (r = cudaStreamCreateWithFlags(&e->side, cudaStreamNonBlocking)) != cudaSuccess ||
 	    (r = cudaEventCreateWithFlags(&e->ev_fork, cudaEventDisableTiming)) != cudaSuccess ||
 	    (r = cudaEventCreateWithFlags(&e->ev_join, cudaEventDisableTiming)) != cudaSuccess ||
-	    (r = cudaEventCreateWithFlags(&e->ev_upload, cudaEventDisableTiming)) != cudaSuccess) {
+	    (r = cudaEventCreateWithFlags(&e->ev_upload, cudaEventDisableTiming)) != cudaSuccess ||
+	    (r = cudaEventCreateWithFlags(&e->ev_rows, cudaEventDisableTiming)) != cudaSuccess) {
 		rc = cu_err(err, r, "opening the device");
 		goto fail;
 	}
@@ -386,6 +387,8 @@ static void cu_close(struct capy_engine *core)
 		cudaEventDestroy(e->ev_join);
 	if (e->ev_upload)
 		cudaEventDestroy(e->ev_upload);
+	if (e->ev_rows)
+		cudaEventDestroy(e->ev_rows);
 	if (e->ev_fork)
 		cudaEventDestroy(e->ev_fork);
 	if (e->side)

@@ -153,6 +153,7 @@ struct cuda_engine {
 	cudaStream_t side;
 	cudaEvent_t ev_fork, ev_join;
 	cudaEvent_t ev_upload;            /* the sampling rows and masks uploaded on the side stream */
+	cudaEvent_t ev_rows;              /* the logits rows' indexes uploaded on the side stream */
 	unsigned fork;                    /* what runs there (enum cu_fork; CAPY_CUDA_FORK, 0: none) */
 	struct capy_pool *ple_pool;       /* host threads gathering PLE rows (models with PLE) */
 	struct ck_blas *blas;             /* cuBLASLt for prompt rows' BF16 linears, or NULL */

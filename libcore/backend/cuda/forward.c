@@ -351,9 +351,16 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 		    (r = cudaEventRecord(e->ev_upload, e->side)) != cudaSuccess ||
 		    (r = cudaStreamWaitEvent(e->stream, e->ev_upload, 0)) != cudaSuccess)
 			return cu_err(err, r, "uploading the sampling rows");
-		TRY(ck_sample(s->logits, m, V, s->smp_rows, s->smp_out, e->stream), "sampling");
-		if ((r = cudaMemcpyAsync(s->smp_out_host, s->smp_out, m * sizeof(*s->smp_out), cudaMemcpyDeviceToHost,
-					 e->stream)) != cudaSuccess)
+		/* A greedy row's answer is its record's head: without a top-k row the kernel writes the
+		 * heads into the page-locked records itself (no copy between the step and the host's
+		 * wake-up), and the 16 KB lists of a record stay on the device. */
+		bool lists = false;
+		for (uint64_t i = 0; i < m; i++)
+			lists |= s->smp_rows_host[i].mode == CK_SAMPLE_TOP_K;
+		TRY(ck_sample(s->logits, m, V, s->smp_rows, s->smp_out, lists ? NULL : s->smp_out_host, e->stream),
+		    "sampling");
+		if (lists && (r = cudaMemcpyAsync(s->smp_out_host, s->smp_out, m * sizeof(*s->smp_out), cudaMemcpyDeviceToHost,
+						  e->stream)) != cudaSuccess)
 			return cu_err(err, r, "the sampled tokens");
 	}
 	/* The rows the host needs: the caller's, and those sampled there. (A device row whose ties
@@ -393,6 +400,20 @@ static int logits_chunk(struct cuda_engine *e, const int32_t *idx_dev, uint64_t 
 	return 0;
 }
 
+/* A chunk's row indexes, from the pinned list (reused by the next chunk only after this one's
+ * synchronization), on the side stream: in the main stream the copy sat between the step's
+ * last layer and the gather, a copy's latency on every step's critical path. */
+static int rows_upload(struct cuda_engine *e, uint64_t m, struct capy_err *err)
+{
+	cudaError_t r;
+
+	if ((r = cudaMemcpyAsync(e->s.row_idx, e->s.row_idx_host, m * 4, cudaMemcpyHostToDevice, e->side)) != cudaSuccess ||
+	    (r = cudaEventRecord(e->ev_rows, e->side)) != cudaSuccess ||
+	    (r = cudaStreamWaitEvent(e->stream, e->ev_rows, 0)) != cudaSuccess)
+		return cu_err(err, r, "uploading row indexes");
+	return 0;
+}
+
 /* The rows that want logits or a token (each item's last row, or all its rows), in chunks of
  * the logits buffer. Row indexes go up in their own small upload per chunk. */
 static int logits_out(struct cuda_engine *e, const struct capy_batch *b, struct capy_err *err)
@@ -415,19 +436,14 @@ static int logits_out(struct cuda_engine *e, const struct capy_batch *b, struct 
 			s->row_mask[m] = (struct cu_row_mask){ .fn = last ? it->mask : NULL, .ud = it->mask_ud };
 			s->row_tok[m++] = last ? it->token : NULL;
 			if (m == L) {
-				if ((r = cudaMemcpyAsync(s->row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
-					return cu_err(err, r, "uploading row indexes");
-				if ((rc = logits_chunk(e, s->row_idx, m, err)) < 0)
+				if ((rc = rows_upload(e, m, err)) < 0 || (rc = logits_chunk(e, s->row_idx, m, err)) < 0)
 					return rc;
 				m = 0;
 			}
 		}
 	}
-	if (m) {
-		if ((r = cudaMemcpyAsync(s->row_idx, idx, m * 4, cudaMemcpyHostToDevice, e->stream)) != cudaSuccess)
-			return cu_err(err, r, "uploading row indexes");
-		return logits_chunk(e, s->row_idx, m, err);
-	}
+	if (m)
+		return (rc = rows_upload(e, m, err)) < 0 ? rc : logits_chunk(e, s->row_idx, m, err);
 	/* No logits wanted: the step still ends finished, so its staging buffers are free. */
 	if ((r = cudaStreamSynchronize(e->stream)) != cudaSuccess)
 		return cu_err(err, r, "the step");
