@@ -258,6 +258,7 @@ CUDA_TESTS += u-cuda-attention
 CUDA_TESTS += u-cuda-sample
 CUDA_TESTS += u-cuda-kvstore
 CUDA_TESTS += u-cuda-offload
+CUDA_TESTS += u-cuda-tp
 
 
 BENCHES += expert-cache-bench

@@ -506,6 +506,39 @@ struct ck_sample_out {
 int ck_sample(const float *logits, uint64_t m, uint64_t V, const struct ck_sample_row *rows,
 	      struct ck_sample_out *out, struct ck_sample_out *heads, void *stream);
 
+/* --- tensor parallelism (kernels/tp.cu): the all-reduce of libcore/tp/tp.h ------------- */
+
+/* The payloads, as enum capy_tp_payload numbers them. */
+enum { CK_TP_FP32, CK_TP_FP16_SHIFT, CK_TP_BF16 };
+#define CK_TP_ID_BYTES 128 /* an NCCL unique id */
+
+/* One rank's encoded rows: rows x n payload elements, then a shift a row (bytes). */
+size_t ck_tp_block_bytes(int payload, uint64_t rows, uint64_t n);
+/* Rows x[rows][n] (row stride ld) encoded as the receivers read them (capy_tp_encode_row's
+ * values) into block, ck_tp_block_bytes of device memory. */
+int ck_tp_encode(int payload, const float *x, uint64_t rows, uint64_t n, uint64_t ld, void *block, void *stream);
+/* out[row][i] (row stride ld) = the sum over ranks blocks, laid one after another in gathered,
+ * in rank order: capy_tp_reduce_row's bits (NaN: a NaN). */
+int ck_tp_reduce(int payload, const void *gathered, int ranks, uint64_t rows, uint64_t n, float *out, uint64_t ld,
+		 void *stream);
+
+/* NCCL, loaded with dlopen (libnccl.so.2) when needed. A failure returns -1 (-cudaError for
+ * ck_tp_allreduce) with the reason in why. */
+struct ck_tp_comm;
+/* A new unique id, for rank 0 to hand to the others (libcore/tp/tp.h's id file). */
+int ck_tp_unique_id(uint8_t id[CK_TP_ID_BYTES], char *why, size_t why_size);
+/* This thread's current device as rank `rank` of `ranks` (blocks until every rank has joined). */
+int ck_tp_comm_open(struct ck_tp_comm **out, const uint8_t id[CK_TP_ID_BYTES], int ranks, int rank, char *why,
+		    size_t why_size);
+void ck_tp_comm_close(struct ck_tp_comm *c);
+/* Device workspace of ck_tp_allreduce: a block of each rank's. */
+size_t ck_tp_ws_bytes(int payload, uint64_t rows, uint64_t n, int ranks);
+/* x[rows][n] (stride ld) replaced by the all-reduce of every rank's x with the payload, the same
+ * bits on every rank; on stream, capturable in a CUDA graph (every rank must call it with the
+ * same shape). */
+int ck_tp_allreduce(struct ck_tp_comm *c, int payload, float *x, uint64_t rows, uint64_t n, uint64_t ld, void *ws,
+		    void *stream, char *why, size_t why_size);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,9 +1,16 @@
-/* tp.c - tensor parallelism's split and payloads (tp.h). */
+/* tp.c - tensor parallelism's split, payloads and the NCCL id's hand-over (tp.h). */
 #include "tp.h"
 #include "../quant/floats.h"
+#include "../util/file.h"
 
+#include <errno.h>
+#include <fcntl.h>
+#include <inttypes.h>
 #include <math.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
 
 static const char *const payload_names[] = { "fp32", "fp16-shift", "bf16" };
 
@@ -120,5 +127,47 @@ void capy_tp_reduce_row(enum capy_tp_payload p, const float *const *parts, int r
 				acc = bf16_round(acc);
 		}
 		out[i] = acc;
+	}
+}
+
+int capy_tp_id_publish(const char *path, const uint8_t *id, size_t n, struct capy_err *err)
+{
+	struct capy_outfile o;
+	int rc;
+
+	if ((rc = capy_outfile_open(&o, path, err)) < 0)
+		return rc;
+	if ((rc = capy_pwrite_full(o.fd, id, n, 0, o.tmp_path, err)) < 0 || (rc = capy_outfile_commit(&o, err)) < 0) {
+		capy_outfile_abort(&o);
+		return rc;
+	}
+	return 0;
+}
+
+int capy_tp_id_wait(const char *path, uint8_t *id, size_t n, double timeout_s, struct capy_err *err)
+{
+	struct timespec t0, now, nap = { 0, 10 * 1000 * 1000 };
+
+	clock_gettime(CLOCK_MONOTONIC, &t0);
+	for (;;) {
+		int fd = open(path, O_RDONLY | O_CLOEXEC);
+		if (fd >= 0) {
+			struct stat st;
+			int rc = fstat(fd, &st) < 0 ? capy_err_errno(err, errno, "cannot stat '%s'", path) : 0;
+			if (!rc && (uint64_t)st.st_size != n)
+				rc = capy_err_set(err, CAPY_EFORMAT, "%s: %" PRIu64 " bytes, not an id of %zu", path,
+						  (uint64_t)st.st_size, n);
+			if (!rc)
+				rc = capy_pread_full(fd, id, n, 0, path, err);
+			close(fd);
+			return rc;
+		}
+		if (errno != ENOENT)
+			return capy_err_errno(err, errno, "cannot open '%s'", path);
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if ((double)(now.tv_sec - t0.tv_sec) + 1e-9 * (double)(now.tv_nsec - t0.tv_nsec) >= timeout_s)
+			return capy_err_set(err, CAPY_EIO, "%s: no id after %.0f s (rank 0 writes it)", path,
+					    timeout_s);
+		nanosleep(&nap, NULL);
 	}
 }

@@ -2,7 +2,8 @@
  * exponent, what each payload gives back (exact powers of two, saturation, NaN and Inf, a row
  * of zeros), the reductions (fp32 = the plain sum in rank order, bf16 rounding each partial
  * sum, fp16-shift within 2^-11 of each part's largest element), and the split of real
- * configurations with the refusal naming the dimension. */
+ * configurations with the refusal naming the dimension; the NCCL id's hand-over through a
+ * file (published whole, waited for, refused when missing past the timeout or of another size). */
 #include "test.h"
 #include "test-fixture.h"
 #include "quant/floats.h"
@@ -10,7 +11,10 @@
 #include "util/rng.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static void test_names(void)
 {
@@ -168,6 +172,40 @@ static void test_split(void)
 	CHECK_EQ_INT(capy_tp_split(&sp, &c, CAPY_TP_MAX_RANKS + 1, &err), CAPY_EINVAL);
 }
 
+static void test_id_file(void)
+{
+	struct capy_err err;
+	char dir[256], path[300];
+	uint8_t id[128], back[128];
+
+	snprintf(dir, sizeof(dir), "/tmp/capy-unit-tp-%d", (int)getpid());
+	CHECK(mkdir(dir, 0700) == 0);
+	snprintf(path, sizeof(path), "%s/nccl-id", dir);
+	for (int i = 0; i < 128; i++)
+		id[i] = (uint8_t)(i * 37 + 11);
+	/* nothing published yet: a short wait ends with the path named */
+	CHECK_EQ_INT(capy_tp_id_wait(path, back, sizeof(back), 0.05, &err), CAPY_EIO);
+	CHECK_CONTAINS(err.msg, path);
+	CHECK_CONTAINS(err.msg, "no id after");
+	CHECK_EQ_INT(capy_tp_id_publish(path, id, sizeof(id), &err), 0);
+	memset(back, 0, sizeof(back));
+	CHECK_EQ_INT(capy_tp_id_wait(path, back, sizeof(back), 1, &err), 0);
+	CHECK(!memcmp(id, back, sizeof(id)));
+	/* published again (a new run): replaced whole */
+	id[0] ^= 0xff;
+	CHECK_EQ_INT(capy_tp_id_publish(path, id, sizeof(id), &err), 0);
+	CHECK_EQ_INT(capy_tp_id_wait(path, back, sizeof(back), 1, &err), 0);
+	CHECK(!memcmp(id, back, sizeof(id)));
+	/* a file of another size is not an id */
+	CHECK_EQ_INT(capy_tp_id_wait(path, back, 64, 1, &err), CAPY_EFORMAT);
+	CHECK_CONTAINS(err.msg, "128 bytes, not an id of 64");
+	/* nowhere to write: the error names the file */
+	CHECK(capy_tp_id_publish("/nonexistent-capy-dir/nccl-id", id, sizeof(id), &err) < 0);
+	CHECK_CONTAINS(err.msg, "/nonexistent-capy-dir");
+	unlink(path);
+	CHECK(rmdir(dir) == 0);
+}
+
 int main(void)
 {
 	RUN(test_names);
@@ -175,5 +213,6 @@ int main(void)
 	RUN(test_encode);
 	RUN(test_reduce);
 	RUN(test_split);
+	RUN(test_id_file);
 	return test_summary();
 }
