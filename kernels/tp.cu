@@ -144,35 +144,43 @@ static __global__ void __launch_bounds__(TP_THREADS)
 	}
 }
 
-/* out[row][i] = the ranks' values as received, added in rank order (bf16: each partial sum
- * rounded again), capy_tp_reduce_row's order. */
-static __global__ void __launch_bounds__(TP_THREADS)
-	k_tp_reduce(int payload, const void *gathered, uint64_t block_bytes, int ranks, uint64_t rows, uint64_t n,
-		    uint64_t shifts_at, float *out, uint64_t ld)
+/* Element i of a row: the ranks' values as received, added in rank order (bf16: each partial
+ * sum rounded again), capy_tp_reduce_row's order. */
+static __device__ __forceinline__ float tp_sum(int payload, const uint8_t *gathered, uint64_t block_bytes, int ranks,
+					       uint64_t shifts_at, uint64_t at, uint64_t row)
 {
-	ck_grid_enter();
-	const uint64_t row = blockIdx.y, i = (uint64_t)blockIdx.x * TP_THREADS + threadIdx.x;
-
-	if (i >= n)
-		return;
 	float acc = 0;
+
 	for (int r = 0; r < ranks; r++) {
-		const uint8_t *b = (const uint8_t *)gathered + (uint64_t)r * block_bytes;
+		const uint8_t *b = gathered + (uint64_t)r * block_bytes;
 		float v;
 		if (payload == CK_TP_FP32) {
-			v = ((const float *)b)[row * n + i];
+			v = ((const float *)b)[at];
 		} else if (payload == CK_TP_BF16) {
-			v = tp_bf16_to_f32(((const uint16_t *)b)[row * n + i]);
+			v = tp_bf16_to_f32(((const uint16_t *)b)[at]);
 		} else {
 			const int s = ((const int32_t *)(b + shifts_at))[row];
-			v = ldexpf(tp_f16_to_f32(((const uint16_t *)b)[row * n + i]), -s);
+			v = ldexpf(tp_f16_to_f32(((const uint16_t *)b)[at]), -s);
 		}
 		acc = r ? __fadd_rn(acc, v) : v;
 		if (r && payload == CK_TP_BF16)
 			acc = tp_bf16_to_f32(tp_f32_to_bf16(acc));
 	}
-	out[row * ld + i] = acc;
-	(void)rows;
+	return acc;
+}
+
+/* out[row][i] for the rows blockIdx.y, + gridDim.y, ... (grid y stops at 65535). */
+static __global__ void __launch_bounds__(TP_THREADS)
+	k_tp_reduce(int payload, const void *gathered, uint64_t block_bytes, int ranks, uint64_t rows, uint64_t n,
+		    uint64_t shifts_at, float *out, uint64_t ld)
+{
+	ck_grid_enter();
+	const uint64_t i = (uint64_t)blockIdx.x * TP_THREADS + threadIdx.x;
+
+	if (i >= n)
+		return;
+	for (uint64_t row = blockIdx.y; row < rows; row += gridDim.y)
+		out[row * ld + i] = tp_sum(payload, (const uint8_t *)gathered, block_bytes, ranks, shifts_at, row * n + i, row);
 }
 
 extern "C" int ck_tp_encode(int payload, const float *x, uint64_t rows, uint64_t n, uint64_t ld, void *block,
@@ -190,7 +198,8 @@ extern "C" int ck_tp_reduce(int payload, const void *gathered, int ranks, uint64
 {
 	if (!rows || !n)
 		return 0;
-	ck_launch(k_tp_reduce, dim3((unsigned)((n + TP_THREADS - 1) / TP_THREADS), (unsigned)rows), TP_THREADS, 0,
+	ck_launch(k_tp_reduce, dim3((unsigned)((n + TP_THREADS - 1) / TP_THREADS), (unsigned)(rows < 65535 ? rows : 65535)),
+		  TP_THREADS, 0,
 		  (cudaStream_t)stream, payload, gathered, (uint64_t)ck_tp_block_bytes(payload, rows, n), ranks, rows, n,
 		  tp_shifts_at(payload, rows, n), out, ld);
 	return ck_launched();
