@@ -31,6 +31,10 @@ extern "C" {
  * dependent launch, sm_90+; kernels/ck-common.cuh says how it stays exact). On by default;
  * 0 turns it off for every later launch (a measurement knob: CAPY_CUDA_PDL=0). */
 void ck_set_dependent_launch(int on);
+/* An experiment (kernels/moe.cu, CAPY_CUDA_WARM=1): the decode router runs its code once on
+ * made-up values before its wait, to fetch it into the instruction caches. Same bits; off by
+ * default until measured. */
+void ck_set_route_warm(int on);
 
 /* The kernel trace, a measurement knob of TRACE=1 builds (CAPY_CUDA_TRACE, docs/cuda.md;
  * elsewhere ck_trace_start fails with cudaErrorNotSupported): after

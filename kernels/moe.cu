@@ -143,18 +143,21 @@ static __device__ __forceinline__ uint32_t route_key(float v)
 	return v >= 0 ? (__float_as_uint(v) & 0x7fffffffu) + 1 : 0;
 }
 
+/* The work of k_route_warp for one row into out_ids, out_w from o on (dry: into shared
+ * scratch, nothing global written). */
 template <int NJ>
-static __global__ void __launch_bounds__(32)
-	k_route_warp(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
+static __device__ __forceinline__ void route_warp_body(const float *l, uint64_t E, uint64_t k, bool norm,
+						       int32_t *out_ids, float *out_w, uint64_t o, bool dry)
 {
-	ck_grid_enter();
 	__shared__ __align__(16) float p[32 * NJ];
 	__shared__ float s_sum;
 	__shared__ int32_t s_id[RW_KMAX];
-	const uint64_t t = blockIdx.x;
+	__shared__ int32_t d_id[RW_KMAX];
+	__shared__ float d_w[RW_KMAX];
 	const unsigned lane = threadIdx.x;
-	const float *l = logits + t * E;
 	const bool local = k <= RW_KMAX;
+	int32_t *ids = dry ? d_id : out_ids;
+	float *wout = dry ? d_w : out_w;
 	float mx = -INFINITY, v[NJ], top = 0, my_w = 0;
 	int32_t my_id = 0;
 
@@ -236,13 +239,13 @@ static __global__ void __launch_bounds__(32)
 			my_id = best;
 			my_w = wn;
 		} else if (!local && lane == 0) {
-			ids[t * k + n] = best;
-			wout[t * k + n] = wn;
+			ids[o + n] = best;
+			wout[o + n] = wn;
 		}
 	}
 	if (!local) {
 		if (lane == 0)
-			route_finish(ids + t * k, wout + t * k, k, norm, top);
+			route_finish(ids + o, wout + o, k, norm, top);
 		return;
 	}
 	/* route_finish in registers: lane n divides its weight and goes to its place in the
@@ -257,9 +260,56 @@ static __global__ void __launch_bounds__(32)
 			const int32_t o = s_id[m];
 			r += o < my_id || (o == my_id && m < lane);
 		}
-		ids[t * k + r] = my_id;
-		wout[t * k + r] = norm ? __fdiv_rn(my_w, top) : my_w;
+		ids[o + r] = my_id;
+		wout[o + r] = norm ? __fdiv_rn(my_w, top) : my_w;
 	}
+}
+
+/* The same as one function of its own, for the warm-up below: a call runs the same code at
+ * the same addresses each time. */
+template <int NJ>
+static __device__ __noinline__ void route_warp_call(const float *l, uint64_t E, uint64_t k, bool norm, int32_t *out_ids,
+						    float *out_w, uint64_t o, bool dry)
+{
+	route_warp_body<NJ>(l, E, k, norm, out_ids, out_w, o, dry);
+}
+
+/* WARM (an experiment, ck_set_route_warm; not measured yet): the block first runs the row's
+ * work dry on whatever the logits buffer holds before its wait (read, never written), which
+ * fetches the code into the instruction caches while the block would wait anyway, then runs it
+ * on the row. Decode runs the router once a layer, and a kernel that runs once a layer starts
+ * with its code cold (Nsight Compute found half the stalls of the old MoE fold waiting for
+ * instructions). Without WARM the body is inlined, as before. */
+template <int NJ, bool WARM>
+static __global__ void __launch_bounds__(32)
+	k_route_warp(const float *logits, uint64_t E, uint64_t k, bool norm, int32_t *ids, float *wout)
+{
+	if (WARM) {
+		if (k <= RW_KMAX)
+			route_warp_call<NJ>(logits + blockIdx.x * E, E, k, norm, NULL, NULL, 0, true);
+		ck_grid_enter();
+		route_warp_call<NJ>(logits + blockIdx.x * E, E, k, norm, ids, wout, blockIdx.x * k, false);
+	} else {
+		ck_grid_enter();
+		route_warp_body<NJ>(logits + blockIdx.x * E, E, k, norm, ids, wout, blockIdx.x * k, false);
+	}
+}
+
+static int route_warm;
+
+extern "C" void ck_set_route_warm(int on)
+{
+	route_warm = on;
+}
+
+template <int NJ>
+static void route_warp_launch(unsigned T, cudaStream_t st, const float *logits, uint64_t E, uint64_t k, bool norm,
+			      int32_t *ids, float *w)
+{
+	if (route_warm)
+		ck_launch(k_route_warp<NJ, true>, T, 32, 0, st, logits, E, k, norm, ids, w);
+	else
+		ck_launch(k_route_warp<NJ, false>, T, 32, 0, st, logits, E, k, norm, ids, w);
 }
 
 extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_t k, bool norm_topk, int32_t *ids,
@@ -269,11 +319,11 @@ extern "C" int ck_moe_route(const float *logits, uint64_t T, uint64_t E, uint64_
 		return 0;
 	/* Registers for the experts each lane holds: as few as E needs. */
 	if (E <= 32 * 8)
-		ck_launch(k_route_warp<8>, (unsigned)T, 32, 0, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
+		route_warp_launch<8>((unsigned)T, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
 	else if (E <= 32 * 16)
-		ck_launch(k_route_warp<16>, (unsigned)T, 32, 0, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
+		route_warp_launch<16>((unsigned)T, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
 	else if (E <= 32 * RW_J)
-		ck_launch(k_route_warp<RW_J>, (unsigned)T, 32, 0, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
+		route_warp_launch<RW_J>((unsigned)T, (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
 	else
 		ck_launch(k_route, (unsigned)T, RTHREADS, E * sizeof(float), (cudaStream_t)stream, logits, E, k, norm_topk, ids, w);
 	return ck_launched();

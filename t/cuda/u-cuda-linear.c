@@ -349,6 +349,22 @@ static void test_route(void)
 			CK_OK(ck_moe_route(dl, T, E, k, norm, dids, dw, NULL));
 			dev_to(ids, dids, T * k * 4);
 			dev_to(w, dw, T * k * 4);
+			/* the warm-up experiment (CAPY_CUDA_WARM=1): the same bits */
+			ck_set_route_warm(1);
+			CUDA_OK(cudaMemset(dids, 0xff, T * k * 4));
+			CUDA_OK(cudaMemset(dw, 0xff, T * k * 4));
+			CK_OK(ck_moe_route(dl, T, E, k, norm, dids, dw, NULL));
+			ck_set_route_warm(0);
+			{
+				int32_t *wids = xmalloc(T * k * 4);
+				float *ww = xmalloc(T * k * 4);
+				dev_to(wids, dids, T * k * 4);
+				dev_to(ww, dw, T * k * 4);
+				CHECK_MSG(!memcmp(wids, ids, T * k * 4) && !memcmp(ww, w, T * k * 4),
+					  "route T=%" PRIu64 " E=%" PRIu64 " k=%" PRIu64 ": warmed, other bits", T, E, k);
+				free(wids);
+				free(ww);
+			}
 			for (uint64_t i = 0; i < T * k; i++) {
 				bad_ids += ids[i] != rids[i];
 				werr = fmaxf(werr, fabsf(w[i] - rw[i])); /* NaN: fmaxf ignores, checked below */

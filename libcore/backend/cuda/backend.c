@@ -270,6 +270,8 @@ static int cu_open(struct capy_engine *core, struct capy_err *err)
 		e->no_window_graphs = g && !strcmp(g, "decode");
 		const char *p = getenv("CAPY_CUDA_PDL");
 		ck_set_dependent_launch(!(p && !strcmp(p, "0")));
+		const char *wr = getenv("CAPY_CUDA_WARM");
+		ck_set_route_warm(wr && !strcmp(wr, "1"));
 		e->skip = cu_skip_parse(getenv("CAPY_CUDA_SKIP"));
 		const char *fu = getenv("CAPY_CUDA_FUSE");
 		e->no_fuse = fu && !strcmp(fu, "0");
