@@ -195,6 +195,8 @@ int capy_outfile_open(struct capy_outfile *o, const char *path, struct capy_err 
 	if (!o->tmp_path) {
 		free(copy);
 		free(dir);
+		free(o->path);
+		o->path = NULL;
 		return capy_err_set(err, CAPY_ENOMEM, "out of memory");
 	}
 	snprintf(o->tmp_path, n, "%s/.%s.tmp.XXXXXX", dir, base);
@@ -205,6 +207,8 @@ int capy_outfile_open(struct capy_outfile *o, const char *path, struct capy_err 
 		int rc = capy_err_errno(err, errno, "cannot create a temporary file for '%s'", path);
 		free(o->tmp_path);
 		o->tmp_path = NULL;
+		free(o->path);
+		o->path = NULL;
 		return rc;
 	}
 	/* mkostemp creates 0600; an artifact is an ordinary file. */

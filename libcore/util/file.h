@@ -39,7 +39,8 @@ struct capy_outfile {
 	char *tmp_path; /* "<dir>/.<base>.tmp.XXXXXX" while open, NULL after commit/abort */
 };
 
-/* Create the temporary file; the target is not touched until capy_outfile_commit. */
+/* Create the temporary file; the target is not touched until capy_outfile_commit. A failure
+ * leaves nothing to free or remove. */
 int capy_outfile_open(struct capy_outfile *o, const char *path, struct capy_err *err);
 /* Make the file exactly size bytes (sparse); reserves nothing on disk. */
 int capy_outfile_truncate(struct capy_outfile *o, uint64_t size, struct capy_err *err);
