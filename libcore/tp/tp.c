@@ -4,11 +4,9 @@
 #include "../util/file.h"
 
 #include <errno.h>
-#include <fcntl.h>
-#include <inttypes.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -147,21 +145,12 @@ int capy_tp_id_publish(const char *path, const uint8_t *id, size_t n, struct cap
 int capy_tp_id_wait(const char *path, uint8_t *id, size_t n, double timeout_s, struct capy_err *err)
 {
 	struct timespec t0, now, nap = { 0, 10 * 1000 * 1000 };
+	char *buf;
+	size_t len;
+	int rc;
 
 	clock_gettime(CLOCK_MONOTONIC, &t0);
-	for (;;) {
-		int fd = open(path, O_RDONLY | O_CLOEXEC);
-		if (fd >= 0) {
-			struct stat st;
-			int rc = fstat(fd, &st) < 0 ? capy_err_errno(err, errno, "cannot stat '%s'", path) : 0;
-			if (!rc && (uint64_t)st.st_size != n)
-				rc = capy_err_set(err, CAPY_EFORMAT, "%s: %" PRIu64 " bytes, not an id of %zu", path,
-						  (uint64_t)st.st_size, n);
-			if (!rc)
-				rc = capy_pread_full(fd, id, n, 0, path, err);
-			close(fd);
-			return rc;
-		}
+	while (access(path, F_OK) < 0) {
 		if (errno != ENOENT)
 			return capy_err_errno(err, errno, "cannot open '%s'", path);
 		clock_gettime(CLOCK_MONOTONIC, &now);
@@ -170,4 +159,13 @@ int capy_tp_id_wait(const char *path, uint8_t *id, size_t n, double timeout_s, s
 					    timeout_s);
 		nanosleep(&nap, NULL);
 	}
+	/* published whole (renamed into place): what is there is the id, or not an id at all */
+	if ((rc = capy_read_file(path, (size_t)1 << 20, &buf, &len, err)) < 0)
+		return rc;
+	if (len != n)
+		rc = capy_err_set(err, CAPY_EFORMAT, "%s: %zu bytes, not an id of %zu", path, len, n);
+	else
+		memcpy(id, buf, n);
+	free(buf);
+	return rc;
 }

@@ -110,7 +110,8 @@ void capy_tp_reduce_row(enum capy_tp_payload p, const float *const *parts, int r
 /* The NCCL unique id's hand-over between processes, or hosts sharing a directory (docs/tp.md,
  * the launch): rank 0 publishes the id's n bytes into path (written beside it and renamed into
  * place, so a reader never sees part of one); every other rank waits for the file, up to
- * timeout_s seconds, and reads it. A file of another size is refused, naming it. */
+ * timeout_s seconds, and reads it. A file of another size is refused, naming it. The path
+ * must be new to each run: a file left by an earlier run is read as this run's id. */
 int capy_tp_id_publish(const char *path, const uint8_t *id, size_t n, struct capy_err *err);
 int capy_tp_id_wait(const char *path, uint8_t *id, size_t n, double timeout_s, struct capy_err *err);
 
