@@ -20,6 +20,11 @@
 
 #define ROWS 7
 
+/* kernels/ cannot include libcore: the payload numbers are written twice, and must agree */
+_Static_assert((int)CK_TP_FP32 == (int)CAPY_TP_FP32 && (int)CK_TP_FP16_SHIFT == (int)CAPY_TP_FP16_SHIFT &&
+		       (int)CK_TP_BF16 == (int)CAPY_TP_BF16,
+	       "kernels/capy-kernels.h's payloads are libcore/tp/tp.h's");
+
 static bool same_bits(float a, float b)
 {
 	uint32_t x, y;
